@@ -1,0 +1,257 @@
+//! API keys: the keys file, `KeySet` (SHA-256 of a key to its label), bearer parsing and key
+//! generation. Keys exist in clear only in the client's request and in `new-key`'s output;
+//! everything kept is a hash, and nothing here ever formats a key.
+//! Invariant: a presented key is hashed and looked up, so no comparison touches the secret.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::path::Path;
+use std::sync::Arc;
+
+use anyhow::Context;
+use sha2::{Digest, Sha256};
+
+/// Why a request's credential was refused; the 401 tells the client which.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AuthFailure {
+    /// No `Authorization` header, or one with another scheme (RFC 6750 3.1: no error code).
+    Missing,
+    /// A bearer credential that is malformed or matches no key (`error="invalid_token"`).
+    Invalid,
+}
+
+/// The keys the server accepts, each known only by its SHA-256 and a label for the logs.
+#[derive(Debug, Default)]
+pub struct KeySet {
+    labels: HashMap<[u8; 32], Arc<str>>,
+}
+
+impl KeySet {
+    /// Reads a keys file; a bad line stops it, naming the file and the line.
+    pub fn load(path: &Path) -> anyhow::Result<KeySet> {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("reading API keys file {}", path.display()))?;
+        KeySet::parse(&text).with_context(|| format!("API keys file {}", path.display()))
+    }
+
+    /// Parses the keys file format: `LABEL SHA256HEX` a line, `#` to the end of a line is a
+    /// comment, blank lines are skipped.
+    pub fn parse(text: &str) -> anyhow::Result<KeySet> {
+        let mut labels = HashMap::new();
+        for (index, raw) in text.lines().enumerate() {
+            let line_number = index + 1;
+            let line = raw.split('#').next().unwrap_or_default().trim();
+            if line.is_empty() {
+                continue;
+            }
+            let mut fields = line.split_whitespace();
+            let (Some(label), Some(hash), None) = (fields.next(), fields.next(), fields.next())
+            else {
+                anyhow::bail!("line {line_number}: expected `LABEL SHA256HEX`");
+            };
+            if !is_label(label) {
+                anyhow::bail!(
+                    "line {line_number}: a label is 1 to 64 of the characters A-Z a-z 0-9 . _ -"
+                );
+            }
+            let hash = decode_hash(hash).with_context(|| {
+                format!(
+                    "line {line_number}: expected 64 lowercase hex digits (the SHA-256 of the key)"
+                )
+            })?;
+            if labels.insert(hash, Arc::from(label)).is_some() {
+                anyhow::bail!("line {line_number}: this key hash is listed twice");
+            }
+        }
+        if labels.is_empty() {
+            anyhow::bail!("no keys: add a line made by `petstore new-key LABEL`");
+        }
+        Ok(KeySet { labels })
+    }
+
+    pub fn len(&self) -> usize {
+        self.labels.len()
+    }
+
+    /// Checks an `Authorization` header (all of its values) and returns the key's label.
+    pub fn check<'a>(
+        &self,
+        mut values: impl Iterator<Item = &'a [u8]>,
+    ) -> Result<&Arc<str>, AuthFailure> {
+        let header = values.next().ok_or(AuthFailure::Missing)?;
+        // Two Authorization headers make the credential ambiguous; refuse rather than pick one.
+        if values.next().is_some() {
+            return Err(AuthFailure::Invalid);
+        }
+        let token = bearer_token(header)?;
+        self.labels
+            .get(&hash_key(token))
+            .ok_or(AuthFailure::Invalid)
+    }
+}
+
+/// The token of a `Bearer` credential. The scheme is case-insensitive (RFC 9110 11.1); a
+/// credential of another scheme counts as none.
+fn bearer_token(header: &[u8]) -> Result<&[u8], AuthFailure> {
+    let header = header.trim_ascii();
+    let split = header
+        .iter()
+        .position(|&b| b == b' ')
+        .unwrap_or(header.len());
+    let (scheme, rest) = header.split_at(split);
+    if !scheme.eq_ignore_ascii_case(b"bearer") {
+        return Err(AuthFailure::Missing);
+    }
+    let token = rest.trim_ascii_start();
+    if token.is_empty() || !token.iter().all(|&b| is_token68(b)) {
+        return Err(AuthFailure::Invalid);
+    }
+    Ok(token)
+}
+
+/// RFC 9110 11.2: token68 = 1*( ALPHA / DIGIT / "-" / "." / "_" / "~" / "+" / "/" ) *"="
+fn is_token68(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~' | b'+' | b'/' | b'=')
+}
+
+fn is_label(label: &str) -> bool {
+    (1..=64).contains(&label.len())
+        && label
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+}
+
+fn hash_key(key: &[u8]) -> [u8; 32] {
+    Sha256::digest(key).into()
+}
+
+fn decode_hash(hex: &str) -> anyhow::Result<[u8; 32]> {
+    let digits = hex.as_bytes();
+    anyhow::ensure!(digits.len() == 64, "found {} characters", digits.len());
+    let mut hash = [0u8; 32];
+    for (byte, pair) in hash.iter_mut().zip(digits.chunks_exact(2)) {
+        let nibble = |d: u8| match d {
+            b'0'..=b'9' => Ok(d - b'0'),
+            b'a'..=b'f' => Ok(d - b'a' + 10),
+            _ => Err(anyhow::anyhow!(
+                "{:?} is not a lowercase hex digit",
+                char::from(d)
+            )),
+        };
+        *byte = nibble(pair[0])? << 4 | nibble(pair[1])?;
+    }
+    Ok(hash)
+}
+
+fn encode_hex(bytes: &[u8]) -> String {
+    bytes
+        .iter()
+        .fold(String::with_capacity(bytes.len() * 2), |mut text, b| {
+            let _ = write!(text, "{b:02x}");
+            text
+        })
+}
+
+/// A fresh key with 256 bits from the OS RNG, as URL-safe text, and its keys-file line.
+pub fn new_key(label: &str) -> anyhow::Result<(String, String)> {
+    anyhow::ensure!(
+        is_label(label),
+        "a label is 1 to 64 of the characters A-Z a-z 0-9 . _ -"
+    );
+    let mut secret = [0u8; 32];
+    getrandom::fill(&mut secret)
+        .map_err(|e| anyhow::anyhow!("the OS random number generator failed: {e}"))?;
+    let key = format!("pk_{}", encode_hex(&secret));
+    let line = format!("{label} {}", encode_hex(&hash_key(key.as_bytes())));
+    Ok((key, line))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const DEV_KEY: &str = "petstore-dev-key-not-for-production";
+    const DEV_HASH: &str = "210275069083244ad9da99dbb01cc91a0b5ec4bcd57e7225d4067fa7e7730867";
+
+    fn dev_set() -> KeySet {
+        KeySet::parse(&format!(
+            "# keys\n\ndev {DEV_HASH}  # the development key\n"
+        ))
+        .expect("valid file")
+    }
+
+    fn check(set: &KeySet, headers: &[&str]) -> Result<String, AuthFailure> {
+        set.check(headers.iter().map(|h| h.as_bytes()))
+            .map(|label| label.to_string())
+    }
+
+    #[test]
+    fn a_bearer_key_is_found_whatever_the_scheme_case() {
+        let set = dev_set();
+        assert_eq!(set.len(), 1);
+        for scheme in ["Bearer", "bearer", "BEARER"] {
+            assert_eq!(
+                check(&set, &[&format!("{scheme} {DEV_KEY}")]),
+                Ok("dev".into())
+            );
+        }
+        assert_eq!(
+            check(&set, &[&format!("Bearer   {DEV_KEY}  ")]),
+            Ok("dev".into())
+        );
+    }
+
+    #[test]
+    fn missing_other_scheme_wrong_and_malformed_credentials_are_told_apart() {
+        let set = dev_set();
+        assert_eq!(check(&set, &[]), Err(AuthFailure::Missing));
+        assert_eq!(
+            check(&set, &["Basic dXNlcjpwYXNz"]),
+            Err(AuthFailure::Missing)
+        );
+        assert_eq!(check(&set, &["Bearer"]), Err(AuthFailure::Invalid));
+        assert_eq!(
+            check(&set, &["Bearer wrong-key"]),
+            Err(AuthFailure::Invalid)
+        );
+        assert_eq!(check(&set, &["Bearer a b"]), Err(AuthFailure::Invalid));
+        let twice = format!("Bearer {DEV_KEY}");
+        assert_eq!(check(&set, &[&twice, &twice]), Err(AuthFailure::Invalid));
+    }
+
+    #[test]
+    fn bad_lines_are_reported_with_their_number() {
+        let cases = [
+            ("dev\n", "line 1: expected `LABEL SHA256HEX`"),
+            (
+                &format!("# c\ndev {DEV_HASH} extra\n") as &str,
+                "line 2: expected `LABEL SHA256HEX`",
+            ),
+            ("dev abc\n", "line 1: expected 64 lowercase hex digits"),
+            (
+                &format!("dev {}\n", DEV_HASH.to_uppercase()),
+                "line 1: expected 64 lowercase hex digits",
+            ),
+            (&format!("dev\u{e9} {DEV_HASH}\n"), "line 1: a label is"),
+            (
+                &format!("a {DEV_HASH}\nb {DEV_HASH}\n"),
+                "line 2: this key hash is listed twice",
+            ),
+            ("# only comments\n", "no keys"),
+        ];
+        for (text, expected) in cases {
+            let message = format!("{:#}", KeySet::parse(text).expect_err(text));
+            assert!(message.starts_with(expected), "{text:?}: {message}");
+        }
+    }
+
+    #[test]
+    fn a_new_key_matches_its_line_and_is_url_safe() {
+        let (key, line) = new_key("alice").expect("new key");
+        assert!(key.len() >= 3 + 64 && key.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_'));
+        let set = KeySet::parse(&line).expect("the printed line parses");
+        assert_eq!(check(&set, &[&format!("Bearer {key}")]), Ok("alice".into()));
+        assert_ne!(new_key("alice").expect("new key").0, key);
+        assert!(new_key("no spaces").is_err());
+    }
+}

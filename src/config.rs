@@ -1,0 +1,137 @@
+//! The command line: clap's `Cli` (every flag also read from `PETSTORE_*`), the `new-key`
+//! subcommand, and the validated `Config` the server starts from. It opens no file and no
+//! socket: it only says what the operator asked for.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+
+/// petstore: the Animal Store API over HTTPS, stored in one redb file.
+#[derive(Debug, Parser)]
+#[command(
+    name = "petstore",
+    version,
+    about,
+    subcommand_negates_reqs = true,
+    args_conflicts_with_subcommands = true
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+
+    /// Socket address to serve HTTPS on, e.g. 0.0.0.0:443 or [::]:8443.
+    #[arg(long, env = "PETSTORE_LISTEN", default_value = "127.0.0.1:8443")]
+    listen: SocketAddr,
+
+    /// The redb database file; created if missing.
+    #[arg(long, env = "PETSTORE_DB", default_value = "pets.redb")]
+    db: PathBuf,
+
+    /// PEM file with the server certificate, followed by any intermediates.
+    #[arg(long, env = "PETSTORE_TLS_CERT", required = true)]
+    tls_cert: Option<PathBuf>,
+
+    /// PEM file with the certificate's private key (PKCS#8, SEC1 or PKCS#1).
+    #[arg(long, env = "PETSTORE_TLS_KEY", required = true)]
+    tls_key: Option<PathBuf>,
+
+    /// API keys file: one `LABEL SHA256HEX` a line, made with `petstore new-key LABEL`.
+    #[arg(long, env = "PETSTORE_API_KEYS", required = true)]
+    api_keys: Option<PathBuf>,
+
+    /// Seconds to let requests in flight finish after SIGTERM or SIGINT.
+    #[arg(
+        long,
+        env = "PETSTORE_SHUTDOWN_TIMEOUT",
+        default_value_t = 10,
+        value_name = "SECONDS"
+    )]
+    shutdown_timeout: u64,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Print a new random API key and the line that admits it in the keys file.
+    NewKey {
+        /// Name of the key's holder, shown in the logs (A-Z a-z 0-9 . _ -).
+        label: String,
+    },
+}
+
+/// What the operator asked this process to do.
+#[derive(Debug)]
+pub enum Action {
+    Serve(Config),
+    NewKey { label: String },
+}
+
+/// Everything the server needs to start, already checked for presence.
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub listen: SocketAddr,
+    pub db: PathBuf,
+    pub tls_cert: PathBuf,
+    pub tls_key: PathBuf,
+    pub api_keys: PathBuf,
+    pub shutdown_timeout: Duration,
+}
+
+impl Cli {
+    pub fn into_action(self) -> anyhow::Result<Action> {
+        if let Some(Command::NewKey { label }) = self.command {
+            return Ok(Action::NewKey { label });
+        }
+        // clap enforces `required` whenever no subcommand is given, so these are present; the
+        // errors below only guard against that attribute being dropped.
+        let missing = |flag: &str| anyhow::anyhow!("{flag} is required");
+        Ok(Action::Serve(Config {
+            listen: self.listen,
+            db: self.db,
+            tls_cert: self.tls_cert.ok_or_else(|| missing("--tls-cert"))?,
+            tls_key: self.tls_key.ok_or_else(|| missing("--tls-key"))?,
+            api_keys: self.api_keys.ok_or_else(|| missing("--api-keys"))?,
+            shutdown_timeout: Duration::from_secs(self.shutdown_timeout),
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_cli_definition_is_consistent() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn serving_needs_the_three_files_and_defaults_the_rest() {
+        let cli = Cli::try_parse_from([
+            "petstore",
+            "--tls-cert",
+            "c.pem",
+            "--tls-key",
+            "k.pem",
+            "--api-keys",
+            "keys",
+        ]);
+        let Ok(Action::Serve(config)) = cli.expect("parses").into_action() else {
+            panic!("expected a serve action");
+        };
+        assert_eq!(config.listen, "127.0.0.1:8443".parse().expect("address"));
+        assert_eq!(config.db, PathBuf::from("pets.redb"));
+        assert_eq!(config.shutdown_timeout, Duration::from_secs(10));
+        assert!(Cli::try_parse_from(["petstore", "--tls-cert", "c.pem"]).is_err());
+    }
+
+    #[test]
+    fn new_key_needs_no_server_flags() {
+        let action = Cli::try_parse_from(["petstore", "new-key", "alice"])
+            .expect("parses")
+            .into_action();
+        assert!(matches!(action, Ok(Action::NewKey { label }) if label == "alice"));
+    }
+}

@@ -1,0 +1,225 @@
+//! `Error`, the one way a request fails, and `ErrorBody`, the spec's Error object. Each variant
+//! fixes its HTTP status, its `code`, its message and the headers HTTP requires with it.
+//! Invariant: the body's `status` is always the response's status, and an internal cause is
+//! logged, never sent.
+
+use std::borrow::Cow;
+
+use hyper::StatusCode;
+use hyper::header::{ALLOW, HeaderName, HeaderValue, WWW_AUTHENTICATE};
+use serde::Serialize;
+
+use crate::auth::AuthFailure;
+use crate::store::StoreError;
+
+/// Why a request failed, in terms a client can act on.
+#[derive(Debug)]
+pub enum Error {
+    /// A query or path parameter is malformed; the message names it.
+    InvalidParameter(String),
+    /// The request body breaks a `NewPet` rule; the message says which.
+    InvalidBody(String),
+    Unauthorized(AuthFailure),
+    /// Nothing at this path, or no pet with this id; the message says which.
+    NotFound(String),
+    /// The path exists but not for this method; `allow` lists the methods it has.
+    MethodNotAllowed {
+        allow: &'static str,
+    },
+    PayloadTooLarge {
+        limit_bytes: usize,
+    },
+    UnsupportedMediaType,
+    /// A fault of ours; the cause is for the log only.
+    Internal(String),
+    /// We cannot take this request now (the store refuses writes); the cause is for the log.
+    Unavailable(String),
+}
+
+/// The spec's Error object (section 2).
+#[derive(Debug, Serialize)]
+pub struct ErrorBody<'a> {
+    pub code: &'static str,
+    pub message: Cow<'a, str>,
+    pub status: u16,
+}
+
+impl Error {
+    pub fn status(&self) -> StatusCode {
+        match self {
+            Error::InvalidParameter(_) | Error::InvalidBody(_) => StatusCode::BAD_REQUEST,
+            Error::Unauthorized(_) => StatusCode::UNAUTHORIZED,
+            Error::NotFound(_) => StatusCode::NOT_FOUND,
+            Error::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
+            Error::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            Error::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            Error::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            Error::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+        }
+    }
+
+    pub fn code(&self) -> &'static str {
+        match self {
+            Error::InvalidParameter(_) => "invalid_parameter",
+            Error::InvalidBody(_) => "invalid_body",
+            Error::Unauthorized(_) => "unauthorized",
+            Error::NotFound(_) => "not_found",
+            Error::MethodNotAllowed { .. } => "method_not_allowed",
+            Error::PayloadTooLarge { .. } => "payload_too_large",
+            Error::UnsupportedMediaType => "unsupported_media_type",
+            Error::Internal(_) => "internal_error",
+            Error::Unavailable(_) => "unavailable",
+        }
+    }
+
+    pub fn message(&self) -> Cow<'_, str> {
+        match self {
+            Error::InvalidParameter(m) | Error::InvalidBody(m) | Error::NotFound(m) => {
+                Cow::Borrowed(m)
+            }
+            Error::Unauthorized(AuthFailure::Missing) => {
+                "this operation needs an API key: send Authorization: Bearer <key>".into()
+            }
+            Error::Unauthorized(AuthFailure::Invalid) => "the API key is not valid".into(),
+            Error::MethodNotAllowed { allow } => {
+                format!("method not allowed here; allowed: {allow}").into()
+            }
+            Error::PayloadTooLarge { limit_bytes } => {
+                format!("request body must be at most {limit_bytes} bytes").into()
+            }
+            Error::UnsupportedMediaType => {
+                "request body must be sent as Content-Type: application/json".into()
+            }
+            Error::Internal(_) => "internal error".into(),
+            Error::Unavailable(_) => {
+                "the service cannot take this request now; try again later".into()
+            }
+        }
+    }
+
+    /// Headers HTTP requires with this answer: `WWW-Authenticate` with a 401 (RFC 9110 11.6.1,
+    /// RFC 6750 3), `Allow` with a 405 (RFC 9110 15.5.6).
+    pub fn headers(&self) -> Option<(HeaderName, HeaderValue)> {
+        match self {
+            Error::Unauthorized(AuthFailure::Missing) => Some((
+                WWW_AUTHENTICATE,
+                HeaderValue::from_static(r#"Bearer realm="petstore""#),
+            )),
+            Error::Unauthorized(AuthFailure::Invalid) => Some((
+                WWW_AUTHENTICATE,
+                HeaderValue::from_static(r#"Bearer realm="petstore", error="invalid_token""#),
+            )),
+            Error::MethodNotAllowed { allow } => Some((ALLOW, HeaderValue::from_static(allow))),
+            _ => None,
+        }
+    }
+
+    /// The cause to log for failures that are ours, not the client's.
+    pub fn cause(&self) -> Option<&str> {
+        match self {
+            Error::Internal(cause) | Error::Unavailable(cause) => Some(cause),
+            _ => None,
+        }
+    }
+
+    pub fn body(&self) -> ErrorBody<'_> {
+        ErrorBody {
+            code: self.code(),
+            message: self.message(),
+            status: self.status().as_u16(),
+        }
+    }
+}
+
+impl From<AuthFailure> for Error {
+    fn from(failure: AuthFailure) -> Error {
+        Error::Unauthorized(failure)
+    }
+}
+
+impl From<StoreError> for Error {
+    fn from(e: StoreError) -> Error {
+        match e {
+            // A failed commit or a store that is stopping leaves the data as it was: the
+            // request may be retried, so say so rather than claim a fault.
+            StoreError::Write(_) | StoreError::Closed | StoreError::IdsExhausted => {
+                Error::Unavailable(e.to_string())
+            }
+            StoreError::Locked | StoreError::NewerSchema { .. } | StoreError::Storage(_) => {
+                Error::Internal(e.to_string())
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn every_variant() -> Vec<Error> {
+        vec![
+            Error::InvalidParameter("limit must be an integer from 1 to 100".into()),
+            Error::InvalidBody("name is required".into()),
+            Error::Unauthorized(AuthFailure::Missing),
+            Error::Unauthorized(AuthFailure::Invalid),
+            Error::NotFound("no pet has id 7".into()),
+            Error::MethodNotAllowed { allow: "GET, HEAD" },
+            Error::PayloadTooLarge { limit_bytes: 65536 },
+            Error::UnsupportedMediaType,
+            Error::Internal("disk on fire".into()),
+            Error::Unavailable("commit failed".into()),
+        ]
+    }
+
+    #[test]
+    fn body_status_equals_http_status_for_every_variant() {
+        for error in every_variant() {
+            assert_eq!(error.body().status, error.status().as_u16(), "{error:?}");
+            assert!(!error.message().is_empty(), "{error:?}");
+        }
+    }
+
+    #[test]
+    fn codes_are_the_documented_ones() {
+        let codes: Vec<&str> = every_variant().iter().map(Error::code).collect();
+        assert_eq!(
+            codes,
+            [
+                "invalid_parameter",
+                "invalid_body",
+                "unauthorized",
+                "unauthorized",
+                "not_found",
+                "method_not_allowed",
+                "payload_too_large",
+                "unsupported_media_type",
+                "internal_error",
+                "unavailable"
+            ]
+        );
+    }
+
+    #[test]
+    fn internal_causes_never_reach_the_body() {
+        for error in [
+            Error::Internal("disk on fire".into()),
+            Error::Unavailable("disk on fire".into()),
+        ] {
+            let body = serde_json::to_string(&error.body()).expect("encode");
+            assert!(!body.contains("disk"), "{body}");
+            assert_eq!(error.cause(), Some("disk on fire"));
+        }
+    }
+
+    #[test]
+    fn only_401_and_405_carry_headers() {
+        for error in every_variant() {
+            let name = error.headers().map(|(name, _)| name);
+            match error.status().as_u16() {
+                401 => assert_eq!(name, Some(WWW_AUTHENTICATE)),
+                405 => assert_eq!(name, Some(ALLOW)),
+                _ => assert_eq!(name, None),
+            }
+        }
+    }
+}

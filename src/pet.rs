@@ -1,0 +1,364 @@
+//! The animal as the spec defines it: `Pet`, `NewPet`, `PetStatus`, `PetId`, their JSON shape
+//! and the rules a client's `NewPet` must meet. No HTTP, no storage, no I/O: a rule broken
+//! here is reported as an `InvalidPet` sentence that the caller turns into its own error.
+//! Invariant: a `Pet` always encodes as `{"id","name","categoryId"[,"status"]}`, never `null`.
+
+use std::collections::HashSet;
+use std::fmt;
+
+use serde::de::{Deserializer, IgnoredAny, MapAccess, Visitor};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// The identifier the store assigns to a pet (spec: integer, int64).
+pub type PetId = i64;
+
+/// Availability of a pet (spec 2, `PetStatus`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PetStatus {
+    Available,
+    Pending,
+    Sold,
+}
+
+impl PetStatus {
+    /// The spec's spelling; anything else (other case included) is not a status.
+    pub fn parse(text: &str) -> Option<PetStatus> {
+        match text {
+            "available" => Some(PetStatus::Available),
+            "pending" => Some(PetStatus::Pending),
+            "sold" => Some(PetStatus::Sold),
+            _ => None,
+        }
+    }
+
+    /// A stable one-byte code for index keys; changing it changes the file format.
+    pub fn to_code(self) -> u8 {
+        match self {
+            PetStatus::Available => 0,
+            PetStatus::Pending => 1,
+            PetStatus::Sold => 2,
+        }
+    }
+}
+
+/// A stored animal, as returned by every operation.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Pet {
+    pub id: PetId,
+    pub name: String,
+    pub category_id: i64,
+    // Decision: a pet without a status has no `status` key at all, never `null`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub status: Option<PetStatus>,
+}
+
+impl Pet {
+    /// The pet's JSON object, the exact bytes the API sends and the store keeps.
+    pub fn to_json(&self) -> Vec<u8> {
+        serde_json::to_vec(self)
+            .expect("a Pet has only strings, integers and an enum: it always encodes")
+    }
+}
+
+/// A client's request to add an animal (spec 2, `NewPet`), already checked against every rule.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NewPet {
+    pub name: String,
+    pub category_id: i64,
+    pub status: Option<PetStatus>,
+}
+
+/// Why a request body is not an acceptable `NewPet`, in words meant for the client.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InvalidPet(pub String);
+
+impl fmt::Display for InvalidPet {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl NewPet {
+    /// Reads a request body. The rules: a JSON object; `name` a string; `categoryId` an integer
+    /// within int64; `status` one of the three values or absent; `null` is never a value;
+    /// unknown keys are ignored; a key given twice is refused.
+    pub fn from_json(body: &[u8]) -> Result<NewPet, InvalidPet> {
+        if body.iter().all(u8::is_ascii_whitespace) {
+            return Err(InvalidPet("request body is required: a JSON object".into()));
+        }
+        match serde_json::from_slice::<Checked>(body) {
+            Ok(Checked(result)) => result,
+            Err(e) if e.is_data() => Err(InvalidPet("request body must be a JSON object".into())),
+            Err(e) => Err(InvalidPet(format!("request body is not valid JSON: {e}"))),
+        }
+    }
+
+    /// The pet this request becomes once the store has given it `id`.
+    pub fn into_pet(self, id: PetId) -> Pet {
+        Pet {
+            id,
+            name: self.name,
+            category_id: self.category_id,
+            status: self.status,
+        }
+    }
+}
+
+/// The outcome of reading a JSON object as a `NewPet`. A broken rule is carried as the `Ok`
+/// value so that its message stays ours (serde_json would append a position to it) and so that
+/// the rest of the object is still read, keeping syntax errors distinct from rule errors.
+struct Checked(Result<NewPet, InvalidPet>);
+
+impl<'de> Deserialize<'de> for Checked {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_map(NewPetVisitor)
+    }
+}
+
+struct NewPetVisitor;
+
+impl<'de> Visitor<'de> for NewPetVisitor {
+    type Value = Checked;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a JSON object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Checked, A::Error> {
+        let mut name = None;
+        let mut category_id = None;
+        let mut status = None;
+        let mut others = HashSet::new();
+        let mut problem: Option<InvalidPet> = None;
+
+        while let Some(key) = map.next_key::<String>()? {
+            if problem.is_some() {
+                map.next_value::<IgnoredAny>()?;
+                continue;
+            }
+            let seen = match key.as_str() {
+                "name" => name.is_some(),
+                "categoryId" => category_id.is_some(),
+                "status" => status.is_some(),
+                _ => !others.insert(key.clone()),
+            };
+            if seen {
+                problem = Some(InvalidPet(format!("duplicate key {key:?}")));
+                map.next_value::<IgnoredAny>()?;
+                continue;
+            }
+            let checked = match key.as_str() {
+                "name" => read_name(map.next_value()?).map(|v| name = Some(v)),
+                "categoryId" => read_category_id(map.next_value()?).map(|v| category_id = Some(v)),
+                "status" => read_status(map.next_value()?).map(|v| status = Some(v)),
+                _ => map.next_value::<IgnoredAny>().map(|_| Ok(()))?,
+            };
+            problem = checked.err();
+        }
+
+        let result = match (problem, name, category_id) {
+            (Some(problem), _, _) => Err(problem),
+            (None, None, _) => Err(InvalidPet("name is required".into())),
+            (None, _, None) => Err(InvalidPet("categoryId is required".into())),
+            (None, Some(name), Some(category_id)) => Ok(NewPet {
+                name,
+                category_id,
+                status,
+            }),
+        };
+        Ok(Checked(result))
+    }
+}
+
+fn read_name(value: Value) -> Result<String, InvalidPet> {
+    match value {
+        Value::String(name) => Ok(name),
+        Value::Null => Err(InvalidPet("name must not be null".into())),
+        _ => Err(InvalidPet("name must be a string".into())),
+    }
+}
+
+fn read_category_id(value: Value) -> Result<i64, InvalidPet> {
+    match value {
+        // serde_json keeps an integer literal as i64 or u64; a fraction, an exponent or an
+        // integer beyond u64 becomes f64, which is not an int64 whatever its value.
+        Value::Number(n) => n.as_i64().ok_or_else(|| {
+            InvalidPet(
+                "categoryId must be an integer from -9223372036854775808 to 9223372036854775807"
+                    .into(),
+            )
+        }),
+        Value::Null => Err(InvalidPet("categoryId must not be null".into())),
+        _ => Err(InvalidPet("categoryId must be an integer".into())),
+    }
+}
+
+fn read_status(value: Value) -> Result<PetStatus, InvalidPet> {
+    let invalid = || InvalidPet("status must be one of available, pending, sold".into());
+    match value {
+        Value::String(text) => PetStatus::parse(&text).ok_or_else(invalid),
+        Value::Null => Err(InvalidPet("status must not be null".into())),
+        _ => Err(invalid()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(body: &str) -> Result<NewPet, String> {
+        NewPet::from_json(body.as_bytes()).map_err(|e| e.0)
+    }
+
+    #[test]
+    fn a_full_new_pet_is_read() {
+        assert_eq!(
+            parse(r#"{"name":"Rex","categoryId":7,"status":"sold"}"#),
+            Ok(NewPet {
+                name: "Rex".into(),
+                category_id: 7,
+                status: Some(PetStatus::Sold)
+            })
+        );
+    }
+
+    #[test]
+    fn status_is_optional_and_name_may_be_empty() {
+        assert_eq!(
+            parse(r#"{"name":"","categoryId":-3}"#),
+            Ok(NewPet {
+                name: String::new(),
+                category_id: -3,
+                status: None
+            })
+        );
+    }
+
+    #[test]
+    fn unknown_keys_are_ignored_whatever_their_value() {
+        let pet = parse(r#"{"id":99,"extra":{"a":[1,null]},"name":"a","categoryId":1}"#);
+        assert_eq!(pet.map(|p| p.name), Ok("a".into()));
+    }
+
+    #[test]
+    fn int64_bounds_are_accepted_and_beyond_is_refused() {
+        assert_eq!(
+            parse(r#"{"name":"a","categoryId":9223372036854775807}"#).map(|p| p.category_id),
+            Ok(i64::MAX)
+        );
+        assert_eq!(
+            parse(r#"{"name":"a","categoryId":-9223372036854775808}"#).map(|p| p.category_id),
+            Ok(i64::MIN)
+        );
+        for n in [
+            "9223372036854775808",
+            "-9223372036854775809",
+            "1.5",
+            "1.0",
+            "1e2",
+            "100000000000000000000000",
+        ] {
+            let body = format!(r#"{{"name":"a","categoryId":{n}}}"#);
+            assert_eq!(
+                parse(&body),
+                Err("categoryId must be an integer from -9223372036854775808 to 9223372036854775807".into()),
+                "{n}"
+            );
+        }
+    }
+
+    #[test]
+    fn each_broken_rule_has_its_own_message() {
+        let cases = [
+            (r#"{"categoryId":1}"#, "name is required"),
+            (r#"{"name":"a"}"#, "categoryId is required"),
+            (r#"{"name":null,"categoryId":1}"#, "name must not be null"),
+            (r#"{"name":5,"categoryId":1}"#, "name must be a string"),
+            (
+                r#"{"name":"a","categoryId":"1"}"#,
+                "categoryId must be an integer",
+            ),
+            (
+                r#"{"name":"a","categoryId":null}"#,
+                "categoryId must not be null",
+            ),
+            (
+                r#"{"name":"a","categoryId":1,"status":"SOLD"}"#,
+                "status must be one of available, pending, sold",
+            ),
+            (
+                r#"{"name":"a","categoryId":1,"status":1}"#,
+                "status must be one of available, pending, sold",
+            ),
+            (
+                r#"{"name":"a","categoryId":1,"status":null}"#,
+                "status must not be null",
+            ),
+            (
+                r#"{"name":"a","name":"b","categoryId":1}"#,
+                r#"duplicate key "name""#,
+            ),
+            (
+                r#"{"x":1,"name":"a","x":2,"categoryId":1}"#,
+                r#"duplicate key "x""#,
+            ),
+            (
+                r#"[{"name":"a","categoryId":1}]"#,
+                "request body must be a JSON object",
+            ),
+            (r#""name""#, "request body must be a JSON object"),
+            ("", "request body is required: a JSON object"),
+            ("  \n", "request body is required: a JSON object"),
+        ];
+        for (body, message) in cases {
+            assert_eq!(parse(body), Err(message.to_string()), "{body}");
+        }
+    }
+
+    #[test]
+    fn broken_json_is_reported_as_such() {
+        for body in [
+            r#"{"name":"a","categoryId":1"#,
+            r#"{"name":"a","categoryId":1} x"#,
+            "{'name':1}",
+            "\u{0}",
+        ] {
+            let message = parse(body).expect_err(body);
+            assert!(
+                message.starts_with("request body is not valid JSON: "),
+                "{body}: {message}"
+            );
+        }
+        let invalid_utf8 = NewPet::from_json(b"{\"name\":\"\xff\",\"categoryId\":1}");
+        assert!(invalid_utf8.is_err());
+    }
+
+    #[test]
+    fn a_pet_encodes_without_status_when_it_has_none() {
+        let pet = NewPet {
+            name: "Rex".into(),
+            category_id: 2,
+            status: None,
+        }
+        .into_pet(5);
+        assert_eq!(pet.to_json(), br#"{"id":5,"name":"Rex","categoryId":2}"#);
+        let sold = Pet {
+            status: Some(PetStatus::Sold),
+            ..pet
+        };
+        assert_eq!(
+            sold.to_json(),
+            br#"{"id":5,"name":"Rex","categoryId":2,"status":"sold"}"#
+        );
+    }
+
+    #[test]
+    fn status_codes_are_distinct_and_stable() {
+        let all = [PetStatus::Available, PetStatus::Pending, PetStatus::Sold];
+        let codes: Vec<u8> = all.iter().map(|s| s.to_code()).collect();
+        assert_eq!(codes, [0, 1, 2]);
+    }
+}

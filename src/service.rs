@@ -1,0 +1,228 @@
+//! Requests: `App` takes each request through the auth gate and the route table to a handler,
+//! turns the handler's `Result<Reply, Error>` into a response in one place, and writes one log
+//! line for it. It knows no sockets, TLS or tables. Invariant: every answer, error or not, is
+//! JSON with the right status; nothing a client sends makes it panic.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::body::Body as _;
+use hyper::body::Incoming;
+use hyper::header::{AUTHORIZATION, CONTENT_LENGTH, CONTENT_TYPE, HeaderValue};
+use hyper::{Method, Request, Response};
+
+use crate::api::{self, Reply};
+use crate::auth::KeySet;
+use crate::error::Error;
+use crate::store::Store;
+
+/// The path of the OpenAPI document, the one `/v1` path served without a key.
+const OPENAPI_PATH: &str = "/v1/openapi.json";
+
+/// Everything a request may need; one clone per request, each field a shared handle.
+#[derive(Clone)]
+pub struct App {
+    store: Store,
+    keys: Arc<KeySet>,
+}
+
+/// An operation of the API, chosen by method and path.
+enum Route<'a> {
+    ListPets,
+    CreatePet,
+    GetPet(&'a str),
+    OpenApi,
+}
+
+impl App {
+    pub fn new(store: Store, keys: Arc<KeySet>) -> App {
+        App { store, keys }
+    }
+
+    /// Answers one request; never fails, since every failure is itself an answer.
+    pub async fn handle(
+        &self,
+        request: Request<Incoming>,
+        peer: SocketAddr,
+    ) -> Response<Full<Bytes>> {
+        let started = Instant::now();
+        let method = request.method().clone();
+        let version = request.version();
+        let path = request.uri().path().to_owned();
+        let mut label = None;
+
+        let deprecated = matches!(route(&method, &path), Ok(Route::GetPet(_)));
+        let result = self.dispatch(request, &path, &mut label).await;
+        if let Err(e) = &result
+            && let Some(cause) = e.cause()
+        {
+            tracing::error!(%method, %path, cause, "request failed");
+        }
+        let mut response = into_response(result, deprecated);
+        if method == Method::HEAD {
+            // RFC 9110 9.3.2: HEAD gets GET's headers, Content-Length included, and no content.
+            // hyper drops the body of an HTTP/1.1 HEAD answer but sends it over HTTP/2.
+            let length = HeaderValue::from(response.body().size_hint().exact().unwrap_or(0));
+            response.headers_mut().insert(CONTENT_LENGTH, length);
+            *response.body_mut() = Full::new(Bytes::new());
+        }
+
+        tracing::info!(
+            %method,
+            %path,
+            status = response.status().as_u16(),
+            duration_us = started.elapsed().as_micros() as u64,
+            protocol = ?version,
+            %peer,
+            key = %label.as_deref().unwrap_or("-"),
+            "request"
+        );
+        response
+    }
+
+    async fn dispatch(
+        &self,
+        request: Request<Incoming>,
+        path: &str,
+        label: &mut Option<Arc<str>>,
+    ) -> Result<Reply, Error> {
+        // Auth comes before routing, so without a key nothing under /v1 reveals what exists.
+        if needs_key(path) {
+            let credentials = request
+                .headers()
+                .get_all(AUTHORIZATION)
+                .iter()
+                .map(HeaderValue::as_bytes);
+            *label = Some(Arc::clone(self.keys.check(credentials)?));
+        }
+        match route(request.method(), path)? {
+            Route::ListPets => api::list_pets(&self.store, request.uri().query()).await,
+            Route::CreatePet => api::create_pet(&self.store, request).await,
+            Route::GetPet(id) => api::get_pet(&self.store, id).await,
+            Route::OpenApi => Ok(api::openapi()),
+        }
+    }
+}
+
+fn needs_key(path: &str) -> bool {
+    path != OPENAPI_PATH && (path == "/v1" || path.starts_with("/v1/"))
+}
+
+/// The route table. HEAD is served wherever GET is (RFC 9110 9.1); hyper sends no body for it.
+fn route<'a>(method: &Method, path: &'a str) -> Result<Route<'a>, Error> {
+    let readable = method == Method::GET || method == Method::HEAD;
+    let not_allowed = |allow| Err(Error::MethodNotAllowed { allow });
+    if path == OPENAPI_PATH {
+        return if readable {
+            Ok(Route::OpenApi)
+        } else {
+            not_allowed("GET, HEAD")
+        };
+    }
+    if path == "/v1/pets" {
+        return match *method {
+            Method::POST => Ok(Route::CreatePet),
+            _ if readable => Ok(Route::ListPets),
+            _ => not_allowed("GET, HEAD, POST"),
+        };
+    }
+    if let Some(id) = path
+        .strip_prefix("/v1/pets/")
+        .filter(|id| !id.is_empty() && !id.contains('/'))
+    {
+        return if readable {
+            Ok(Route::GetPet(id))
+        } else {
+            not_allowed("GET, HEAD")
+        };
+    }
+    Err(Error::NotFound(format!("no resource at {path}")))
+}
+
+fn into_response(result: Result<Reply, Error>, deprecated: bool) -> Response<Full<Bytes>> {
+    let reply = result.unwrap_or_else(|error| {
+        let body = serde_json::to_vec(&error.body())
+            .expect("an ErrorBody is strings and an integer: it always encodes");
+        Reply {
+            status: error.status(),
+            body: Bytes::from(body),
+            headers: error.headers().into_iter().collect(),
+        }
+    });
+    let mut response = Response::new(Full::new(reply.body));
+    *response.status_mut() = reply.status;
+    let headers = response.headers_mut();
+    headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    headers.extend(reply.headers);
+    if deprecated {
+        headers.extend(api::deprecation_headers());
+    }
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_route_table_answers_404_and_405_with_allow() {
+        assert!(matches!(
+            route(&Method::GET, "/v1/pets"),
+            Ok(Route::ListPets)
+        ));
+        assert!(matches!(
+            route(&Method::HEAD, "/v1/pets"),
+            Ok(Route::ListPets)
+        ));
+        assert!(matches!(
+            route(&Method::POST, "/v1/pets"),
+            Ok(Route::CreatePet)
+        ));
+        assert!(matches!(
+            route(&Method::GET, "/v1/pets/12"),
+            Ok(Route::GetPet("12"))
+        ));
+        assert!(matches!(
+            route(&Method::GET, "/v1/openapi.json"),
+            Ok(Route::OpenApi)
+        ));
+        for path in [
+            "/",
+            "/v1",
+            "/v1/",
+            "/v1/pets/",
+            "/v1/pets/1/x",
+            "/v2/pets",
+            "/v1/petsx",
+        ] {
+            assert!(
+                matches!(route(&Method::GET, path), Err(Error::NotFound(_))),
+                "{path}"
+            );
+        }
+        assert!(matches!(
+            route(&Method::DELETE, "/v1/pets"),
+            Err(Error::MethodNotAllowed {
+                allow: "GET, HEAD, POST"
+            })
+        ));
+        assert!(matches!(
+            route(&Method::POST, "/v1/pets/1"),
+            Err(Error::MethodNotAllowed { allow: "GET, HEAD" })
+        ));
+    }
+
+    #[test]
+    fn only_v1_paths_but_the_openapi_document_need_a_key() {
+        assert!(needs_key("/v1/pets") && needs_key("/v1") && needs_key("/v1/nothing"));
+        assert!(
+            !needs_key(OPENAPI_PATH)
+                && !needs_key("/")
+                && !needs_key("/v1x")
+                && !needs_key("/healthz")
+        );
+    }
+}

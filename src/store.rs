@@ -1,0 +1,467 @@
+//! The pet database: the redb tables `PETS`, `PETS_BY_STATUS` and `META`, opening and version
+//! checks, and the three operations `create`, `get` and `list`. It knows pets and bytes, never
+//! HTTP. Invariants: every write goes through the one writer thread, which commits durably
+//! before it answers; ids start at 1, only grow, and the next id is committed with the pets it
+//! follows, so no id is reused even after a crash.
+
+use std::fmt;
+use std::path::Path;
+use std::sync::Arc;
+use std::thread;
+
+use bytes::{BufMut, Bytes, BytesMut};
+use redb::{Database, ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::pet::{NewPet, PetId, PetStatus};
+
+/// Pet id to the pet's JSON object, exactly as the API sends it.
+const PETS: TableDefinition<i64, &[u8]> = TableDefinition::new("pets");
+/// (status code, pet id) for every pet that has a status: a status filter is a range scan.
+const PETS_BY_STATUS: TableDefinition<(u8, i64), ()> = TableDefinition::new("pets_by_status");
+/// Counters and format facts, keyed by the names below.
+const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
+
+const META_SCHEMA_VERSION: &str = "schema_version";
+const META_NEXT_ID: &str = "next_id";
+/// The layout of the tables above; a file from a newer layout is refused, not misread.
+const SCHEMA_VERSION: u64 = 1;
+
+/// How many queued creates one transaction may take; bounds the latency of the batch.
+const MAX_BATCH: usize = 1024;
+/// Creates waiting for the writer before callers wait to enqueue.
+const WRITE_QUEUE: usize = 4096;
+
+/// A handle to the open database; cheap to clone, shared by every connection.
+#[derive(Clone)]
+pub struct Store {
+    db: Arc<Database>,
+    writer: mpsc::Sender<Command>,
+}
+
+/// A pet as the store keeps it: its id and its JSON object.
+#[derive(Clone, Debug)]
+pub struct StoredPet {
+    pub id: PetId,
+    pub json: Bytes,
+}
+
+/// Why the store could not do what was asked.
+#[derive(Clone, Debug)]
+pub enum StoreError {
+    /// Another process has the file open.
+    Locked,
+    /// The file was written by a newer petstore.
+    NewerSchema { found: u64 },
+    /// The store is shutting down and takes no more writes.
+    Closed,
+    /// Every int64 id has been used.
+    IdsExhausted,
+    /// A write transaction failed; nothing of it was committed.
+    Write(Arc<redb::Error>),
+    /// Opening or reading failed.
+    Storage(Arc<redb::Error>),
+}
+
+impl fmt::Display for StoreError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StoreError::Locked => f.write_str("the database is in use by another process"),
+            StoreError::NewerSchema { found } => write!(
+                f,
+                "the database has schema version {found}, newer than the {SCHEMA_VERSION} this petstore understands"
+            ),
+            StoreError::Closed => f.write_str("the store is closed"),
+            StoreError::IdsExhausted => f.write_str("every pet id has been used"),
+            StoreError::Write(e) => write!(f, "write failed: {e}"),
+            StoreError::Storage(e) => write!(f, "storage error: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for StoreError {}
+
+impl StoreError {
+    fn storage(e: impl Into<redb::Error>) -> StoreError {
+        StoreError::Storage(Arc::new(e.into()))
+    }
+
+    fn write(e: impl Into<redb::Error>) -> StoreError {
+        StoreError::Write(Arc::new(e.into()))
+    }
+}
+
+enum Command {
+    Create(NewPet, oneshot::Sender<Result<StoredPet, StoreError>>),
+    Close(oneshot::Sender<()>),
+}
+
+impl Store {
+    /// Opens (or creates) the database at `path`, checks its schema version and starts the
+    /// writer. Returns the store and the number of pets it holds.
+    pub fn open(path: &Path) -> Result<(Store, u64), StoreError> {
+        let db = Database::builder().create(path).map_err(|e| match e {
+            redb::DatabaseError::DatabaseAlreadyOpen => StoreError::Locked,
+            e => StoreError::storage(e),
+        })?;
+        let count = prepare(&db)?;
+        let db = Arc::new(db);
+        let (writer, queue) = mpsc::channel(WRITE_QUEUE);
+        let writer_db = Arc::clone(&db);
+        thread::Builder::new()
+            .name("petstore-writer".into())
+            .spawn(move || {
+                let closing = write_loop(&writer_db, queue);
+                // Release the file before saying so, so that `close` can own and close it.
+                drop(writer_db);
+                if let Some(done) = closing {
+                    let _ = done.send(());
+                }
+            })
+            .map_err(|e| StoreError::storage(redb::StorageError::Io(e)))?;
+        Ok((Store { db, writer }, count))
+    }
+
+    /// Adds a pet; resolves once the transaction holding it is durably committed.
+    pub async fn create(&self, pet: NewPet) -> Result<StoredPet, StoreError> {
+        let (reply, answer) = oneshot::channel();
+        self.writer
+            .send(Command::Create(pet, reply))
+            .await
+            .map_err(|_| StoreError::Closed)?;
+        answer.await.map_err(|_| StoreError::Closed)?
+    }
+
+    /// The pet with this id, as its JSON object.
+    pub async fn get(&self, id: PetId) -> Result<Option<Bytes>, StoreError> {
+        self.read(move |db| {
+            let txn = db.begin_read().map_err(StoreError::storage)?;
+            let pets = txn.open_table(PETS).map_err(StoreError::storage)?;
+            let pet = pets.get(id).map_err(StoreError::storage)?;
+            Ok(pet.map(|json| Bytes::copy_from_slice(json.value())))
+        })
+        .await
+    }
+
+    /// Up to `limit` pets in ascending id order, only those with `status` if one is given, as
+    /// one JSON array built from the stored objects without decoding them.
+    pub async fn list(&self, status: Option<PetStatus>, limit: usize) -> Result<Bytes, StoreError> {
+        self.read(move |db| {
+            let txn = db.begin_read().map_err(StoreError::storage)?;
+            let pets = txn.open_table(PETS).map_err(StoreError::storage)?;
+            let mut array = JsonArray::new();
+            match status {
+                None => {
+                    for entry in pets
+                        .range::<i64>(..)
+                        .map_err(StoreError::storage)?
+                        .take(limit)
+                    {
+                        let (_, json) = entry.map_err(StoreError::storage)?;
+                        array.push(json.value());
+                    }
+                }
+                Some(status) => {
+                    let index = txn
+                        .open_table(PETS_BY_STATUS)
+                        .map_err(StoreError::storage)?;
+                    let code = status.to_code();
+                    let ids = index
+                        .range((code, i64::MIN)..=(code, i64::MAX))
+                        .map_err(StoreError::storage)?;
+                    for entry in ids.take(limit) {
+                        let (key, _) = entry.map_err(StoreError::storage)?;
+                        let (_, id) = key.value();
+                        // The index and the table are written in one transaction, so an indexed
+                        // id is always present; a miss would be a bug, not a client's doing.
+                        if let Some(json) = pets.get(id).map_err(StoreError::storage)? {
+                            array.push(json.value());
+                        }
+                    }
+                }
+            }
+            Ok(array.finish())
+        })
+        .await
+    }
+
+    /// Finishes the writes already queued, stops the writer and closes the file. Writes asked
+    /// for afterwards fail with `Closed`.
+    pub async fn close(self) {
+        let (done, closed) = oneshot::channel();
+        if self.writer.send(Command::Close(done)).await.is_ok() {
+            let _ = closed.await;
+        }
+        // Reads still running hold their own handle; the file closes when the last one ends.
+        if let Some(db) = Arc::into_inner(self.db)
+            && let Err(e) = db.close()
+        {
+            tracing::warn!(error = %e, "closing the database failed");
+        }
+    }
+
+    async fn read<T: Send + 'static>(
+        &self,
+        work: impl FnOnce(&Database) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        let db = Arc::clone(&self.db);
+        // A read can wait on the disk; keep it off the runtime's workers.
+        tokio::task::spawn_blocking(move || work(&db))
+            .await
+            .map_err(|e| StoreError::storage(redb::StorageError::Io(std::io::Error::other(e))))?
+    }
+}
+
+/// Creates the tables on a new file, refuses a newer schema, and counts the pets.
+fn prepare(db: &Database) -> Result<u64, StoreError> {
+    let txn = db.begin_write().map_err(StoreError::storage)?;
+    let count = {
+        let mut meta = txn.open_table(META).map_err(StoreError::storage)?;
+        let version = meta
+            .get(META_SCHEMA_VERSION)
+            .map_err(StoreError::storage)?
+            .map(|v| v.value());
+        match version {
+            Some(found) if found > SCHEMA_VERSION => return Err(StoreError::NewerSchema { found }),
+            Some(_) => {}
+            None => {
+                meta.insert(META_SCHEMA_VERSION, SCHEMA_VERSION)
+                    .map_err(StoreError::storage)?;
+                meta.insert(META_NEXT_ID, 1).map_err(StoreError::storage)?;
+            }
+        }
+        txn.open_table(PETS_BY_STATUS)
+            .map_err(StoreError::storage)?;
+        txn.open_table(PETS)
+            .map_err(StoreError::storage)?
+            .len()
+            .map_err(StoreError::storage)?
+    };
+    txn.commit().map_err(StoreError::storage)?;
+    Ok(count)
+}
+
+/// The writer thread: takes every create queued while the last commit ran into one transaction
+/// and one fsync, then answers each. Ends on `Close`, returning its reply, or when every
+/// handle is gone.
+fn write_loop(db: &Database, mut queue: mpsc::Receiver<Command>) -> Option<oneshot::Sender<()>> {
+    let mut batch = Vec::with_capacity(MAX_BATCH);
+    while let Some(first) = queue.blocking_recv() {
+        let mut closing = None;
+        let mut next = Some(first);
+        while let Some(command) = next.take() {
+            match command {
+                Command::Create(pet, reply) => batch.push((pet, reply)),
+                Command::Close(done) => {
+                    closing = Some(done);
+                    break;
+                }
+            }
+            if batch.len() < MAX_BATCH {
+                next = queue.try_recv().ok();
+            }
+        }
+        if closing.is_some() {
+            // Creates already queued behind the close were accepted by a caller that is
+            // waiting: write them too rather than drop them.
+            while let Ok(Command::Create(pet, reply)) = queue.try_recv() {
+                batch.push((pet, reply));
+            }
+            queue.close();
+        }
+        if !batch.is_empty() {
+            commit_batch(db, &mut batch);
+        }
+        if closing.is_some() {
+            return closing;
+        }
+    }
+    None
+}
+
+type Pending = (NewPet, oneshot::Sender<Result<StoredPet, StoreError>>);
+
+fn commit_batch(db: &Database, batch: &mut Vec<Pending>) {
+    match write_batch(db, batch.iter().map(|(pet, _)| pet)) {
+        Ok(stored) => {
+            for ((_, reply), pet) in batch.drain(..).zip(stored) {
+                let _ = reply.send(Ok(pet));
+            }
+        }
+        Err(e) => {
+            tracing::error!(error = %e, pets = batch.len(), "write transaction failed");
+            for (_, reply) in batch.drain(..) {
+                let _ = reply.send(Err(e.clone()));
+            }
+        }
+    }
+}
+
+/// The one write path: all pets of a batch, their index entries and the next id, committed
+/// together or not at all.
+fn write_batch<'a>(
+    db: &Database,
+    pets: impl ExactSizeIterator<Item = &'a NewPet>,
+) -> Result<Vec<StoredPet>, StoreError> {
+    let mut stored = Vec::with_capacity(pets.len());
+    let txn = db.begin_write().map_err(StoreError::write)?;
+    {
+        let mut meta = txn.open_table(META).map_err(StoreError::write)?;
+        let mut table = txn.open_table(PETS).map_err(StoreError::write)?;
+        let mut index = txn.open_table(PETS_BY_STATUS).map_err(StoreError::write)?;
+        let mut next_id = meta
+            .get(META_NEXT_ID)
+            .map_err(StoreError::write)?
+            .map_or(1, |v| v.value());
+        for pet in pets {
+            let id = PetId::try_from(next_id).map_err(|_| StoreError::IdsExhausted)?;
+            let json = Bytes::from(pet.clone().into_pet(id).to_json());
+            table.insert(id, json.as_ref()).map_err(StoreError::write)?;
+            if let Some(status) = pet.status {
+                index
+                    .insert((status.to_code(), id), ())
+                    .map_err(StoreError::write)?;
+            }
+            stored.push(StoredPet { id, json });
+            next_id += 1;
+        }
+        meta.insert(META_NEXT_ID, next_id)
+            .map_err(StoreError::write)?;
+    }
+    // Durability::Immediate is redb's default: commit returns after the fsync.
+    txn.commit().map_err(StoreError::write)?;
+    Ok(stored)
+}
+
+/// A JSON array assembled from already-encoded objects.
+struct JsonArray(BytesMut);
+
+impl JsonArray {
+    fn new() -> JsonArray {
+        let mut buf = BytesMut::with_capacity(2048);
+        buf.put_u8(b'[');
+        JsonArray(buf)
+    }
+
+    fn push(&mut self, object: &[u8]) {
+        if self.0.len() > 1 {
+            self.0.put_u8(b',');
+        }
+        self.0.extend_from_slice(object);
+    }
+
+    fn finish(mut self) -> Bytes {
+        self.0.put_u8(b']');
+        self.0.freeze()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn new_pet(name: &str, status: Option<PetStatus>) -> NewPet {
+        NewPet {
+            name: name.into(),
+            category_id: 1,
+            status,
+        }
+    }
+
+    fn runtime() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a current-thread runtime builds")
+    }
+
+    #[test]
+    fn ids_start_at_one_and_survive_reopening() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("pets.redb");
+        runtime().block_on(async {
+            let (store, count) = Store::open(&path).expect("open");
+            assert_eq!(count, 0);
+            assert_eq!(
+                store.create(new_pet("a", None)).await.expect("create").id,
+                1
+            );
+            assert_eq!(
+                store.create(new_pet("b", None)).await.expect("create").id,
+                2
+            );
+            store.close().await;
+
+            let (store, count) = Store::open(&path).expect("reopen");
+            assert_eq!(count, 2);
+            let third = store.create(new_pet("c", None)).await.expect("create");
+            assert_eq!(third.id, 3);
+            assert_eq!(&third.json[..], br#"{"id":3,"name":"c","categoryId":1}"#);
+            store.close().await;
+        });
+    }
+
+    #[test]
+    fn list_joins_stored_objects_and_filters_by_index() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        runtime().block_on(async {
+            let (store, _) = Store::open(&dir.path().join("pets.redb")).expect("open");
+            for (name, status) in [("a", Some(PetStatus::Sold)), ("b", None), ("c", Some(PetStatus::Sold))] {
+                store.create(new_pet(name, status)).await.expect("create");
+            }
+            let all = store.list(None, 2).await.expect("list");
+            assert_eq!(&all[..], br#"[{"id":1,"name":"a","categoryId":1,"status":"sold"},{"id":2,"name":"b","categoryId":1}]"#);
+            let sold = store.list(Some(PetStatus::Sold), 20).await.expect("list");
+            let sold: serde_json::Value = serde_json::from_slice(&sold).expect("json");
+            assert_eq!(sold.as_array().map(|a| a.iter().map(|p| p["id"].clone()).collect::<Vec<_>>()), Some(vec![1.into(), 3.into()]));
+            assert_eq!(&store.list(Some(PetStatus::Pending), 20).await.expect("list")[..], b"[]");
+            assert!(store.get(2).await.expect("get").is_some());
+            assert!(store.get(4).await.expect("get").is_none());
+            store.close().await;
+        });
+    }
+
+    #[test]
+    fn a_second_open_of_the_same_file_is_refused() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("pets.redb");
+        runtime().block_on(async {
+            let (store, _) = Store::open(&path).expect("open");
+            assert!(matches!(Store::open(&path), Err(StoreError::Locked)));
+            store.close().await;
+        });
+    }
+
+    #[test]
+    fn a_newer_schema_is_refused() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("pets.redb");
+        {
+            let db = Database::create(&path).expect("create");
+            let txn = db.begin_write().expect("write");
+            txn.open_table(META)
+                .expect("meta")
+                .insert(META_SCHEMA_VERSION, SCHEMA_VERSION + 1)
+                .expect("insert");
+            txn.commit().expect("commit");
+        }
+        assert!(matches!(
+            Store::open(&path),
+            Err(StoreError::NewerSchema { found: 2 })
+        ));
+    }
+
+    #[test]
+    fn writes_after_close_fail() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        runtime().block_on(async {
+            let (store, _) = Store::open(&dir.path().join("pets.redb")).expect("open");
+            let other = store.clone();
+            store.close().await;
+            assert!(matches!(
+                other.create(new_pet("late", None)).await,
+                Err(StoreError::Closed)
+            ));
+        });
+    }
+}

@@ -1,0 +1,214 @@
+//! Start and stop: data survives a restart, every bad start-up input stops the server with a
+//! message naming the file and the fault, and `new-key` makes keys the server accepts.
+
+use std::ffi::OsStr;
+
+use serde_json::json;
+
+use crate::support::{Options, Server, cert, run, start_failing};
+
+#[tokio::test(flavor = "multi_thread")]
+async fn pets_survive_a_restart_on_the_same_file_and_ids_continue() {
+    let server = Server::start();
+    let mut client = server.h1().await;
+    let rex = client
+        .create(r#"{"name":"Rex","categoryId":1,"status":"sold"}"#)
+        .await;
+    let tom = client.create(r#"{"name":"Tom","categoryId":2}"#).await;
+    drop(client);
+    let server = server.restart();
+    let mut client = server.h2().await;
+    assert_eq!(client.get("/v1/pets").await.json(), json!([rex, tom]));
+    assert_eq!(
+        client.get("/v1/pets?status=sold").await.json(),
+        json!([rex])
+    );
+    assert_eq!(
+        client.create(r#"{"name":"Kit","categoryId":3}"#).await["id"],
+        3
+    );
+    let logs = server.stop().logs;
+    assert!(
+        logs.contains("pets=2"),
+        "the start-up line counts the pets:\n{logs}"
+    );
+}
+
+#[test]
+fn a_missing_certificate_stops_startup_naming_the_file() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let options = Options {
+        tls_cert: dir.path().join("nope.pem"),
+        ..Options::default()
+    };
+    let stderr = start_failing(&dir.path().join("pets.redb"), &options);
+    assert!(
+        stderr.starts_with("error: reading TLS certificate ") && stderr.contains("nope.pem"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn a_key_that_does_not_match_the_certificate_stops_startup() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let options = Options {
+        tls_key: cert("dev-server-2.key"),
+        ..Options::default()
+    };
+    let stderr = start_failing(&dir.path().join("pets.redb"), &options);
+    assert!(
+        stderr.contains("dev-server-2.key does not fit certificate")
+            && stderr.contains("dev-server.pem"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn a_file_without_a_key_stops_startup_naming_it() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let options = Options {
+        tls_key: cert("dev-server.pem"),
+        ..Options::default()
+    };
+    let stderr = start_failing(&dir.path().join("pets.redb"), &options);
+    assert!(
+        stderr.contains("reading TLS key") && stderr.contains("dev-server.pem"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn a_bad_keys_file_line_stops_startup_with_its_number() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let keys = dir.path().join("keys");
+    std::fs::write(&keys, "# keys\nalice 0123\n").expect("write keys");
+    let options = Options {
+        api_keys: keys,
+        ..Options::default()
+    };
+    let stderr = start_failing(&dir.path().join("pets.redb"), &options);
+    assert!(
+        stderr.contains("keys: line 2: expected 64 lowercase hex digits"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn a_missing_keys_file_stops_startup_naming_it() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let options = Options {
+        api_keys: dir.path().join("absent-keys"),
+        ..Options::default()
+    };
+    let stderr = start_failing(&dir.path().join("pets.redb"), &options);
+    assert!(
+        stderr.contains("reading API keys file") && stderr.contains("absent-keys"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn a_database_in_use_by_another_server_stops_startup() {
+    let server = Server::start();
+    let stderr = start_failing(&server.db_path(), &Options::default());
+    assert!(
+        stderr.contains("opening database") && stderr.contains("in use by another process"),
+        "{stderr}"
+    );
+    server.stop();
+}
+
+#[test]
+fn a_database_from_a_newer_schema_stops_startup() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("pets.redb");
+    {
+        let meta: redb::TableDefinition<&str, u64> = redb::TableDefinition::new("meta");
+        let db = redb::Database::create(&path).expect("create");
+        let txn = db.begin_write().expect("write");
+        txn.open_table(meta)
+            .expect("meta")
+            .insert("schema_version", 99)
+            .expect("insert");
+        txn.commit().expect("commit");
+    }
+    let stderr = start_failing(&path, &Options::default());
+    assert!(
+        stderr.contains("schema version 99, newer than the 1"),
+        "{stderr}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sec1_and_pkcs1_keys_are_accepted() {
+    for (chain, key) in [
+        ("dev-server.pem", "dev-server-sec1.key"),
+        ("dev-server-rsa.pem", "dev-server-rsa.key"),
+    ] {
+        let server = Server::start_with(Options {
+            tls_cert: cert(chain),
+            tls_key: cert(key),
+            ..Options::default()
+        });
+        assert_eq!(server.h2().await.get("/v1/pets").await.status, 200, "{key}");
+        server.stop();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn new_key_prints_a_key_that_the_printed_line_admits() {
+    let (code, stdout, _) = run(&[OsStr::new("new-key"), OsStr::new("alice")]);
+    assert_eq!(code, Some(0));
+    let mut lines = stdout.lines();
+    let (key, line) = (
+        lines.next().expect("the key"),
+        lines.next().expect("the keys-file line"),
+    );
+    assert!(
+        key.len() >= 43 && key.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_'),
+        "{key}"
+    );
+    let dir = tempfile::tempdir().expect("temp dir");
+    let keys = dir.path().join("keys");
+    std::fs::write(&keys, format!("{line}\n")).expect("write keys");
+    let server = Server::start_with(Options {
+        api_keys: keys,
+        ..Options::default()
+    });
+    let mut client = server.h1().await;
+    let request = client
+        .request(hyper::Method::GET, "/v1/pets")
+        .header("authorization", format!("Bearer {key}"));
+    assert_eq!(client.send(request, bytes::Bytes::new()).await.status, 200);
+    assert_eq!(
+        client.get("/v1/pets").await.status,
+        401,
+        "the development key is not in this file"
+    );
+    assert!(server.stop().logs.contains("key=alice"));
+}
+
+#[test]
+fn help_describes_every_flag_with_its_variable_and_version_prints() {
+    let (code, help, _) = run(&[OsStr::new("--help")]);
+    assert_eq!(code, Some(0));
+    for flag in [
+        "listen",
+        "db",
+        "tls-cert",
+        "tls-key",
+        "api-keys",
+        "shutdown-timeout",
+    ] {
+        let variable = format!("PETSTORE_{}", flag.to_uppercase().replace('-', "_"));
+        assert!(
+            help.contains(&format!("--{flag}")) && help.contains(&variable),
+            "{flag}: {help}"
+        );
+    }
+    let (code, version, _) = run(&[OsStr::new("--version")]);
+    assert_eq!(
+        (code, version.trim()),
+        (Some(0), concat!("petstore ", env!("CARGO_PKG_VERSION")))
+    );
+}

@@ -1,0 +1,12 @@
+//! Integration tests: the real `petstore` binary, over real TLS on an ephemeral port, with a
+//! temp redb file. One module per area; `support` holds the harness.
+
+mod auth;
+mod create;
+mod errors;
+mod get;
+mod lifecycle;
+mod list;
+mod openapi;
+mod support;
+mod tls;

@@ -1,0 +1,521 @@
+//! The harness: starts the real `petstore` binary on an ephemeral port with a temp database
+//! and the development files in `certs/`, and talks to it over real TLS with HTTP/1.1 or
+//! HTTP/2 clients that trust only the development CA. Every wait here has a deadline.
+
+use std::io::{BufRead, BufReader, Read};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{Arc, Mutex, mpsc};
+use std::thread;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::client::conn::{http1, http2};
+use hyper::header::{AUTHORIZATION, CONTENT_TYPE, HOST, HeaderMap};
+use hyper::{Method, Request};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, ServerName};
+use serde_json::Value;
+use tempfile::TempDir;
+use tokio::net::TcpStream;
+use tokio_rustls::TlsConnector;
+use tokio_rustls::client::TlsStream;
+
+/// The development key admitted by `certs/dev-keys.txt`.
+pub const DEV_KEY: &str = "petstore-dev-key-not-for-production";
+
+const START_DEADLINE: Duration = Duration::from_secs(20);
+const EXIT_DEADLINE: Duration = Duration::from_secs(20);
+
+pub fn cert(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("certs")
+        .join(name)
+}
+
+/// A running server; SIGKILLed on drop if a test did not stop it.
+pub struct Server {
+    child: Option<Child>,
+    pub addr: SocketAddr,
+    dir: Option<TempDir>,
+    logs: Arc<Mutex<String>>,
+    reader: Option<thread::JoinHandle<()>>,
+}
+
+/// What a cleanly stopped server leaves: its directory (with the database) and its whole log.
+pub struct Stopped {
+    pub dir: TempDir,
+    pub logs: String,
+}
+
+/// Flags for a server start; `Default` is the development setup.
+#[derive(Clone)]
+pub struct Options {
+    pub tls_cert: PathBuf,
+    pub tls_key: PathBuf,
+    pub api_keys: PathBuf,
+}
+
+impl Default for Options {
+    fn default() -> Options {
+        Options {
+            tls_cert: cert("dev-server.pem"),
+            tls_key: cert("dev-server.key"),
+            api_keys: cert("dev-keys.txt"),
+        }
+    }
+}
+
+fn command(dir: &Path, options: &Options) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_petstore"));
+    command
+        .arg("--listen")
+        .arg("127.0.0.1:0")
+        .arg("--db")
+        .arg(dir.join("pets.redb"))
+        .arg("--tls-cert")
+        .arg(&options.tls_cert)
+        .arg("--tls-key")
+        .arg(&options.tls_key)
+        .arg("--api-keys")
+        .arg(&options.api_keys)
+        .env("RUST_LOG", "info")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    command
+}
+
+impl Server {
+    pub fn start() -> Server {
+        Server::start_with(Options::default())
+    }
+
+    pub fn start_with(options: Options) -> Server {
+        let dir = tempfile::tempdir().expect("temp dir");
+        Server::start_in(dir, &options)
+    }
+
+    fn start_in(dir: TempDir, options: &Options) -> Server {
+        let mut child = command(dir.path(), options)
+            .spawn()
+            .expect("the petstore binary starts");
+        let stderr = child.stderr.take().expect("stderr is piped");
+        let logs = Arc::new(Mutex::new(String::new()));
+        let (found, address) = mpsc::channel();
+        let sink = Arc::clone(&logs);
+        let reader = thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if line.contains("listening on") {
+                    let addr = line
+                        .split("address=")
+                        .nth(1)
+                        .and_then(|a| a.split_whitespace().next());
+                    let _ = found.send(addr.map(str::to_owned));
+                }
+                let mut logs = sink.lock().expect("log lock");
+                logs.push_str(&line);
+                logs.push('\n');
+            }
+        });
+        let addr = match address.recv_timeout(START_DEADLINE) {
+            Ok(Some(addr)) => addr
+                .parse()
+                .expect("the listening line holds a socket address"),
+            _ => {
+                let _ = child.kill();
+                panic!("server did not start:\n{}", logs.lock().expect("log lock"));
+            }
+        };
+        Server {
+            child: Some(child),
+            addr,
+            dir: Some(dir),
+            logs,
+            reader: Some(reader),
+        }
+    }
+
+    pub fn db_path(&self) -> PathBuf {
+        self.dir
+            .as_ref()
+            .expect("the server has its dir")
+            .path()
+            .join("pets.redb")
+    }
+
+    pub fn logs(&self) -> String {
+        self.logs.lock().expect("log lock").clone()
+    }
+
+    /// SIGTERM, then asserts a clean exit (status 0) within the deadline. It blocks, so async
+    /// tests use the multi-thread runtime: their clients must keep running meanwhile to answer
+    /// the server's HTTP/2 GOAWAY and PING, or the drain waits out its timeout.
+    pub fn stop(mut self) -> Stopped {
+        let child = self.child.take().expect("the server is running");
+        signal(child.id(), "TERM");
+        let status = wait_exit(child, EXIT_DEADLINE);
+        if let Some(reader) = self.reader.take() {
+            // The pipe closed with the process, so the reader has reached its end.
+            reader.join().expect("the log reader ends");
+        }
+        let logs = self.logs();
+        assert!(status.success(), "server exited with {status}:\n{logs}");
+        Stopped {
+            dir: self.dir.take().expect("the server has its dir"),
+            logs,
+        }
+    }
+
+    /// Stops cleanly and starts again on the same database file.
+    pub fn restart(self) -> Server {
+        let stopped = self.stop();
+        Server::start_in(stopped.dir, &Options::default())
+    }
+
+    pub async fn h1(&self) -> Client {
+        Client::connect(self.addr, Protocol::Http1).await
+    }
+
+    pub async fn h2(&self) -> Client {
+        Client::connect(self.addr, Protocol::Http2).await
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+fn signal(pid: u32, name: &str) {
+    let status = Command::new("kill")
+        .arg(format!("-{name}"))
+        .arg(pid.to_string())
+        .status()
+        .expect("kill runs");
+    assert!(status.success(), "kill -{name} {pid} failed");
+}
+
+/// Waits for a process to exit, killing it and failing the test past the deadline.
+fn wait_exit(mut child: Child, deadline: Duration) -> ExitStatus {
+    let pid = child.id();
+    let (done, exited) = mpsc::channel();
+    thread::spawn(move || {
+        let _ = done.send(child.wait());
+    });
+    match exited.recv_timeout(deadline) {
+        Ok(Ok(status)) => status,
+        _ => {
+            signal(pid, "KILL");
+            panic!("process {pid} did not exit within {deadline:?}");
+        }
+    }
+}
+
+/// Runs the binary with the given arguments, expecting it to exit by itself; returns the
+/// exit code and stderr.
+pub fn run(args: &[&std::ffi::OsStr]) -> (Option<i32>, String, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_petstore"))
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the petstore binary starts");
+    let mut stdout = child.stdout.take().expect("stdout is piped");
+    let mut stderr = child.stderr.take().expect("stderr is piped");
+    let out = thread::spawn(move || {
+        let mut text = String::new();
+        let _ = stdout.read_to_string(&mut text);
+        text
+    });
+    let err = thread::spawn(move || {
+        let mut text = String::new();
+        let _ = stderr.read_to_string(&mut text);
+        text
+    });
+    let status = wait_exit(child, EXIT_DEADLINE);
+    (
+        status.code(),
+        out.join().expect("stdout reader"),
+        err.join().expect("stderr reader"),
+    )
+}
+
+/// Starts a server on `db` with `options`, expecting start-up to fail; returns stderr.
+pub fn start_failing(db: &Path, options: &Options) -> String {
+    let args = [
+        "--listen".as_ref(),
+        "127.0.0.1:0".as_ref(),
+        "--db".as_ref(),
+        db.as_os_str(),
+        "--tls-cert".as_ref(),
+        options.tls_cert.as_os_str(),
+        "--tls-key".as_ref(),
+        options.tls_key.as_os_str(),
+        "--api-keys".as_ref(),
+        options.api_keys.as_os_str(),
+    ];
+    let (code, _, stderr) = run(&args);
+    assert_eq!(code, Some(1), "expected exit 1, stderr:\n{stderr}");
+    assert!(!stderr.contains("listening on"), "{stderr}");
+    stderr
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Protocol {
+    Http1,
+    Http2,
+}
+
+/// A TLS client config trusting only the development CA, offering one ALPN protocol.
+pub fn tls_config(
+    alpn: &[u8],
+    versions: &[&'static rustls::SupportedProtocolVersion],
+) -> Arc<rustls::ClientConfig> {
+    let mut roots = rustls::RootCertStore::empty();
+    for ca in CertificateDer::pem_file_iter(cert("dev-ca.pem")).expect("dev CA") {
+        roots
+            .add(ca.expect("dev CA parses"))
+            .expect("dev CA is a valid root");
+    }
+    let mut config = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_protocol_versions(versions)
+    .expect("protocol versions")
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    config.alpn_protocols = vec![alpn.to_vec()];
+    Arc::new(config)
+}
+
+pub async fn tls_connect(
+    addr: SocketAddr,
+    config: Arc<rustls::ClientConfig>,
+) -> std::io::Result<TlsStream<TcpStream>> {
+    let tcp = TcpStream::connect(addr).await?;
+    let name = ServerName::try_from("localhost").expect("a valid name");
+    TlsConnector::from(config).connect(name, tcp).await
+}
+
+enum Sender {
+    Http1(http1::SendRequest<Full<Bytes>>),
+    Http2(http2::SendRequest<Full<Bytes>>),
+}
+
+/// One TLS connection speaking one HTTP version.
+pub struct Client {
+    sender: Sender,
+    addr: SocketAddr,
+    pub protocol: Protocol,
+}
+
+/// A response, read whole.
+#[derive(Debug)]
+pub struct Reply {
+    pub status: u16,
+    pub headers: HeaderMap,
+    pub body: Bytes,
+}
+
+impl Reply {
+    pub fn json(&self) -> Value {
+        serde_json::from_slice(&self.body).unwrap_or_else(|e| {
+            panic!(
+                "body is not JSON ({e}): {:?}",
+                String::from_utf8_lossy(&self.body)
+            )
+        })
+    }
+
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .get(name)
+            .map(|v| v.to_str().expect("a text header"))
+    }
+
+    /// Asserts the whole spec Error body and its media type.
+    pub fn assert_error(&self, status: u16, code: &str, message: &str) {
+        assert_eq!(
+            (self.status, self.json()),
+            (
+                status,
+                serde_json::json!({"code": code, "message": message, "status": status})
+            )
+        );
+        assert_eq!(self.header("content-type"), Some("application/json"));
+    }
+
+    /// The ids of a Pets array body.
+    pub fn ids(&self) -> Vec<i64> {
+        let body = self.json();
+        let pets = body
+            .as_array()
+            .unwrap_or_else(|| panic!("not an array: {body}"));
+        pets.iter()
+            .map(|pet| pet["id"].as_i64().expect("an integer id"))
+            .collect()
+    }
+}
+
+impl Client {
+    pub async fn connect(addr: SocketAddr, protocol: Protocol) -> Client {
+        let alpn: &[u8] = match protocol {
+            Protocol::Http1 => b"http/1.1",
+            Protocol::Http2 => b"h2",
+        };
+        let tls = tls_connect(addr, tls_config(alpn, rustls::DEFAULT_VERSIONS))
+            .await
+            .expect("TLS connects");
+        assert_eq!(
+            tls.get_ref().1.alpn_protocol(),
+            Some(alpn),
+            "ALPN picked the protocol"
+        );
+        let io = TokioIo::new(tls);
+        let sender = match protocol {
+            Protocol::Http1 => {
+                let (sender, connection) = http1::handshake(io).await.expect("HTTP/1.1 handshake");
+                tokio::spawn(connection);
+                Sender::Http1(sender)
+            }
+            Protocol::Http2 => {
+                let (sender, connection) = http2::handshake(TokioExecutor::new(), io)
+                    .await
+                    .expect("HTTP/2 handshake");
+                tokio::spawn(connection);
+                Sender::Http2(sender)
+            }
+        };
+        Client {
+            sender,
+            addr,
+            protocol,
+        }
+    }
+
+    /// A request builder for `path` on this server, without credentials.
+    pub fn request(&self, method: Method, path: &str) -> hyper::http::request::Builder {
+        let authority = format!("localhost:{}", self.addr.port());
+        match self.protocol {
+            Protocol::Http1 => Request::builder()
+                .method(method)
+                .uri(path)
+                .header(HOST, authority),
+            Protocol::Http2 => Request::builder()
+                .method(method)
+                .uri(format!("https://{authority}{path}")),
+        }
+    }
+
+    /// A request builder carrying the development key.
+    pub fn authed(&self, method: Method, path: &str) -> hyper::http::request::Builder {
+        self.request(method, path)
+            .header(AUTHORIZATION, format!("Bearer {DEV_KEY}"))
+    }
+
+    pub async fn send(
+        &mut self,
+        request: hyper::http::request::Builder,
+        body: impl Into<Bytes>,
+    ) -> Reply {
+        let request = request
+            .body(Full::new(body.into()))
+            .expect("a valid request");
+        let response = match &mut self.sender {
+            Sender::Http1(sender) => {
+                sender.ready().await.expect("connection ready");
+                sender.send_request(request).await
+            }
+            Sender::Http2(sender) => {
+                sender.ready().await.expect("connection ready");
+                sender.send_request(request).await
+            }
+        }
+        .expect("the server answers");
+        let (parts, body) = response.into_parts();
+        let body = body
+            .collect()
+            .await
+            .expect("the whole body arrives")
+            .to_bytes();
+        Reply {
+            status: parts.status.as_u16(),
+            headers: parts.headers,
+            body,
+        }
+    }
+
+    pub async fn get(&mut self, path: &str) -> Reply {
+        let request = self.authed(Method::GET, path);
+        self.send(request, Bytes::new()).await
+    }
+
+    pub async fn post_json(&mut self, path: &str, body: &str) -> Reply {
+        let request = self
+            .authed(Method::POST, path)
+            .header(CONTENT_TYPE, "application/json");
+        self.send(request, body.to_owned()).await
+    }
+
+    /// Creates a pet and returns its JSON, asserting 201.
+    pub async fn create(&mut self, body: &str) -> Value {
+        let reply = self.post_json("/v1/pets", body).await;
+        assert_eq!(reply.status, 201, "{:?}", reply.body);
+        reply.json()
+    }
+}
+
+/// Creates `count` pets concurrently over one HTTP/2 connection; `status(i)` picks each one's
+/// status. Returns their ids in ascending order.
+pub async fn create_many(
+    server: &Server,
+    count: usize,
+    status: impl Fn(usize) -> Option<&'static str>,
+) -> Vec<i64> {
+    let client = server.h2().await;
+    let Sender::Http2(sender) = &client.sender else {
+        unreachable!("h2() makes an HTTP/2 client")
+    };
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..count {
+        let mut body = serde_json::json!({"name": format!("pet-{i}"), "categoryId": i});
+        if let Some(status) = status(i) {
+            body["status"] = status.into();
+        }
+        let request = client
+            .authed(Method::POST, "/v1/pets")
+            .header(CONTENT_TYPE, "application/json")
+            .body(Full::new(Bytes::from(body.to_string())))
+            .expect("a valid request");
+        let mut sender = sender.clone();
+        tasks.spawn(async move {
+            sender.ready().await.expect("connection ready");
+            let response = sender
+                .send_request(request)
+                .await
+                .expect("the server answers");
+            assert_eq!(response.status(), 201);
+            let body = response
+                .into_body()
+                .collect()
+                .await
+                .expect("body")
+                .to_bytes();
+            serde_json::from_slice::<Value>(&body).expect("json")["id"]
+                .as_i64()
+                .expect("id")
+        });
+    }
+    let mut ids = tasks.join_all().await;
+    ids.sort_unstable();
+    ids
+}
