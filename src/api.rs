@@ -97,6 +97,15 @@ pub async fn get_pet(store: &Store, raw_id: &str) -> Result<Reply, Error> {
     }
 }
 
+/// `GET /healthz`: 200 while the store answers a read, 503 otherwise.
+pub async fn healthz(store: &Store) -> Result<Reply, Error> {
+    store
+        .check()
+        .await
+        .map_err(|e| Error::Unavailable(format!("health check: {e}")))?;
+    Ok(Reply::ok(Bytes::from_static(br#"{"status":"ok"}"#)))
+}
+
 /// `GET /v1/openapi.json`: the document describing this server.
 pub fn openapi() -> Reply {
     Reply::ok(Bytes::from_static(OPENAPI.as_bytes()))
@@ -346,6 +355,32 @@ mod tests {
         assert_eq!(decode_component("%4"), "%4");
         assert_eq!(decode_component("%zz"), "%zz");
         assert_eq!(decode_component("%e2%82%ac"), "\u{20ac}");
+    }
+
+    #[test]
+    fn healthz_is_ok_while_the_store_serves_and_503_once_it_is_closed() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        runtime.block_on(async {
+            let (store, _) = Store::open(&dir.path().join("pets.redb")).expect("open");
+            let ok = healthz(&store).await.expect("healthy");
+            assert_eq!(
+                (ok.status, &ok.body[..]),
+                (StatusCode::OK, &br#"{"status":"ok"}"#[..])
+            );
+            let handle = store.clone();
+            store.close().await;
+            let error = healthz(&handle)
+                .await
+                .expect_err("a closed store is unhealthy");
+            assert_eq!(
+                (error.status(), error.code()),
+                (StatusCode::SERVICE_UNAVAILABLE, "unavailable")
+            );
+        });
     }
 
     #[test]

@@ -1,12 +1,13 @@
-//! API keys: the keys file, `KeySet` (SHA-256 of a key to its label), bearer parsing and key
-//! generation. Keys exist in clear only in the client's request and in `new-key`'s output;
-//! everything kept is a hash, and nothing here ever formats a key.
-//! Invariant: a presented key is hashed and looked up, so no comparison touches the secret.
+//! API keys: the keys file, `KeySet` (SHA-256 of a key to its label), `Keys` (the set in
+//! force, swapped whole by a reload), bearer parsing and key generation. Keys exist in clear
+//! only in the client's request and in `new-key`'s output; everything kept is a hash, and
+//! nothing here ever formats a key. Invariant: a presented key is hashed and looked up, so no
+//! comparison touches the secret; a failed reload keeps the old set.
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
-use std::path::Path;
-use std::sync::Arc;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, PoisonError, RwLock};
 
 use anyhow::Context;
 use sha2::{Digest, Sha256};
@@ -20,6 +21,48 @@ pub enum AuthFailure {
     Invalid,
 }
 
+/// The key set in force and the file it came from.
+#[derive(Debug)]
+pub struct Keys {
+    path: PathBuf,
+    current: RwLock<Arc<KeySet>>,
+}
+
+impl Keys {
+    /// Reads the keys file; a bad line stops it, naming the file and the line.
+    pub fn load(path: &Path) -> anyhow::Result<Keys> {
+        Ok(Keys {
+            path: path.to_owned(),
+            current: RwLock::new(Arc::new(KeySet::load(path)?)),
+        })
+    }
+
+    /// Reads the file again and puts the new set in force for the next request; returns how
+    /// many keys it holds.
+    pub fn reload(&self) -> anyhow::Result<usize> {
+        let fresh = KeySet::load(&self.path)?;
+        let count = fresh.len();
+        *self.current.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(fresh);
+        Ok(count)
+    }
+
+    pub fn len(&self) -> usize {
+        self.set().len()
+    }
+
+    /// Checks an `Authorization` header (all of its values) and returns the key's label.
+    pub fn check<'a>(
+        &self,
+        values: impl Iterator<Item = &'a [u8]>,
+    ) -> Result<Arc<str>, AuthFailure> {
+        self.set().check(values).map(Arc::clone)
+    }
+
+    fn set(&self) -> Arc<KeySet> {
+        Arc::clone(&self.current.read().unwrap_or_else(PoisonError::into_inner))
+    }
+}
+
 /// The keys the server accepts, each known only by its SHA-256 and a label for the logs.
 #[derive(Debug, Default)]
 pub struct KeySet {
@@ -27,8 +70,7 @@ pub struct KeySet {
 }
 
 impl KeySet {
-    /// Reads a keys file; a bad line stops it, naming the file and the line.
-    pub fn load(path: &Path) -> anyhow::Result<KeySet> {
+    fn load(path: &Path) -> anyhow::Result<KeySet> {
         let text = std::fs::read_to_string(path)
             .with_context(|| format!("reading API keys file {}", path.display()))?;
         KeySet::parse(&text).with_context(|| format!("API keys file {}", path.display()))
@@ -36,7 +78,7 @@ impl KeySet {
 
     /// Parses the keys file format: `LABEL SHA256HEX` a line, `#` to the end of a line is a
     /// comment, blank lines are skipped.
-    pub fn parse(text: &str) -> anyhow::Result<KeySet> {
+    fn parse(text: &str) -> anyhow::Result<KeySet> {
         let mut labels = HashMap::new();
         for (index, raw) in text.lines().enumerate() {
             let line_number = index + 1;
@@ -253,5 +295,31 @@ mod tests {
         assert_eq!(check(&set, &[&format!("Bearer {key}")]), Ok("alice".into()));
         assert_ne!(new_key("alice").expect("new key").0, key);
         assert!(new_key("no spaces").is_err());
+    }
+
+    #[test]
+    fn a_reload_swaps_the_whole_set_and_a_broken_file_keeps_the_old() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("keys");
+        std::fs::write(&path, format!("dev {DEV_HASH}\n")).expect("write");
+        let keys = Keys::load(&path).expect("load");
+        let (alice, line) = new_key("alice").expect("new key");
+        let with = |key: &str| {
+            keys.check([format!("Bearer {key}")].iter().map(|h| h.as_bytes()))
+                .map(|l| l.to_string())
+        };
+
+        std::fs::write(&path, format!("{line}\n")).expect("write");
+        assert_eq!(keys.reload().expect("reload"), 1);
+        assert_eq!(with(&alice), Ok("alice".into()));
+        assert_eq!(with(DEV_KEY), Err(AuthFailure::Invalid), "revoked");
+
+        std::fs::write(&path, "garbage\n").expect("write");
+        assert!(keys.reload().is_err());
+        assert_eq!(
+            with(&alice),
+            Ok("alice".into()),
+            "the old set stays in force"
+        );
     }
 }

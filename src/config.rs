@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::{Parser, Subcommand};
+use clap::{Parser, Subcommand, ValueEnum};
 
 /// petstore: the Animal Store API over HTTPS, stored in one redb file.
 #[derive(Debug, Parser)]
@@ -49,6 +49,23 @@ pub struct Cli {
         value_name = "SECONDS"
     )]
     shutdown_timeout: u64,
+
+    /// Log line format on stderr.
+    #[arg(long, env = "PETSTORE_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
+
+    /// Log filter, e.g. `info`, `debug` or `petstore=debug`; when absent, RUST_LOG, else `info`.
+    #[arg(long, env = "PETSTORE_LOG_LEVEL", value_name = "FILTER")]
+    log_level: Option<String>,
+}
+
+/// How log lines are written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// One human-readable line per event.
+    Text,
+    /// One JSON object per line, for log shippers.
+    Json,
 }
 
 #[derive(Debug, Subcommand)]
@@ -76,6 +93,8 @@ pub struct Config {
     pub tls_key: PathBuf,
     pub api_keys: PathBuf,
     pub shutdown_timeout: Duration,
+    pub log_format: LogFormat,
+    pub log_level: Option<String>,
 }
 
 impl Cli {
@@ -93,6 +112,8 @@ impl Cli {
             tls_key: self.tls_key.ok_or_else(|| missing("--tls-key"))?,
             api_keys: self.api_keys.ok_or_else(|| missing("--api-keys"))?,
             shutdown_timeout: Duration::from_secs(self.shutdown_timeout),
+            log_format: self.log_format,
+            log_level: self.log_level,
         }))
     }
 }
@@ -124,6 +145,10 @@ mod tests {
         assert_eq!(config.listen, "127.0.0.1:8443".parse().expect("address"));
         assert_eq!(config.db, PathBuf::from("pets.redb"));
         assert_eq!(config.shutdown_timeout, Duration::from_secs(10));
+        assert_eq!(
+            (config.log_format, config.log_level),
+            (LogFormat::Text, None)
+        );
         assert!(Cli::try_parse_from(["petstore", "--tls-cert", "c.pem"]).is_err());
     }
 

@@ -1,30 +1,87 @@
-//! Process signals: SIGTERM and SIGINT ask the server to stop. Handlers are installed before
-//! the server announces its address, so a signal sent as soon as it is up is never lost to
-//! the default action (which would kill the process with no drain).
+//! The process's conversation with its supervisor: signals in (SIGTERM and SIGINT stop,
+//! SIGHUP reloads) and sd_notify out (READY, RELOADING, STOPPING). It knows nothing of HTTP,
+//! pets, keys or certificates. Handlers are installed before the server announces itself, so
+//! an early signal is never lost to the default action, which would kill with no drain.
+
+use std::os::linux::net::SocketAddrExt;
+use std::os::unix::net::{SocketAddr, UnixDatagram};
 
 use anyhow::Context;
 use tokio::signal::unix::{Signal, SignalKind, signal};
 
-/// The installed stop signals; `stopped` resolves on the first of them.
-pub struct Signals {
+/// The stop signals; `stopped` resolves on the first of them.
+pub struct Stop {
     terminate: Signal,
     interrupt: Signal,
 }
 
-impl Signals {
-    /// Installs the handlers; must run inside the tokio runtime.
-    pub fn install() -> anyhow::Result<Signals> {
-        Ok(Signals {
-            terminate: signal(SignalKind::terminate()).context("installing the SIGTERM handler")?,
-            interrupt: signal(SignalKind::interrupt()).context("installing the SIGINT handler")?,
-        })
-    }
+/// The reload signal, SIGHUP.
+pub struct Reload {
+    hangup: Signal,
+}
 
+/// Installs the handlers; must run inside the tokio runtime.
+pub fn install() -> anyhow::Result<(Stop, Reload)> {
+    let handler = |kind: SignalKind, name: &str| {
+        signal(kind).with_context(|| format!("installing the {name} handler"))
+    };
+    Ok((
+        Stop {
+            terminate: handler(SignalKind::terminate(), "SIGTERM")?,
+            interrupt: handler(SignalKind::interrupt(), "SIGINT")?,
+        },
+        Reload {
+            hangup: handler(SignalKind::hangup(), "SIGHUP")?,
+        },
+    ))
+}
+
+impl Stop {
     /// Waits for SIGTERM or SIGINT and returns its name.
     pub async fn stopped(&mut self) -> &'static str {
         tokio::select! {
             _ = self.terminate.recv() => "SIGTERM",
             _ = self.interrupt.recv() => "SIGINT",
         }
+    }
+}
+
+impl Reload {
+    /// Waits for the next SIGHUP; signals that arrive during a reload fold into one more.
+    pub async fn requested(&mut self) {
+        self.hangup.recv().await;
+    }
+}
+
+/// What the service manager is told, as sd_notify(3) spells it.
+#[derive(Clone, Copy, Debug)]
+pub enum State {
+    Ready,
+    Reloading,
+    Stopping,
+}
+
+/// Tells systemd about a state change. Outside systemd (no `NOTIFY_SOCKET`) it does nothing;
+/// a failure to send is logged, never fatal: the server works without its supervisor.
+pub fn notify(state: State) {
+    let Some(path) = std::env::var_os("NOTIFY_SOCKET") else {
+        return;
+    };
+    let message = match state {
+        State::Ready => "READY=1\nSTATUS=serving",
+        State::Reloading => "RELOADING=1\nSTATUS=reloading",
+        State::Stopping => "STOPPING=1\nSTATUS=stopping",
+    };
+    let sent = UnixDatagram::unbound().and_then(|socket| {
+        let bytes = path.as_encoded_bytes();
+        // sd_notify(3): a leading '@' names a socket in the abstract namespace.
+        let address = match bytes.strip_prefix(b"@") {
+            Some(name) => SocketAddr::from_abstract_name(name)?,
+            None => SocketAddr::from_pathname(&path)?,
+        };
+        socket.send_to_addr(message.as_bytes(), &address)
+    });
+    if let Err(e) = sent {
+        tracing::warn!(error = %e, ?state, "sd_notify failed");
     }
 }

@@ -20,7 +20,7 @@ use std::sync::Arc;
 use anyhow::Context;
 use clap::Parser;
 
-use crate::config::{Action, Cli, Config};
+use crate::config::{Action, Cli, Config, LogFormat};
 
 fn main() -> ExitCode {
     match run(Cli::parse()) {
@@ -43,7 +43,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Action::Serve(config) => {
-            init_logging();
+            init_logging(config.log_format, config.log_level.as_deref())?;
             let runtime = tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
                 .thread_name("petstore")
@@ -55,9 +55,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
 }
 
 async fn serve(config: Config) -> anyhow::Result<()> {
-    let mut signals = lifecycle::Signals::install()?;
-    let keys = auth::KeySet::load(&config.api_keys)?;
-    let tls = tls::load(&config.tls_cert, &config.tls_key)?;
+    let (mut stop, mut reload) = lifecycle::install()?;
+    let keys = Arc::new(auth::Keys::load(&config.api_keys)?);
+    let (tls, certificate) = tls::load(&config.tls_cert, &config.tls_key)?;
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
         .with_context(|| format!("listening on {}", config.listen))?;
@@ -68,25 +68,72 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     tracing::info!(path = %config.db.display(), pets, "database open");
     tracing::info!(keys = keys.len(), "API keys loaded");
     tracing::info!(%address, "listening on");
+    lifecycle::notify(lifecycle::State::Ready);
 
-    let app = service::App::new(store.clone(), Arc::new(keys));
-    let stop = async {
-        let signal = signals.stopped().await;
+    let reloads = {
+        let keys = Arc::clone(&keys);
+        tokio::spawn(async move {
+            loop {
+                reload.requested().await;
+                lifecycle::notify(lifecycle::State::Reloading);
+                // Each part keeps its old value when its files are broken: a bad reload
+                // must never take the server down or leave it without keys.
+                let certificate_ok = match certificate.reload() {
+                    Ok(()) => true,
+                    Err(e) => {
+                        tracing::warn!(error = %format!("{e:#}"), "TLS certificate reload failed; keeping the old one");
+                        false
+                    }
+                };
+                let keys_ok = match keys.reload() {
+                    Ok(count) => {
+                        tracing::info!(keys = count, "API keys reloaded");
+                        true
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %format!("{e:#}"), "API keys reload failed; keeping the old ones");
+                        false
+                    }
+                };
+                tracing::info!(certificate_ok, keys_ok, "reload done");
+                lifecycle::notify(lifecycle::State::Ready);
+            }
+        })
+    };
+
+    let app = service::App::new(store.clone(), keys);
+    let stopping = async {
+        let signal = stop.stopped().await;
+        lifecycle::notify(lifecycle::State::Stopping);
         tracing::info!(signal, "stopping");
     };
-    server::serve(listener, tls, app, stop, config.shutdown_timeout).await;
+    server::serve(listener, tls, app, stopping, config.shutdown_timeout).await;
+    reloads.abort();
     store.close().await;
     tracing::info!("stopped");
     Ok(())
 }
 
-/// Logs go to stderr, where journald or the terminal takes them; `RUST_LOG` sets the level.
-fn init_logging() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    tracing_subscriber::fmt()
+/// Logs go to stderr, where journald or the terminal takes them. The filter is the flag's,
+/// else `RUST_LOG`'s, else `info`.
+fn init_logging(format: LogFormat, level: Option<&str>) -> anyhow::Result<()> {
+    use tracing_subscriber::EnvFilter;
+    let filter = match level {
+        Some(level) => {
+            EnvFilter::try_new(level).with_context(|| format!("--log-level {level:?}"))?
+        }
+        None => EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
+    };
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .init();
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.with_ansi(std::io::stderr().is_terminal()).init(),
+        LogFormat::Json => builder
+            .json()
+            .flatten_event(true)
+            .with_current_span(false)
+            .init(),
+    }
+    Ok(())
 }

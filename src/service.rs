@@ -15,30 +15,33 @@ use hyper::header::{AUTHORIZATION, CONTENT_LENGTH, CONTENT_TYPE, HeaderValue};
 use hyper::{Method, Request, Response};
 
 use crate::api::{self, Reply};
-use crate::auth::KeySet;
+use crate::auth::Keys;
 use crate::error::Error;
 use crate::store::Store;
 
-/// The path of the OpenAPI document, the one `/v1` path served without a key.
+/// The OpenAPI document, the one `/v1` path served without a key.
 const OPENAPI_PATH: &str = "/v1/openapi.json";
+/// The health probe: outside `/v1`, so it needs no key.
+const HEALTH_PATH: &str = "/healthz";
 
 /// Everything a request may need; one clone per request, each field a shared handle.
 #[derive(Clone)]
 pub struct App {
     store: Store,
-    keys: Arc<KeySet>,
+    keys: Arc<Keys>,
 }
 
-/// An operation of the API, chosen by method and path.
+/// An operation, chosen by method and path.
 enum Route<'a> {
     ListPets,
     CreatePet,
     GetPet(&'a str),
     OpenApi,
+    Health,
 }
 
 impl App {
-    pub fn new(store: Store, keys: Arc<KeySet>) -> App {
+    pub fn new(store: Store, keys: Arc<Keys>) -> App {
         App { store, keys }
     }
 
@@ -52,10 +55,12 @@ impl App {
         let method = request.method().clone();
         let version = request.version();
         let path = request.uri().path().to_owned();
+        let routed = route(&method, &path);
+        let deprecated = matches!(routed, Ok(Route::GetPet(_)));
+        let health = matches!(routed, Ok(Route::Health));
         let mut label = None;
 
-        let deprecated = matches!(route(&method, &path), Ok(Route::GetPet(_)));
-        let result = self.dispatch(request, &path, &mut label).await;
+        let result = self.dispatch(request, &path, routed, &mut label).await;
         if let Err(e) = &result
             && let Some(cause) = e.cause()
         {
@@ -70,16 +75,21 @@ impl App {
             *response.body_mut() = Full::new(Bytes::new());
         }
 
-        tracing::info!(
-            %method,
-            %path,
-            status = response.status().as_u16(),
-            duration_us = started.elapsed().as_micros() as u64,
-            protocol = ?version,
-            %peer,
-            key = %label.as_deref().unwrap_or("-"),
-            "request"
-        );
+        let status = response.status().as_u16();
+        let duration_us = started.elapsed().as_micros() as u64;
+        let key = label.as_deref().unwrap_or("-");
+        // Probes poll every few seconds; at info they would drown the lines that matter.
+        if health {
+            tracing::debug!(%method, %path, status, duration_us, protocol = ?version, %peer, %key, "request");
+        } else {
+            tracing::info!(%method, %path, status, duration_us, protocol = ?version, %peer, %key, "request");
+        }
+        if deprecated && label.is_some() {
+            tracing::warn!(
+                %key,
+                "deprecated getPet called: this client should move to listPets with status"
+            );
+        }
         response
     }
 
@@ -87,6 +97,7 @@ impl App {
         &self,
         request: Request<Incoming>,
         path: &str,
+        routed: Result<Route<'_>, Error>,
         label: &mut Option<Arc<str>>,
     ) -> Result<Reply, Error> {
         // Auth comes before routing, so without a key nothing under /v1 reveals what exists.
@@ -96,13 +107,14 @@ impl App {
                 .get_all(AUTHORIZATION)
                 .iter()
                 .map(HeaderValue::as_bytes);
-            *label = Some(Arc::clone(self.keys.check(credentials)?));
+            *label = Some(self.keys.check(credentials)?);
         }
-        match route(request.method(), path)? {
+        match routed? {
             Route::ListPets => api::list_pets(&self.store, request.uri().query()).await,
             Route::CreatePet => api::create_pet(&self.store, request).await,
             Route::GetPet(id) => api::get_pet(&self.store, id).await,
             Route::OpenApi => Ok(api::openapi()),
+            Route::Health => api::healthz(&self.store).await,
         }
     }
 }
@@ -111,35 +123,28 @@ fn needs_key(path: &str) -> bool {
     path != OPENAPI_PATH && (path == "/v1" || path.starts_with("/v1/"))
 }
 
-/// The route table. HEAD is served wherever GET is (RFC 9110 9.1); hyper sends no body for it.
+/// The route table. HEAD is served wherever GET is (RFC 9110 9.1).
 fn route<'a>(method: &Method, path: &'a str) -> Result<Route<'a>, Error> {
     let readable = method == Method::GET || method == Method::HEAD;
     let not_allowed = |allow| Err(Error::MethodNotAllowed { allow });
-    if path == OPENAPI_PATH {
-        return if readable {
-            Ok(Route::OpenApi)
+    let read_only = |route| {
+        if readable {
+            Ok(route)
         } else {
             not_allowed("GET, HEAD")
-        };
+        }
+    };
+    match path {
+        OPENAPI_PATH => read_only(Route::OpenApi),
+        HEALTH_PATH => read_only(Route::Health),
+        "/v1/pets" if *method == Method::POST => Ok(Route::CreatePet),
+        "/v1/pets" if readable => Ok(Route::ListPets),
+        "/v1/pets" => not_allowed("GET, HEAD, POST"),
+        _ => match path.strip_prefix("/v1/pets/") {
+            Some(id) if !id.is_empty() && !id.contains('/') => read_only(Route::GetPet(id)),
+            _ => Err(Error::NotFound(format!("no resource at {path}"))),
+        },
     }
-    if path == "/v1/pets" {
-        return match *method {
-            Method::POST => Ok(Route::CreatePet),
-            _ if readable => Ok(Route::ListPets),
-            _ => not_allowed("GET, HEAD, POST"),
-        };
-    }
-    if let Some(id) = path
-        .strip_prefix("/v1/pets/")
-        .filter(|id| !id.is_empty() && !id.contains('/'))
-    {
-        return if readable {
-            Ok(Route::GetPet(id))
-        } else {
-            not_allowed("GET, HEAD")
-        };
-    }
-    Err(Error::NotFound(format!("no resource at {path}")))
 }
 
 fn into_response(result: Result<Reply, Error>, deprecated: bool) -> Response<Full<Bytes>> {
@@ -189,6 +194,7 @@ mod tests {
             route(&Method::GET, "/v1/openapi.json"),
             Ok(Route::OpenApi)
         ));
+        assert!(matches!(route(&Method::GET, "/healthz"), Ok(Route::Health)));
         for path in [
             "/",
             "/v1",
@@ -203,16 +209,13 @@ mod tests {
                 "{path}"
             );
         }
-        assert!(matches!(
-            route(&Method::DELETE, "/v1/pets"),
-            Err(Error::MethodNotAllowed {
-                allow: "GET, HEAD, POST"
-            })
-        ));
-        assert!(matches!(
-            route(&Method::POST, "/v1/pets/1"),
-            Err(Error::MethodNotAllowed { allow: "GET, HEAD" })
-        ));
+        let allowed = |method: Method, path| match route(&method, path) {
+            Err(Error::MethodNotAllowed { allow }) => allow,
+            _ => "",
+        };
+        assert_eq!(allowed(Method::DELETE, "/v1/pets"), "GET, HEAD, POST");
+        assert_eq!(allowed(Method::POST, "/v1/pets/1"), "GET, HEAD");
+        assert_eq!(allowed(Method::POST, "/healthz"), "GET, HEAD");
     }
 
     #[test]

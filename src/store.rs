@@ -185,6 +185,20 @@ impl Store {
         .await
     }
 
+    /// Whether the store can serve: the writer is running and the database answers a read.
+    pub async fn check(&self) -> Result<(), StoreError> {
+        if self.writer.is_closed() {
+            return Err(StoreError::Closed);
+        }
+        self.read(|db| {
+            let txn = db.begin_read().map_err(StoreError::storage)?;
+            let meta = txn.open_table(META).map_err(StoreError::storage)?;
+            meta.get(META_NEXT_ID).map_err(StoreError::storage)?;
+            Ok(())
+        })
+        .await
+    }
+
     /// Finishes the writes already queued, stops the writer and closes the file. Writes asked
     /// for afterwards fail with `Closed`.
     pub async fn close(self) {
@@ -457,11 +471,16 @@ mod tests {
         runtime().block_on(async {
             let (store, _) = Store::open(&dir.path().join("pets.redb")).expect("open");
             let other = store.clone();
+            assert!(other.check().await.is_ok());
             store.close().await;
             assert!(matches!(
                 other.create(new_pet("late", None)).await,
                 Err(StoreError::Closed)
             ));
+            assert!(
+                matches!(other.check().await, Err(StoreError::Closed)),
+                "a closed store is not healthy"
+            );
         });
     }
 }

@@ -1,23 +1,88 @@
 //! TLS: the certificate chain and key files into a rustls `ServerConfig` with an explicit
-//! crypto provider (ring), TLS 1.2 and 1.3, ALPN `h2` then `http/1.1`, and session tickets.
-//! It knows nothing of HTTP routes or keys. Invariant: a config is only built from a key that
-//! matches the certificate's public key.
+//! crypto provider (ring), TLS 1.2 and 1.3, ALPN `h2` then `http/1.1`, and session tickets;
+//! and the live certificate, which a reload swaps for new handshakes only. It knows nothing
+//! of HTTP routes or keys. Invariant: only a key that matches its certificate is ever served,
+//! and a failed reload leaves the old pair in place.
 
-use std::path::Path;
-use std::sync::Arc;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
 use anyhow::Context;
 use rustls::ServerConfig;
-use rustls::crypto::ring;
+use rustls::crypto::{CryptoProvider, ring};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::server::{ClientHello, ResolvesServerCert};
+use rustls::sign::CertifiedKey;
 
 /// A client that has not finished its handshake by then is dropped.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// The certificate and key in force, and the files they came from.
+pub struct Certificate {
+    cert_path: PathBuf,
+    key_path: PathBuf,
+    provider: Arc<CryptoProvider>,
+    current: RwLock<Arc<CertifiedKey>>,
+}
+
+impl fmt::Debug for Certificate {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Certificate")
+            .field("cert_path", &self.cert_path)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ResolvesServerCert for Certificate {
+    fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        Some(Arc::clone(
+            &self.current.read().unwrap_or_else(PoisonError::into_inner),
+        ))
+    }
+}
+
+impl Certificate {
+    /// Reads the files again and, if they hold a matching pair, serves it to new handshakes;
+    /// connections already open keep the pair they started with.
+    pub fn reload(&self) -> anyhow::Result<()> {
+        let fresh = read_pair(&self.cert_path, &self.key_path, &self.provider)?;
+        *self.current.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(fresh);
+        Ok(())
+    }
+}
+
 /// Builds the server's TLS configuration from PEM files; every failure names the file.
-pub fn load(cert_path: &Path, key_path: &Path) -> anyhow::Result<Arc<ServerConfig>> {
+pub fn load(
+    cert_path: &Path,
+    key_path: &Path,
+) -> anyhow::Result<(Arc<ServerConfig>, Arc<Certificate>)> {
+    let provider = Arc::new(ring::default_provider());
+    let pair = read_pair(cert_path, key_path, &provider)?;
+    let certificate = Arc::new(Certificate {
+        cert_path: cert_path.to_owned(),
+        key_path: key_path.to_owned(),
+        provider: Arc::clone(&provider),
+        current: RwLock::new(Arc::new(pair)),
+    });
+    let mut config = ServerConfig::builder_with_provider(provider)
+        .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
+        .context("enabling TLS 1.2 and 1.3")?
+        .with_no_client_auth()
+        .with_cert_resolver(Arc::clone(&certificate) as Arc<dyn ResolvesServerCert>);
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    // Resumed sessions skip the certificate signature, the costliest step of a handshake.
+    config.ticketer = ring::Ticketer::new().context("creating the TLS session ticketer")?;
+    Ok((Arc::new(config), certificate))
+}
+
+fn read_pair(
+    cert_path: &Path,
+    key_path: &Path,
+    provider: &CryptoProvider,
+) -> anyhow::Result<CertifiedKey> {
     let chain = CertificateDer::pem_file_iter(cert_path)
         .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
         .with_context(|| format!("reading TLS certificate {}", cert_path.display()))?;
@@ -33,31 +98,20 @@ pub fn load(cert_path: &Path, key_path: &Path) -> anyhow::Result<Arc<ServerConfi
             key_path.display()
         )
     })?;
-
-    let provider = Arc::new(ring::default_provider());
-    let mut config = ServerConfig::builder_with_provider(provider)
-        .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
-        .context("enabling TLS 1.2 and 1.3")?
-        .with_no_client_auth()
-        .with_single_cert(chain, key)
-        .with_context(|| {
-            format!(
-                "TLS key {} does not fit certificate {}",
-                key_path.display(),
-                cert_path.display()
-            )
-        })?;
-    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-    // Resumed sessions skip the certificate signature, the costliest step of a handshake.
-    config.ticketer = ring::Ticketer::new().context("creating the TLS session ticketer")?;
-    Ok(Arc::new(config))
+    CertifiedKey::from_der(chain, key, provider).with_context(|| {
+        format!(
+            "TLS key {} does not fit certificate {}",
+            key_path.display(),
+            cert_path.display()
+        )
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn cert(name: &str) -> std::path::PathBuf {
+    fn cert(name: &str) -> PathBuf {
         Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("certs")
             .join(name)
@@ -70,7 +124,8 @@ mod tests {
             ("dev-server.pem", "dev-server-sec1.key"),
             ("dev-server-rsa.pem", "dev-server-rsa.key"),
         ] {
-            let config = load(&cert(chain), &cert(key)).unwrap_or_else(|e| panic!("{key}: {e:#}"));
+            let (config, _) =
+                load(&cert(chain), &cert(key)).unwrap_or_else(|e| panic!("{key}: {e:#}"));
             assert_eq!(
                 config.alpn_protocols,
                 [b"h2".to_vec(), b"http/1.1".to_vec()]
@@ -103,5 +158,29 @@ mod tests {
             load(&cert("dev-server.pem"), &keys).expect_err("no key")
         );
         assert!(message.contains("dev-keys.txt"), "{message}");
+    }
+
+    #[test]
+    fn a_reload_swaps_the_pair_and_a_broken_one_keeps_the_old() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let (cert_path, key_path) = (dir.path().join("c.pem"), dir.path().join("k.pem"));
+        let copy = |from: &str, to: &Path| std::fs::copy(cert(from), to).map(drop);
+        copy("dev-server.pem", &cert_path)
+            .and_then(|()| copy("dev-server.key", &key_path))
+            .expect("copy");
+        let (_, certificate) = load(&cert_path, &key_path).expect("load");
+        let leaf = || certificate.current.read().expect("lock").cert[0].clone();
+        let first = leaf();
+
+        copy("dev-server-2.pem", &cert_path).expect("copy");
+        assert!(
+            certificate.reload().is_err(),
+            "new certificate with the old key"
+        );
+        assert_eq!(leaf(), first);
+
+        copy("dev-server-2.key", &key_path).expect("copy");
+        certificate.reload().expect("a matching pair reloads");
+        assert_ne!(leaf(), first);
     }
 }

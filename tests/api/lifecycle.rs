@@ -212,3 +212,164 @@ fn help_describes_every_flag_with_its_variable_and_version_prints() {
         (Some(0), concat!("petstore ", env!("CARGO_PKG_VERSION")))
     );
 }
+
+/// Receives one sd_notify datagram, failing past a deadline.
+fn next_notification(socket: &std::os::unix::net::UnixDatagram) -> String {
+    let mut buf = [0u8; 512];
+    let n = socket
+        .recv(&mut buf)
+        .expect("a notification within the deadline");
+    String::from_utf8_lossy(&buf[..n]).into_owned()
+}
+
+#[test]
+fn systemd_is_told_ready_reloading_ready_and_stopping() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("notify.sock");
+    let socket = std::os::unix::net::UnixDatagram::bind(&path).expect("bind the notify socket");
+    socket
+        .set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .expect("timeout");
+    let server = Server::start_with(Options {
+        env: vec![("NOTIFY_SOCKET".into(), path.display().to_string())],
+        ..Options::default()
+    });
+    assert!(next_notification(&socket).starts_with("READY=1"));
+    server.signal("HUP");
+    assert!(next_notification(&socket).starts_with("RELOADING=1"));
+    assert!(next_notification(&socket).starts_with("READY=1"));
+    server.signal("TERM");
+    assert!(next_notification(&socket).starts_with("STOPPING=1"));
+    server.wait_exit();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_request_in_flight_at_sigterm_gets_its_201_and_the_pet_is_kept() {
+    use http_body_util::BodyExt;
+    let server = Server::start();
+    let mut sender = crate::support::h2_streaming(server.addr).await;
+    let (mut body, channel) = http_body_util::channel::Channel::<bytes::Bytes>::new(1);
+    let request = hyper::Request::post(format!("https://localhost:{}/v1/pets", server.addr.port()))
+        .header(
+            "authorization",
+            format!("Bearer {}", crate::support::DEV_KEY),
+        )
+        .header("content-type", "application/json")
+        .body(channel)
+        .expect("request");
+    let answer = tokio::spawn(sender.send_request(request));
+    body.send_data(bytes::Bytes::from_static(br#"{"name":"Late","#))
+        .await
+        .expect("first half");
+
+    server.signal("TERM");
+    server.wait_for_log("stopping", 1);
+    body.send_data(bytes::Bytes::from_static(br#""categoryId":9}"#))
+        .await
+        .expect("second half");
+    drop(body);
+
+    let response = answer
+        .await
+        .expect("task")
+        .expect("the in-flight request is answered");
+    assert_eq!(response.status(), 201);
+    let pet: serde_json::Value = serde_json::from_slice(
+        &response
+            .into_body()
+            .collect()
+            .await
+            .expect("whole body")
+            .to_bytes(),
+    )
+    .expect("json");
+    assert_eq!(pet, json!({"id": 1, "name": "Late", "categoryId": 9}));
+    let stopped = server.wait_exit();
+
+    let server = Server::start_on(stopped);
+    assert_eq!(server.h1().await.get("/v1/pets/1").await.json(), pet);
+    server.stop();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn every_create_acknowledged_before_sigterm_is_in_the_database_after() {
+    let server = Server::start();
+    let acknowledged = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut writers = tokio::task::JoinSet::new();
+    for writer in 0..4 {
+        let mut client = if writer % 2 == 0 {
+            server.h1().await
+        } else {
+            server.h2().await
+        };
+        let acknowledged = std::sync::Arc::clone(&acknowledged);
+        writers.spawn(async move {
+            for i in 0.. {
+                let request = client
+                    .authed(hyper::Method::POST, "/v1/pets")
+                    .header("content-type", "application/json")
+                    .body(http_body_util::Full::new(bytes::Bytes::from(format!(
+                        r#"{{"name":"w{writer}-{i}","categoryId":{i}}}"#
+                    ))))
+                    .expect("request");
+                // Once the server stops, the connection refuses or drops requests; each of
+                // those was never acknowledged, so it may be lost.
+                let Some(pet) = client.try_send(request).await else {
+                    break;
+                };
+                assert_eq!(pet.status, 201, "{:?}", pet.body);
+                acknowledged.lock().expect("lock").push(pet.json());
+            }
+        });
+    }
+    // Let the writers get going: wait until the log shows a good number of creates.
+    server.wait_for_log("status=201", 40);
+    let stopped = server.stop();
+    writers.join_all().await;
+
+    let acknowledged = acknowledged.lock().expect("lock").clone();
+    assert!(acknowledged.len() >= 40);
+    let server = Server::start_on(stopped);
+    let mut client = server.h2().await;
+    for pet in &acknowledged {
+        assert_eq!(
+            &client.get(&format!("/v1/pets/{}", pet["id"])).await.json(),
+            pet
+        );
+    }
+    let mut ids: Vec<i64> = acknowledged
+        .iter()
+        .map(|pet| pet["id"].as_i64().expect("id"))
+        .collect();
+    ids.sort_unstable();
+    ids.dedup();
+    assert_eq!(ids.len(), acknowledged.len(), "no id was given twice");
+    server.stop();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stalled_request_holds_the_stop_no_longer_than_the_shutdown_timeout() {
+    let server = Server::start_with(Options {
+        args: vec!["--shutdown-timeout".into(), "1".into()],
+        ..Options::default()
+    });
+    let mut sender = crate::support::h2_streaming(server.addr).await;
+    let (mut body, channel) = http_body_util::channel::Channel::<bytes::Bytes>::new(1);
+    let request = hyper::Request::post(format!("https://localhost:{}/v1/pets", server.addr.port()))
+        .header(
+            "authorization",
+            format!("Bearer {}", crate::support::DEV_KEY),
+        )
+        .header("content-type", "application/json")
+        .body(channel)
+        .expect("request");
+    let _answer = tokio::spawn(sender.send_request(request));
+    body.send_data(bytes::Bytes::from_static(b"{"))
+        .await
+        .expect("a first byte");
+    server.wait_for_log("", 0);
+    server.signal("TERM");
+    let logs = server.wait_exit().logs;
+    assert!(logs.contains("drain timed out"), "{logs}");
+    drop(body);
+}

@@ -6,7 +6,7 @@ use std::io::{BufRead, BufReader, Read};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::{Arc, Mutex, mpsc};
+use std::sync::{Arc, Condvar, Mutex, mpsc};
 use std::thread;
 use std::time::Duration;
 
@@ -29,6 +29,7 @@ pub const DEV_KEY: &str = "petstore-dev-key-not-for-production";
 
 const START_DEADLINE: Duration = Duration::from_secs(20);
 const EXIT_DEADLINE: Duration = Duration::from_secs(20);
+const LOG_DEADLINE: Duration = Duration::from_secs(10);
 
 pub fn cert(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -41,7 +42,8 @@ pub struct Server {
     child: Option<Child>,
     pub addr: SocketAddr,
     dir: Option<TempDir>,
-    logs: Arc<Mutex<String>>,
+    options: Options,
+    logs: Arc<Logs>,
     reader: Option<thread::JoinHandle<()>>,
 }
 
@@ -51,12 +53,21 @@ pub struct Stopped {
     pub logs: String,
 }
 
+/// The server's stderr as it arrives, with a condition to wait on for a given line.
+#[derive(Default)]
+struct Logs {
+    text: Mutex<String>,
+    grown: Condvar,
+}
+
 /// Flags for a server start; `Default` is the development setup.
 #[derive(Clone)]
 pub struct Options {
     pub tls_cert: PathBuf,
     pub tls_key: PathBuf,
     pub api_keys: PathBuf,
+    pub args: Vec<String>,
+    pub env: Vec<(String, String)>,
 }
 
 impl Default for Options {
@@ -65,6 +76,8 @@ impl Default for Options {
             tls_cert: cert("dev-server.pem"),
             tls_key: cert("dev-server.key"),
             api_keys: cert("dev-keys.txt"),
+            args: Vec::new(),
+            env: Vec::new(),
         }
     }
 }
@@ -82,11 +95,25 @@ fn command(dir: &Path, options: &Options) -> Command {
         .arg(&options.tls_key)
         .arg("--api-keys")
         .arg(&options.api_keys)
+        .args(&options.args)
         .env("RUST_LOG", "info")
+        .env_remove("NOTIFY_SOCKET")
+        .envs(options.env.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
     command
+}
+
+/// The address in a "listening on" line, text (`address=…`) or JSON (`"address":"…"`).
+fn listening_address(line: &str) -> Option<&str> {
+    if !line.contains("listening on") {
+        return None;
+    }
+    match line.split_once("address=") {
+        Some((_, rest)) => rest.split_whitespace().next(),
+        None => line.split_once(r#""address":""#)?.1.split('"').next(),
+    }
 }
 
 impl Server {
@@ -96,67 +123,91 @@ impl Server {
 
     pub fn start_with(options: Options) -> Server {
         let dir = tempfile::tempdir().expect("temp dir");
-        Server::start_in(dir, &options)
+        Server::start_in(dir, options)
     }
 
-    fn start_in(dir: TempDir, options: &Options) -> Server {
-        let mut child = command(dir.path(), options)
+    fn start_in(dir: TempDir, options: Options) -> Server {
+        let mut child = command(dir.path(), &options)
             .spawn()
             .expect("the petstore binary starts");
         let stderr = child.stderr.take().expect("stderr is piped");
-        let logs = Arc::new(Mutex::new(String::new()));
+        let logs = Arc::new(Logs::default());
         let (found, address) = mpsc::channel();
         let sink = Arc::clone(&logs);
         let reader = thread::spawn(move || {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if line.contains("listening on") {
-                    let addr = line
-                        .split("address=")
-                        .nth(1)
-                        .and_then(|a| a.split_whitespace().next());
-                    let _ = found.send(addr.map(str::to_owned));
+                let address = listening_address(&line).map(str::to_owned);
+                let mut text = sink.text.lock().expect("log lock");
+                text.push_str(&line);
+                text.push('\n');
+                sink.grown.notify_all();
+                drop(text);
+                // Only once the line is in the log, so a test that starts reading finds it.
+                if let Some(address) = address {
+                    let _ = found.send(address);
                 }
-                let mut logs = sink.lock().expect("log lock");
-                logs.push_str(&line);
-                logs.push('\n');
             }
         });
-        let addr = match address.recv_timeout(START_DEADLINE) {
-            Ok(Some(addr)) => addr
-                .parse()
-                .expect("the listening line holds a socket address"),
-            _ => {
-                let _ = child.kill();
-                panic!("server did not start:\n{}", logs.lock().expect("log lock"));
-            }
+        let Ok(addr) = address.recv_timeout(START_DEADLINE) else {
+            let _ = child.kill();
+            panic!(
+                "server did not start:\n{}",
+                logs.text.lock().expect("log lock")
+            );
         };
         Server {
             child: Some(child),
-            addr,
+            addr: addr
+                .parse()
+                .expect("the listening line holds a socket address"),
             dir: Some(dir),
+            options,
             logs,
             reader: Some(reader),
         }
     }
 
+    pub fn dir(&self) -> &Path {
+        self.dir.as_ref().expect("the server has its dir").path()
+    }
+
     pub fn db_path(&self) -> PathBuf {
-        self.dir
-            .as_ref()
-            .expect("the server has its dir")
-            .path()
-            .join("pets.redb")
+        self.dir().join("pets.redb")
     }
 
     pub fn logs(&self) -> String {
-        self.logs.lock().expect("log lock").clone()
+        self.logs.text.lock().expect("log lock").clone()
     }
 
-    /// SIGTERM, then asserts a clean exit (status 0) within the deadline. It blocks, so async
-    /// tests use the multi-thread runtime: their clients must keep running meanwhile to answer
-    /// the server's HTTP/2 GOAWAY and PING, or the drain waits out its timeout.
-    pub fn stop(mut self) -> Stopped {
+    /// Waits until the log holds `needle` at least `count` times; fails past the deadline.
+    pub fn wait_for_log(&self, needle: &str, count: usize) {
+        let text = self.logs.text.lock().expect("log lock");
+        let (text, timeout) = self
+            .logs
+            .grown
+            .wait_timeout_while(text, LOG_DEADLINE, |text| {
+                text.matches(needle).count() < count
+            })
+            .expect("log lock");
+        assert!(
+            !timeout.timed_out(),
+            "no {count}x {needle:?} in the log:\n{text}"
+        );
+    }
+
+    /// Sends a signal by name (TERM, HUP, ...) without waiting for its effect.
+    pub fn signal(&self, name: &str) {
+        signal(
+            self.child.as_ref().expect("the server is running").id(),
+            name,
+        );
+    }
+
+    /// Waits for the process to exit by itself and asserts a clean exit (status 0). It blocks,
+    /// so async tests use the multi-thread runtime: their clients must keep running meanwhile
+    /// to answer the server's HTTP/2 GOAWAY and PING, or the drain waits out its timeout.
+    pub fn wait_exit(mut self) -> Stopped {
         let child = self.child.take().expect("the server is running");
-        signal(child.id(), "TERM");
         let status = wait_exit(child, EXIT_DEADLINE);
         if let Some(reader) = self.reader.take() {
             // The pipe closed with the process, so the reader has reached its end.
@@ -170,10 +221,21 @@ impl Server {
         }
     }
 
-    /// Stops cleanly and starts again on the same database file.
+    /// SIGTERM, then a clean exit within the deadline.
+    pub fn stop(self) -> Stopped {
+        self.signal("TERM");
+        self.wait_exit()
+    }
+
+    /// Stops cleanly and starts again on the same database file with the same options.
     pub fn restart(self) -> Server {
-        let stopped = self.stop();
-        Server::start_in(stopped.dir, &Options::default())
+        let options = self.options.clone();
+        Server::start_in(self.stop().dir, options)
+    }
+
+    /// Starts a server on the directory (and database) a stopped one left.
+    pub fn start_on(stopped: Stopped) -> Server {
+        Server::start_in(stopped.dir, Options::default())
     }
 
     pub async fn h1(&self) -> Client {
@@ -430,28 +492,28 @@ impl Client {
         let request = request
             .body(Full::new(body.into()))
             .expect("a valid request");
+        self.try_send(request).await.expect("the server answers")
+    }
+
+    /// Sends a request; `None` when the connection fails before a whole answer arrives.
+    pub async fn try_send(&mut self, request: Request<Full<Bytes>>) -> Option<Reply> {
         let response = match &mut self.sender {
             Sender::Http1(sender) => {
-                sender.ready().await.expect("connection ready");
-                sender.send_request(request).await
+                sender.ready().await.ok()?;
+                sender.send_request(request).await.ok()?
             }
             Sender::Http2(sender) => {
-                sender.ready().await.expect("connection ready");
-                sender.send_request(request).await
+                sender.ready().await.ok()?;
+                sender.send_request(request).await.ok()?
             }
-        }
-        .expect("the server answers");
+        };
         let (parts, body) = response.into_parts();
-        let body = body
-            .collect()
-            .await
-            .expect("the whole body arrives")
-            .to_bytes();
-        Reply {
+        let body = body.collect().await.ok()?.to_bytes();
+        Some(Reply {
             status: parts.status.as_u16(),
             headers: parts.headers,
             body,
-        }
+        })
     }
 
     pub async fn get(&mut self, path: &str) -> Reply {
@@ -518,4 +580,27 @@ pub async fn create_many(
     let mut ids = tasks.join_all().await;
     ids.sort_unstable();
     ids
+}
+
+/// An HTTP/2 connection whose request bodies are fed by the test, frame by frame, so that a
+/// request can be kept in flight for as long as the test needs.
+pub async fn h2_streaming(
+    addr: SocketAddr,
+) -> http2::SendRequest<http_body_util::channel::Channel<Bytes>> {
+    let tls = tls_connect(addr, tls_config(b"h2", rustls::DEFAULT_VERSIONS))
+        .await
+        .expect("TLS connects");
+    let (sender, connection) = http2::handshake(TokioExecutor::new(), TokioIo::new(tls))
+        .await
+        .expect("HTTP/2 handshake");
+    tokio::spawn(connection);
+    sender
+}
+
+/// Reads every item of a PEM certificate file as DER, to compare with what a server presents.
+pub fn certificate_der(name: &Path) -> Vec<CertificateDer<'static>> {
+    CertificateDer::pem_file_iter(name)
+        .expect("PEM file")
+        .map(|c| c.expect("a certificate"))
+        .collect()
 }
