@@ -226,33 +226,44 @@ impl Store {
     }
 }
 
-/// Creates the tables on a new file, refuses a newer schema, and counts the pets.
+/// Creates the tables on a new file, refuses a newer schema, and counts the pets. A file that
+/// is already set up is only read, so a start costs no commit.
 fn prepare(db: &Database) -> Result<u64, StoreError> {
-    let txn = db.begin_write().map_err(StoreError::storage)?;
-    let count = {
-        let mut meta = txn.open_table(META).map_err(StoreError::storage)?;
-        let version = meta
+    let txn = db.begin_read().map_err(StoreError::storage)?;
+    let version = match txn.open_table(META) {
+        Ok(meta) => meta
             .get(META_SCHEMA_VERSION)
             .map_err(StoreError::storage)?
-            .map(|v| v.value());
-        match version {
-            Some(found) if found > SCHEMA_VERSION => return Err(StoreError::NewerSchema { found }),
-            Some(_) => {}
-            None => {
-                meta.insert(META_SCHEMA_VERSION, SCHEMA_VERSION)
-                    .map_err(StoreError::storage)?;
-                meta.insert(META_NEXT_ID, 1).map_err(StoreError::storage)?;
-            }
+            .map(|v| v.value()),
+        Err(redb::TableError::TableDoesNotExist(_)) => None,
+        Err(e) => return Err(StoreError::storage(e)),
+    };
+    match version {
+        Some(found) if found > SCHEMA_VERSION => Err(StoreError::NewerSchema { found }),
+        Some(_) => txn
+            .open_table(PETS)
+            .and_then(|pets| Ok(pets.len()?))
+            .map_err(StoreError::storage),
+        None => {
+            drop(txn);
+            create_tables(db)?;
+            Ok(0)
         }
+    }
+}
+
+fn create_tables(db: &Database) -> Result<(), StoreError> {
+    let txn = db.begin_write().map_err(StoreError::storage)?;
+    {
+        let mut meta = txn.open_table(META).map_err(StoreError::storage)?;
+        meta.insert(META_SCHEMA_VERSION, SCHEMA_VERSION)
+            .map_err(StoreError::storage)?;
+        meta.insert(META_NEXT_ID, 1).map_err(StoreError::storage)?;
         txn.open_table(PETS_BY_STATUS)
             .map_err(StoreError::storage)?;
-        txn.open_table(PETS)
-            .map_err(StoreError::storage)?
-            .len()
-            .map_err(StoreError::storage)?
-    };
-    txn.commit().map_err(StoreError::storage)?;
-    Ok(count)
+        txn.open_table(PETS).map_err(StoreError::storage)?;
+    }
+    txn.commit().map_err(StoreError::storage)
 }
 
 /// The writer thread: takes every create queued while the last commit ran into one transaction
