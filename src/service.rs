@@ -55,6 +55,8 @@ impl App {
         let method = request.method().clone();
         let version = request.version();
         let path = request.uri().path().to_owned();
+        // With the line at the end, this one shows requests that are slow or never finish.
+        tracing::debug!(%method, %path, %peer, "request started");
         let routed = route(&method, &path);
         let deprecated = matches!(routed, Ok(Route::GetPet(_)));
         let health = matches!(routed, Ok(Route::Health));

@@ -246,7 +246,11 @@ fn systemd_is_told_ready_reloading_ready_and_stopping() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_request_in_flight_at_sigterm_gets_its_201_and_the_pet_is_kept() {
     use http_body_util::BodyExt;
-    let server = Server::start();
+    // The debug line "request started" proves the server has the request before the signal.
+    let server = Server::start_with(Options {
+        args: vec!["--log-level".into(), "info,petstore::service=debug".into()],
+        ..Options::default()
+    });
     let mut sender = crate::support::h2_streaming(server.addr).await;
     let (mut body, channel) = http_body_util::channel::Channel::<bytes::Bytes>::new(1);
     let request = hyper::Request::post(format!("https://localhost:{}/v1/pets", server.addr.port()))
@@ -261,6 +265,7 @@ async fn a_request_in_flight_at_sigterm_gets_its_201_and_the_pet_is_kept() {
     body.send_data(bytes::Bytes::from_static(br#"{"name":"Late","#))
         .await
         .expect("first half");
+    server.wait_for_log("request started method=POST path=/v1/pets", 1);
 
     server.signal("TERM");
     server.wait_for_log("stopping", 1);
@@ -350,7 +355,14 @@ async fn every_create_acknowledged_before_sigterm_is_in_the_database_after() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_stalled_request_holds_the_stop_no_longer_than_the_shutdown_timeout() {
     let server = Server::start_with(Options {
-        args: vec!["--shutdown-timeout".into(), "1".into()],
+        args: [
+            "--shutdown-timeout",
+            "1",
+            "--log-level",
+            "info,petstore::service=debug",
+        ]
+        .map(String::from)
+        .to_vec(),
         ..Options::default()
     });
     let mut sender = crate::support::h2_streaming(server.addr).await;
@@ -367,6 +379,7 @@ async fn a_stalled_request_holds_the_stop_no_longer_than_the_shutdown_timeout() 
     body.send_data(bytes::Bytes::from_static(b"{"))
         .await
         .expect("a first byte");
+    server.wait_for_log("request started method=POST path=/v1/pets", 1);
     server.wait_for_log("", 0);
     server.signal("TERM");
     let logs = server.wait_exit().logs;
