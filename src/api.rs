@@ -365,7 +365,7 @@ mod tests {
             .build()
             .expect("runtime");
         runtime.block_on(async {
-            let (store, _) = Store::open(&dir.path().join("pets.redb")).expect("open");
+            let (store, _) = Store::open(&dir.path().join("pets.redb"), 1 << 20).expect("open");
             let ok = healthz(&store).await.expect("healthy");
             assert_eq!(
                 (ok.status, &ok.body[..]),

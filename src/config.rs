@@ -50,6 +50,16 @@ pub struct Cli {
     )]
     shutdown_timeout: u64,
 
+    /// Most memory, in MiB, the database's page cache may hold; bounds the server's memory at
+    /// any store size (reads beyond it go to the file and the OS page cache).
+    #[arg(
+        long,
+        env = "PETSTORE_CACHE_SIZE",
+        default_value_t = 16,
+        value_name = "MIB"
+    )]
+    cache_size: usize,
+
     /// Log line format on stderr.
     #[arg(long, env = "PETSTORE_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     log_format: LogFormat,
@@ -93,6 +103,8 @@ pub struct Config {
     pub tls_key: PathBuf,
     pub api_keys: PathBuf,
     pub shutdown_timeout: Duration,
+    /// The database page cache's bound, in bytes.
+    pub cache_bytes: usize,
     pub log_format: LogFormat,
     pub log_level: Option<String>,
 }
@@ -112,6 +124,7 @@ impl Cli {
             tls_key: self.tls_key.ok_or_else(|| missing("--tls-key"))?,
             api_keys: self.api_keys.ok_or_else(|| missing("--api-keys"))?,
             shutdown_timeout: Duration::from_secs(self.shutdown_timeout),
+            cache_bytes: self.cache_size.saturating_mul(1 << 20),
             log_format: self.log_format,
             log_level: self.log_level,
         }))

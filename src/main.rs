@@ -62,7 +62,7 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("listening on {}", config.listen))?;
     let address = listener.local_addr().context("reading the bound address")?;
-    let (store, pets) = store::Store::open(&config.db)
+    let (store, pets) = store::Store::open(&config.db, config.cache_bytes)
         .with_context(|| format!("opening database {}", config.db.display()))?;
 
     tracing::info!(path = %config.db.display(), pets, "database open");

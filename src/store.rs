@@ -97,13 +97,17 @@ enum Command {
 }
 
 impl Store {
-    /// Opens (or creates) the database at `path`, checks its schema version and starts the
-    /// writer. Returns the store and the number of pets it holds.
-    pub fn open(path: &Path) -> Result<(Store, u64), StoreError> {
-        let db = Database::builder().create(path).map_err(|e| match e {
-            redb::DatabaseError::DatabaseAlreadyOpen => StoreError::Locked,
-            e => StoreError::storage(e),
-        })?;
+    /// Opens (or creates) the database at `path` with a page cache of at most `cache_bytes`,
+    /// checks its schema version and starts the writer. Returns the store and the number of
+    /// pets it holds.
+    pub fn open(path: &Path, cache_bytes: usize) -> Result<(Store, u64), StoreError> {
+        let db = Database::builder()
+            .set_cache_size(cache_bytes)
+            .create(path)
+            .map_err(|e| match e {
+                redb::DatabaseError::DatabaseAlreadyOpen => StoreError::Locked,
+                e => StoreError::storage(e),
+            })?;
         let count = prepare(&db)?;
         let db = Arc::new(db);
         let (writer, queue) = mpsc::channel(WRITE_QUEUE);
@@ -271,6 +275,7 @@ fn create_tables(db: &Database) -> Result<(), StoreError> {
 /// handle is gone.
 fn write_loop(db: &Database, mut queue: mpsc::Receiver<Command>) -> Option<oneshot::Sender<()>> {
     let mut batch = Vec::with_capacity(MAX_BATCH);
+    let mut stats = WriteStats::default();
     while let Some(first) = queue.blocking_recv() {
         let mut closing = None;
         let mut next = Some(first);
@@ -295,29 +300,54 @@ fn write_loop(db: &Database, mut queue: mpsc::Receiver<Command>) -> Option<onesh
             queue.close();
         }
         if !batch.is_empty() {
-            commit_batch(db, &mut batch);
+            stats.commits += 1;
+            stats.pets_written += commit_batch(db, &mut batch);
         }
         if closing.is_some() {
+            stats.report();
             return closing;
         }
     }
+    stats.report();
     None
+}
+
+/// What the writer did in its life, logged when it ends: with the run's length it gives the
+/// mean batch size and the commit (fsync) rate.
+#[derive(Default)]
+struct WriteStats {
+    commits: u64,
+    pets_written: u64,
+}
+
+impl WriteStats {
+    fn report(&self) {
+        tracing::info!(
+            commits = self.commits,
+            pets_written = self.pets_written,
+            "store closed"
+        );
+    }
 }
 
 type Pending = (NewPet, oneshot::Sender<Result<StoredPet, StoreError>>);
 
-fn commit_batch(db: &Database, batch: &mut Vec<Pending>) {
+/// Commits a batch and answers each caller; returns how many pets were written.
+fn commit_batch(db: &Database, batch: &mut Vec<Pending>) -> u64 {
     match write_batch(db, batch.iter().map(|(pet, _)| pet)) {
         Ok(stored) => {
+            let written = stored.len() as u64;
             for ((_, reply), pet) in batch.drain(..).zip(stored) {
                 let _ = reply.send(Ok(pet));
             }
+            written
         }
         Err(e) => {
             tracing::error!(error = %e, pets = batch.len(), "write transaction failed");
             for (_, reply) in batch.drain(..) {
                 let _ = reply.send(Err(e.clone()));
             }
+            0
         }
     }
 }
@@ -385,6 +415,8 @@ impl JsonArray {
 mod tests {
     use super::*;
 
+    const TEST_CACHE_BYTES: usize = 1 << 20;
+
     fn new_pet(name: &str, status: Option<PetStatus>) -> NewPet {
         NewPet {
             name: name.into(),
@@ -405,7 +437,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("temp dir");
         let path = dir.path().join("pets.redb");
         runtime().block_on(async {
-            let (store, count) = Store::open(&path).expect("open");
+            let (store, count) = Store::open(&path, TEST_CACHE_BYTES).expect("open");
             assert_eq!(count, 0);
             assert_eq!(
                 store.create(new_pet("a", None)).await.expect("create").id,
@@ -417,7 +449,7 @@ mod tests {
             );
             store.close().await;
 
-            let (store, count) = Store::open(&path).expect("reopen");
+            let (store, count) = Store::open(&path, TEST_CACHE_BYTES).expect("reopen");
             assert_eq!(count, 2);
             let third = store.create(new_pet("c", None)).await.expect("create");
             assert_eq!(third.id, 3);
@@ -430,7 +462,7 @@ mod tests {
     fn list_joins_stored_objects_and_filters_by_index() {
         let dir = tempfile::tempdir().expect("temp dir");
         runtime().block_on(async {
-            let (store, _) = Store::open(&dir.path().join("pets.redb")).expect("open");
+            let (store, _) = Store::open(&dir.path().join("pets.redb"), TEST_CACHE_BYTES).expect("open");
             for (name, status) in [("a", Some(PetStatus::Sold)), ("b", None), ("c", Some(PetStatus::Sold))] {
                 store.create(new_pet(name, status)).await.expect("create");
             }
@@ -451,8 +483,11 @@ mod tests {
         let dir = tempfile::tempdir().expect("temp dir");
         let path = dir.path().join("pets.redb");
         runtime().block_on(async {
-            let (store, _) = Store::open(&path).expect("open");
-            assert!(matches!(Store::open(&path), Err(StoreError::Locked)));
+            let (store, _) = Store::open(&path, TEST_CACHE_BYTES).expect("open");
+            assert!(matches!(
+                Store::open(&path, TEST_CACHE_BYTES),
+                Err(StoreError::Locked)
+            ));
             store.close().await;
         });
     }
@@ -471,7 +506,7 @@ mod tests {
             txn.commit().expect("commit");
         }
         assert!(matches!(
-            Store::open(&path),
+            Store::open(&path, TEST_CACHE_BYTES),
             Err(StoreError::NewerSchema { found: 2 })
         ));
     }
@@ -480,7 +515,8 @@ mod tests {
     fn writes_after_close_fail() {
         let dir = tempfile::tempdir().expect("temp dir");
         runtime().block_on(async {
-            let (store, _) = Store::open(&dir.path().join("pets.redb")).expect("open");
+            let (store, _) =
+                Store::open(&dir.path().join("pets.redb"), TEST_CACHE_BYTES).expect("open");
             let other = store.clone();
             assert!(other.check().await.is_ok());
             store.close().await;

@@ -1,0 +1,2 @@
+//! The load benchmark (placeholder while it is written).
+fn main() {}
