@@ -199,6 +199,9 @@ fn help_describes_every_flag_with_its_variable_and_version_prints() {
         "tls-key",
         "api-keys",
         "shutdown-timeout",
+        "cache-size",
+        "log-format",
+        "log-level",
     ] {
         let variable = format!("PETSTORE_{}", flag.to_uppercase().replace('-', "_"));
         assert!(
