@@ -7,9 +7,11 @@ use std::borrow::Cow;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, LengthLimitError, Limited};
+use hyper::StatusCode;
 use hyper::body::Incoming;
-use hyper::header::{CONTENT_LENGTH, CONTENT_TYPE, HeaderName, HeaderValue, LINK, LOCATION};
-use hyper::{Request, StatusCode};
+use hyper::header::{
+    CONTENT_LENGTH, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue, LINK, LOCATION,
+};
 
 use crate::error::Error;
 use crate::pet::{NewPet, PetId, PetStatus};
@@ -49,22 +51,25 @@ pub async fn list_pets(store: &Store, query: Option<&str>) -> Result<Reply, Erro
 }
 
 /// `POST /v1/pets` (createPet): 201 with the stored pet, once it is durably committed.
-pub async fn create_pet(store: &Store, request: Request<Incoming>) -> Result<Reply, Error> {
-    if !is_json(request.headers().get(CONTENT_TYPE)) {
+pub async fn create_pet(
+    store: &Store,
+    headers: &HeaderMap,
+    body: Incoming,
+) -> Result<Reply, Error> {
+    if !is_json(headers.get(CONTENT_TYPE)) {
         return Err(Error::UnsupportedMediaType);
     }
     let too_large = Error::PayloadTooLarge {
         limit_bytes: MAX_BODY_BYTES,
     };
     // A declared length over the limit is refused before a byte of the body is read.
-    let declared = request
-        .headers()
+    let declared = headers
         .get(CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
     if declared.is_some_and(|length| length > MAX_BODY_BYTES as u64) {
         return Err(too_large);
     }
-    let body = Limited::new(request.into_body(), MAX_BODY_BYTES)
+    let body = Limited::new(body, MAX_BODY_BYTES)
         .collect()
         .await
         .map_err(|e| {

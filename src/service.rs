@@ -12,6 +12,7 @@ use http_body_util::Full;
 use hyper::body::Body as _;
 use hyper::body::Incoming;
 use hyper::header::{AUTHORIZATION, CONTENT_LENGTH, CONTENT_TYPE, HeaderValue};
+use hyper::http::request::Parts;
 use hyper::{Method, Request, Response};
 
 use crate::api::{self, Reply};
@@ -52,17 +53,16 @@ impl App {
         peer: SocketAddr,
     ) -> Response<Full<Bytes>> {
         let started = Instant::now();
-        let method = request.method().clone();
-        let version = request.version();
-        let path = request.uri().path().to_owned();
+        let (parts, body) = request.into_parts();
+        let (method, version, path) = (&parts.method, parts.version, parts.uri.path());
         // With the line at the end, this one shows requests that are slow or never finish.
         tracing::debug!(%method, %path, %peer, "request started");
-        let routed = route(&method, &path);
+        let routed = route(method, path);
         let deprecated = matches!(routed, Ok(Route::GetPet(_)));
         let health = matches!(routed, Ok(Route::Health));
         let mut label = None;
 
-        let result = self.dispatch(request, &path, routed, &mut label).await;
+        let result = self.dispatch(&parts, body, routed, &mut label).await;
         if let Err(e) = &result
             && let Some(cause) = e.cause()
         {
@@ -97,23 +97,23 @@ impl App {
 
     async fn dispatch(
         &self,
-        request: Request<Incoming>,
-        path: &str,
+        parts: &Parts,
+        body: Incoming,
         routed: Result<Route<'_>, Error>,
         label: &mut Option<Arc<str>>,
     ) -> Result<Reply, Error> {
         // Auth comes before routing, so without a key nothing under /v1 reveals what exists.
-        if needs_key(path) {
-            let credentials = request
-                .headers()
+        if needs_key(parts.uri.path()) {
+            let credentials = parts
+                .headers
                 .get_all(AUTHORIZATION)
                 .iter()
                 .map(HeaderValue::as_bytes);
             *label = Some(self.keys.check(credentials)?);
         }
         match routed? {
-            Route::ListPets => api::list_pets(&self.store, request.uri().query()).await,
-            Route::CreatePet => api::create_pet(&self.store, request).await,
+            Route::ListPets => api::list_pets(&self.store, parts.uri.query()).await,
+            Route::CreatePet => api::create_pet(&self.store, &parts.headers, body).await,
             Route::GetPet(id) => api::get_pet(&self.store, id).await,
             Route::OpenApi => Ok(api::openapi()),
             Route::Health => api::healthz(&self.store).await,

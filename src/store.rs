@@ -218,15 +218,15 @@ impl Store {
         }
     }
 
-    async fn read<T: Send + 'static>(
+    /// Runs a read on the calling task. Reads come from redb's page cache or the OS page
+    /// cache, a few microseconds; handing them to a blocking thread cost more than the read on
+    /// a one-core server (see benches/load). A read that must wait on the disk stalls this
+    /// worker for that wait, a trade accepted for a store that fits in memory.
+    async fn read<T>(
         &self,
-        work: impl FnOnce(&Database) -> Result<T, StoreError> + Send + 'static,
+        work: impl FnOnce(&Database) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
-        let db = Arc::clone(&self.db);
-        // A read can wait on the disk; keep it off the runtime's workers.
-        tokio::task::spawn_blocking(move || work(&db))
-            .await
-            .map_err(|e| StoreError::storage(redb::StorageError::Io(std::io::Error::other(e))))?
+        work(&self.db)
     }
 }
 
