@@ -8,6 +8,7 @@ mod config;
 mod error;
 mod lifecycle;
 mod pet;
+mod query;
 mod server;
 mod service;
 mod store;
