@@ -3,6 +3,8 @@
 //! store and builds a `Reply` with the operation's own headers. It knows no connections, TLS
 //! or tables. Invariant: input is fully checked before the store is touched.
 
+use std::time::Duration;
+
 use bytes::Bytes;
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 use hyper::StatusCode;
@@ -27,6 +29,8 @@ pub struct Reply {
     pub status: StatusCode,
     pub body: Bytes,
     pub headers: Vec<(HeaderName, HeaderValue)>,
+    /// Close the connection after this answer.
+    pub close: bool,
 }
 
 impl Reply {
@@ -35,6 +39,7 @@ impl Reply {
             status: StatusCode::OK,
             body,
             headers: Vec::new(),
+            close: false,
         }
     }
 }
@@ -51,6 +56,7 @@ pub async fn create_pet(
     store: &Store,
     headers: &HeaderMap,
     body: Incoming,
+    body_timeout: Duration,
 ) -> Result<Reply, Error> {
     if !query::is_json(headers.get(CONTENT_TYPE).and_then(|v| v.to_str().ok())) {
         return Err(Error::UnsupportedMediaType);
@@ -65,9 +71,14 @@ pub async fn create_pet(
     if declared.is_some_and(|length| length > MAX_BODY_BYTES as u64) {
         return Err(too_large);
     }
-    let body = Limited::new(body, MAX_BODY_BYTES)
-        .collect()
-        .await
+    // A body that trickles or stops holds a connection and a buffer; bound its whole arrival.
+    let collected =
+        tokio::time::timeout(body_timeout, Limited::new(body, MAX_BODY_BYTES).collect())
+            .await
+            .map_err(|_| Error::RequestTimeout {
+                limit: body_timeout,
+            })?;
+    let body = collected
         .map_err(|e| {
             if e.is::<LengthLimitError>() {
                 Error::PayloadTooLarge {
@@ -86,6 +97,7 @@ pub async fn create_pet(
         status: StatusCode::CREATED,
         body: stored.json,
         headers: vec![(LOCATION, location)],
+        close: false,
     })
 }
 

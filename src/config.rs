@@ -50,6 +50,46 @@ pub struct Cli {
     )]
     shutdown_timeout: u64,
 
+    /// Connections served at once; further clients wait in the listen backlog until one ends.
+    #[arg(long, env = "PETSTORE_MAX_CONNECTIONS", default_value_t = 1024, value_name = "COUNT", value_parser = clap::value_parser!(u32).range(1..))]
+    max_connections: u32,
+
+    /// Seconds a client has to finish its TLS handshake.
+    #[arg(
+        long,
+        env = "PETSTORE_HANDSHAKE_TIMEOUT",
+        default_value_t = 10,
+        value_name = "SECONDS"
+    )]
+    handshake_timeout: u64,
+
+    /// Seconds a client has to send a whole HTTP/1.1 request head (slowloris).
+    #[arg(
+        long,
+        env = "PETSTORE_HEADER_TIMEOUT",
+        default_value_t = 10,
+        value_name = "SECONDS"
+    )]
+    header_timeout: u64,
+
+    /// Seconds a client has to send a whole request body.
+    #[arg(
+        long,
+        env = "PETSTORE_BODY_TIMEOUT",
+        default_value_t = 10,
+        value_name = "SECONDS"
+    )]
+    body_timeout: u64,
+
+    /// Seconds after which a connection with nothing in flight and no bytes moving is closed.
+    #[arg(
+        long,
+        env = "PETSTORE_IDLE_TIMEOUT",
+        default_value_t = 60,
+        value_name = "SECONDS"
+    )]
+    idle_timeout: u64,
+
     /// Most memory, in MiB, the database's page cache may hold; bounds the server's memory at
     /// any store size (reads beyond it go to the file and the OS page cache).
     #[arg(
@@ -103,6 +143,11 @@ pub struct Config {
     pub tls_key: PathBuf,
     pub api_keys: PathBuf,
     pub shutdown_timeout: Duration,
+    pub max_connections: usize,
+    pub handshake_timeout: Duration,
+    pub header_timeout: Duration,
+    pub body_timeout: Duration,
+    pub idle_timeout: Duration,
     /// The database page cache's bound, in bytes.
     pub cache_bytes: usize,
     pub log_format: LogFormat,
@@ -124,6 +169,11 @@ impl Cli {
             tls_key: self.tls_key.ok_or_else(|| missing("--tls-key"))?,
             api_keys: self.api_keys.ok_or_else(|| missing("--api-keys"))?,
             shutdown_timeout: Duration::from_secs(self.shutdown_timeout),
+            max_connections: self.max_connections as usize,
+            handshake_timeout: Duration::from_secs(self.handshake_timeout),
+            header_timeout: Duration::from_secs(self.header_timeout),
+            body_timeout: Duration::from_secs(self.body_timeout),
+            idle_timeout: Duration::from_secs(self.idle_timeout),
             cache_bytes: self.cache_size.saturating_mul(1 << 20),
             log_format: self.log_format,
             log_level: self.log_level,

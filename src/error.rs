@@ -4,6 +4,7 @@
 //! logged, never sent.
 
 use std::borrow::Cow;
+use std::time::Duration;
 
 use hyper::StatusCode;
 use hyper::header::{ALLOW, HeaderName, HeaderValue, WWW_AUTHENTICATE};
@@ -15,6 +16,18 @@ use crate::store::StoreError;
 /// Why a request failed, in terms a client can act on.
 #[derive(Debug)]
 pub enum Error {
+    /// The request breaks HTTP's own framing rules (no Host, ambiguous length); the
+    /// connection is closed after the answer, since its framing cannot be trusted.
+    InvalidRequest(&'static str),
+    /// Too many header fields, or too many bytes of them.
+    HeadersTooLarge {
+        max_fields: usize,
+        max_bytes: usize,
+    },
+    /// The request body did not arrive in time; the connection is closed after the answer.
+    RequestTimeout {
+        limit: Duration,
+    },
     /// A query or path parameter is malformed; the message names it.
     InvalidParameter(String),
     /// The request body breaks a `NewPet` rule; the message says which.
@@ -47,7 +60,11 @@ pub struct ErrorBody<'a> {
 impl Error {
     pub fn status(&self) -> StatusCode {
         match self {
-            Error::InvalidParameter(_) | Error::InvalidBody(_) => StatusCode::BAD_REQUEST,
+            Error::InvalidRequest(_) | Error::InvalidParameter(_) | Error::InvalidBody(_) => {
+                StatusCode::BAD_REQUEST
+            }
+            Error::HeadersTooLarge { .. } => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            Error::RequestTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
             Error::Unauthorized(_) => StatusCode::UNAUTHORIZED,
             Error::NotFound(_) => StatusCode::NOT_FOUND,
             Error::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
@@ -60,6 +77,9 @@ impl Error {
 
     pub fn code(&self) -> &'static str {
         match self {
+            Error::InvalidRequest(_) => "invalid_request",
+            Error::HeadersTooLarge { .. } => "header_fields_too_large",
+            Error::RequestTimeout { .. } => "request_timeout",
             Error::InvalidParameter(_) => "invalid_parameter",
             Error::InvalidBody(_) => "invalid_body",
             Error::Unauthorized(_) => "unauthorized",
@@ -77,6 +97,19 @@ impl Error {
             Error::InvalidParameter(m) | Error::InvalidBody(m) | Error::NotFound(m) => {
                 Cow::Borrowed(m)
             }
+            Error::InvalidRequest(m) => Cow::Borrowed(m),
+            Error::HeadersTooLarge {
+                max_fields,
+                max_bytes,
+            } => {
+                format!("request headers must be at most {max_fields} fields and {max_bytes} bytes")
+                    .into()
+            }
+            Error::RequestTimeout { limit } => format!(
+                "the request body must arrive within {} seconds",
+                limit.as_secs()
+            )
+            .into(),
             Error::Unauthorized(AuthFailure::Missing) => {
                 "this operation needs an API key: send Authorization: Bearer <key>".into()
             }
@@ -112,6 +145,15 @@ impl Error {
             Error::MethodNotAllowed { allow } => Some((ALLOW, HeaderValue::from_static(allow))),
             _ => None,
         }
+    }
+
+    /// Whether the connection must close after this answer (HTTP/1.1): what follows on it
+    /// could not be told apart from the rest of this request.
+    pub fn closes_connection(&self) -> bool {
+        matches!(
+            self,
+            Error::InvalidRequest(_) | Error::RequestTimeout { .. }
+        )
     }
 
     /// The cause to log for failures that are ours, not the client's.
@@ -158,6 +200,14 @@ mod tests {
 
     fn every_variant() -> Vec<Error> {
         vec![
+            Error::InvalidRequest("HTTP/1.1 requests must carry a Host header"),
+            Error::HeadersTooLarge {
+                max_fields: 64,
+                max_bytes: 16384,
+            },
+            Error::RequestTimeout {
+                limit: Duration::from_secs(10),
+            },
             Error::InvalidParameter("limit must be an integer from 1 to 100".into()),
             Error::InvalidBody("name is required".into()),
             Error::Unauthorized(AuthFailure::Missing),
@@ -185,6 +235,9 @@ mod tests {
         assert_eq!(
             codes,
             [
+                "invalid_request",
+                "header_fields_too_large",
+                "request_timeout",
                 "invalid_parameter",
                 "invalid_body",
                 "unauthorized",

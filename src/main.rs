@@ -102,13 +102,20 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         })
     };
 
-    let app = service::App::new(store.clone(), keys);
+    let app = service::App::new(store.clone(), keys, config.body_timeout);
     let stopping = async {
         let signal = stop.stopped().await;
         lifecycle::notify(lifecycle::State::Stopping);
         tracing::info!(signal, "stopping");
     };
-    server::serve(listener, tls, app, stopping, config.shutdown_timeout).await;
+    let limits = server::Limits {
+        max_connections: config.max_connections,
+        handshake_timeout: config.handshake_timeout,
+        header_timeout: config.header_timeout,
+        idle_timeout: config.idle_timeout,
+        drain_timeout: config.shutdown_timeout,
+    };
+    server::serve(listener, tls, app, stopping, limits).await;
     reloads.abort();
     store.close().await;
     tracing::info!("stopped");

@@ -1,48 +1,90 @@
-//! Connections: the accept loop, one task per connection that runs the TLS handshake under a
-//! deadline and then serves HTTP/1.1 or HTTP/2 (hyper-util's auto builder), and the graceful
-//! drain on stop. It knows no routes, pets or keys: each request goes to `App`.
-//! Invariant: the accept loop never waits on a client; every per-client wait is bounded.
+//! Connections: the accept loop (bounded by `--max-connections`), one task per connection
+//! that runs the TLS handshake under a deadline and then serves HTTP/1.1 or HTTP/2, idle
+//! connections closed, and the graceful drain on stop. It knows no routes, pets or keys:
+//! each request goes to `App`. Invariant: the accept loop never waits on a client, and every
+//! wait on a client is bounded (handshake, request head, idleness, drain).
 
 use std::future::Future;
+use std::io;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
-use hyper_util::server::graceful::GracefulShutdown;
 use rustls::ServerConfig;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{Semaphore, watch};
+use tokio::time::Instant;
 use tokio_rustls::TlsAcceptor;
 
 use crate::service::App;
-use crate::tls::HANDSHAKE_TIMEOUT;
 
-/// A client must send its whole request head within this time (slowloris).
-const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// After a failed accept (e.g. out of file descriptors), wait this long before the next.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
+/// HTTP/2 streams one connection may have open at once.
+const MAX_CONCURRENT_STREAMS: u32 = 128;
+/// CVE-2023-44487 (rapid reset): streams a client may open and reset before the server has
+/// handled them, and streams the server may reset for errors, before the connection is
+/// closed with ENHANCE_YOUR_CALM.
+const MAX_PENDING_RESET_STREAMS: usize = 32;
+const MAX_LOCAL_ERROR_RESET_STREAMS: usize = 256;
+/// hyper's own bounds sit above `service`'s header limits, so that a request just over ours
+/// still reaches the service and gets its JSON 431; beyond these hyper answers by itself.
+const HYPER_MAX_HEADERS: usize = 256;
+const HYPER_MAX_HEADER_BYTES: usize = 64 * 1024;
 
-/// Serves until `stop` resolves, then stops accepting and gives open connections up to
-/// `drain` to finish their requests.
+/// The bounds a client can run into at the connection level.
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    /// Connections served at once; more wait in the listen backlog.
+    pub max_connections: usize,
+    /// A TLS handshake must finish within this.
+    pub handshake_timeout: Duration,
+    /// An HTTP/1.1 request head must arrive within this (slowloris).
+    pub header_timeout: Duration,
+    /// A connection with no request in flight and no bytes moving is closed after this.
+    pub idle_timeout: Duration,
+    /// After a stop, open connections get this long to finish their requests.
+    pub drain_timeout: Duration,
+}
+
+/// Serves until `stop` resolves, then stops accepting and drains open connections.
 pub async fn serve(
     listener: TcpListener,
     tls: Arc<ServerConfig>,
     app: App,
     stop: impl Future<Output = ()>,
-    drain: Duration,
+    limits: Limits,
 ) {
     let acceptor = TlsAcceptor::from(tls);
     let mut http = auto::Builder::new(TokioExecutor::new());
     http.http1()
         .timer(TokioTimer::new())
-        .header_read_timeout(HEADER_READ_TIMEOUT);
-    http.http2().timer(TokioTimer::new());
-    let graceful = GracefulShutdown::new();
+        .header_read_timeout(limits.header_timeout)
+        .max_headers(HYPER_MAX_HEADERS)
+        .max_buf_size(HYPER_MAX_HEADER_BYTES);
+    http.http2()
+        .timer(TokioTimer::new())
+        .max_concurrent_streams(MAX_CONCURRENT_STREAMS)
+        .max_pending_accept_reset_streams(MAX_PENDING_RESET_STREAMS)
+        .max_local_error_reset_streams(MAX_LOCAL_ERROR_RESET_STREAMS)
+        .max_header_list_size(HYPER_MAX_HEADER_BYTES as u32);
+    let slots = Arc::new(Semaphore::new(limits.max_connections));
+    // Every connection task holds a receiver: `closed()` on the sender is the end of the drain.
+    let (stopping, stop_seen) = watch::channel(false);
 
     tokio::pin!(stop);
     loop {
+        let slot = tokio::select! {
+            slot = Arc::clone(&slots).acquire_owned() => slot.expect("the semaphore is never closed"),
+            () = &mut stop => break,
+        };
         let (tcp, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok(accepted) => accepted,
@@ -54,19 +96,26 @@ pub async fn serve(
             },
             () = &mut stop => break,
         };
-        let task = Connection {
+        let connection = Connection {
             acceptor: acceptor.clone(),
             http: http.clone(),
             app: app.clone(),
-            watcher: graceful.watcher(),
+            limits,
+            stop: stop_seen.clone(),
+            _slot: slot,
         };
-        tokio::spawn(task.run(tcp, peer));
+        tokio::spawn(connection.run(tcp, peer));
     }
 
     drop(listener);
-    tokio::select! {
-        () = graceful.shutdown() => tracing::info!("all connections closed"),
-        () = tokio::time::sleep(drain) => tracing::warn!(timeout_s = drain.as_secs(), "drain timed out; closing the remaining connections"),
+    drop(stop_seen);
+    let _ = stopping.send(true);
+    match tokio::time::timeout(limits.drain_timeout, stopping.closed()).await {
+        Ok(()) => tracing::info!("all connections closed"),
+        Err(_) => tracing::warn!(
+            timeout_s = limits.drain_timeout.as_secs(),
+            "drain timed out; closing the remaining connections"
+        ),
     }
 }
 
@@ -75,31 +124,186 @@ struct Connection {
     acceptor: TlsAcceptor,
     http: auto::Builder<TokioExecutor>,
     app: App,
-    /// Lets the drain on stop see this connection and ask it to finish.
-    watcher: hyper_util::server::graceful::Watcher,
+    limits: Limits,
+    /// Turns true when the server stops; the task then finishes its requests and ends.
+    stop: watch::Receiver<bool>,
+    /// This connection's place under `--max-connections`, given back when the task ends.
+    _slot: tokio::sync::OwnedSemaphorePermit,
 }
 
 impl Connection {
-    async fn run(self, tcp: TcpStream, peer: SocketAddr) {
+    async fn run(mut self, tcp: TcpStream, peer: SocketAddr) {
         // Small request/response exchanges: sending at once beats Nagle's batching.
         let _ = tcp.set_nodelay(true);
-        let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, self.acceptor.accept(tcp)).await {
-            Ok(Ok(tls)) => tls,
-            // Scanners and plain-HTTP clients land here; not worth more than debug.
-            Ok(Err(e)) => return tracing::debug!(%peer, error = %e, "TLS handshake failed"),
-            Err(_) => return tracing::debug!(%peer, "TLS handshake timed out"),
+        let handshake =
+            tokio::time::timeout(self.limits.handshake_timeout, self.acceptor.accept(tcp));
+        let tls = tokio::select! {
+            tls = handshake => match tls {
+                Ok(Ok(tls)) => tls,
+                // Scanners and plain-HTTP clients land here; not worth more than debug.
+                Ok(Err(e)) => return tracing::debug!(%peer, error = %e, "TLS handshake failed"),
+                Err(_) => return tracing::debug!(%peer, "TLS handshake timed out"),
+            },
+            _ = self.stop.wait_for(|stopped| *stopped) => return,
         };
+
+        let activity = Arc::new(Activity::new());
         let app = self.app;
+        let counted = Arc::clone(&activity);
         let service = service_fn(move |request| {
             let app = app.clone();
-            async move { Ok::<_, std::convert::Infallible>(app.handle(request, peer).await) }
+            let in_flight = InFlight::enter(&counted);
+            async move {
+                let response = app.handle(request, peer).await;
+                drop(in_flight);
+                Ok::<_, std::convert::Infallible>(response)
+            }
         });
-        let connection = self
-            .http
-            .serve_connection(TokioIo::new(tls), service)
-            .into_owned();
-        if let Err(e) = self.watcher.watch(connection).await {
-            tracing::debug!(%peer, error = %e, "connection ended with an error");
+        let io = TokioIo::new(Watched {
+            inner: tls,
+            activity: Arc::clone(&activity),
+        });
+        let connection = self.http.serve_connection(io, service);
+        tokio::pin!(connection);
+
+        let mut closing = false;
+        // While a request is in flight the silence deadline may lie in the past; look again
+        // no sooner than one idle period later, rather than spin.
+        let mut next_check = Instant::now();
+        loop {
+            let idle_at = activity
+                .idle_deadline(self.limits.idle_timeout)
+                .max(next_check);
+            tokio::select! {
+                result = connection.as_mut() => {
+                    if let Err(e) = result {
+                        tracing::debug!(%peer, error = %e, "connection ended with an error");
+                    }
+                    return;
+                }
+                _ = self.stop.wait_for(|stopped| *stopped), if !closing => {
+                    connection.as_mut().graceful_shutdown();
+                    closing = true;
+                }
+                () = tokio::time::sleep_until(idle_at), if !closing => {
+                    if activity.is_idle(self.limits.idle_timeout) {
+                        tracing::debug!(%peer, "closing an idle connection");
+                        connection.as_mut().graceful_shutdown();
+                        closing = true;
+                    } else {
+                        next_check = Instant::now() + self.limits.idle_timeout;
+                    }
+                }
+            }
         }
+    }
+}
+
+/// When a connection last moved bytes, and how many of its requests are being answered.
+struct Activity {
+    started: Instant,
+    last_io_ms: AtomicU64,
+    in_flight: AtomicUsize,
+}
+
+impl Activity {
+    fn new() -> Activity {
+        Activity {
+            started: Instant::now(),
+            last_io_ms: AtomicU64::new(0),
+            in_flight: AtomicUsize::new(0),
+        }
+    }
+
+    fn touch(&self) {
+        let now = self.started.elapsed().as_millis() as u64;
+        self.last_io_ms.store(now, Ordering::Relaxed);
+    }
+
+    fn idle_deadline(&self, idle_timeout: Duration) -> Instant {
+        self.started + Duration::from_millis(self.last_io_ms.load(Ordering::Relaxed)) + idle_timeout
+    }
+
+    fn is_idle(&self, idle_timeout: Duration) -> bool {
+        // A slow handler moves no bytes but is not idle; only a connection with nothing to
+        // answer may be closed for silence.
+        self.in_flight.load(Ordering::Relaxed) == 0
+            && Instant::now() >= self.idle_deadline(idle_timeout)
+    }
+}
+
+/// Counts one request as being answered until dropped.
+struct InFlight(Arc<Activity>);
+
+impl InFlight {
+    fn enter(activity: &Arc<Activity>) -> InFlight {
+        activity.in_flight.fetch_add(1, Ordering::Relaxed);
+        InFlight(Arc::clone(activity))
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::Relaxed);
+        self.0.touch();
+    }
+}
+
+/// The TLS stream, noting in `activity` every time bytes move.
+struct Watched<T> {
+    inner: T,
+    activity: Arc<Activity>,
+}
+
+impl<T: AsyncRead + Unpin> AsyncRead for Watched<T> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut self.inner).poll_read(cx, buf);
+        if buf.filled().len() > before {
+            self.activity.touch();
+        }
+        polled
+    }
+}
+
+impl<T: AsyncWrite + Unpin> AsyncWrite for Watched<T> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let polled = Pin::new(&mut self.inner).poll_write(cx, buf);
+        if matches!(polled, Poll::Ready(Ok(n)) if n > 0) {
+            self.activity.touch();
+        }
+        polled
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let polled = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
+        if matches!(polled, Poll::Ready(Ok(n)) if n > 0) {
+            self.activity.touch();
+        }
+        polled
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
     }
 }

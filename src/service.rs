@@ -5,15 +5,17 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::body::Body as _;
 use hyper::body::Incoming;
-use hyper::header::{AUTHORIZATION, CONTENT_LENGTH, CONTENT_TYPE, HeaderValue};
+use hyper::header::{
+    AUTHORIZATION, CONNECTION, CONTENT_LENGTH, CONTENT_TYPE, HOST, HeaderValue, TRANSFER_ENCODING,
+};
 use hyper::http::request::Parts;
-use hyper::{Method, Request, Response};
+use hyper::{Method, Request, Response, Version};
 
 use crate::api::{self, Reply};
 use crate::auth::Keys;
@@ -25,11 +27,17 @@ const OPENAPI_PATH: &str = "/v1/openapi.json";
 /// The health probe: outside `/v1`, so it needs no key.
 const HEALTH_PATH: &str = "/healthz";
 
+/// Header fields a request may carry, and their total size (names, values and separators).
+const MAX_HEADER_FIELDS: usize = 64;
+const MAX_HEADER_BYTES: usize = 16 * 1024;
+
 /// Everything a request may need; one clone per request, each field a shared handle.
 #[derive(Clone)]
 pub struct App {
     store: Store,
     keys: Arc<Keys>,
+    /// A request body must arrive whole within this.
+    body_timeout: Duration,
 }
 
 /// An operation, chosen by method and path.
@@ -42,8 +50,12 @@ enum Route<'a> {
 }
 
 impl App {
-    pub fn new(store: Store, keys: Arc<Keys>) -> App {
-        App { store, keys }
+    pub fn new(store: Store, keys: Arc<Keys>, body_timeout: Duration) -> App {
+        App {
+            store,
+            keys,
+            body_timeout,
+        }
     }
 
     /// Answers one request; never fails, since every failure is itself an answer.
@@ -68,7 +80,7 @@ impl App {
         {
             tracing::error!(%method, %path, cause, "request failed");
         }
-        let mut response = into_response(result, deprecated);
+        let mut response = into_response(result, deprecated, version);
         if method == Method::HEAD {
             // RFC 9110 9.3.2: HEAD gets GET's headers, Content-Length included, and no content.
             // hyper drops the body of an HTTP/1.1 HEAD answer but sends it over HTTP/2.
@@ -102,6 +114,7 @@ impl App {
         routed: Result<Route<'_>, Error>,
         label: &mut Option<Arc<str>>,
     ) -> Result<Reply, Error> {
+        check_framing(parts)?;
         // Auth comes before routing, so without a key nothing under /v1 reveals what exists.
         if needs_key(parts.uri.path()) {
             let credentials = parts
@@ -113,7 +126,9 @@ impl App {
         }
         match routed? {
             Route::ListPets => api::list_pets(&self.store, parts.uri.query()).await,
-            Route::CreatePet => api::create_pet(&self.store, &parts.headers, body).await,
+            Route::CreatePet => {
+                api::create_pet(&self.store, &parts.headers, body, self.body_timeout).await
+            }
             Route::GetPet(id) => api::get_pet(&self.store, id).await,
             Route::OpenApi => Ok(api::openapi()),
             Route::Health => api::healthz(&self.store).await,
@@ -149,7 +164,11 @@ fn route<'a>(method: &Method, path: &'a str) -> Result<Route<'a>, Error> {
     }
 }
 
-fn into_response(result: Result<Reply, Error>, deprecated: bool) -> Response<Full<Bytes>> {
+fn into_response(
+    result: Result<Reply, Error>,
+    deprecated: bool,
+    version: Version,
+) -> Response<Full<Bytes>> {
     let reply = result.unwrap_or_else(|error| {
         let body = serde_json::to_vec(&error.body())
             .expect("an ErrorBody is strings and an integer: it always encodes");
@@ -157,6 +176,8 @@ fn into_response(result: Result<Reply, Error>, deprecated: bool) -> Response<Ful
             status: error.status(),
             body: Bytes::from(body),
             headers: error.headers().into_iter().collect(),
+            // HTTP/2 has no Connection header (RFC 9113 8.2.2): each stream stands alone.
+            close: error.closes_connection() && version < Version::HTTP_2,
         }
     });
     let mut response = Response::new(Full::new(reply.body));
@@ -167,7 +188,43 @@ fn into_response(result: Result<Reply, Error>, deprecated: bool) -> Response<Ful
     if deprecated {
         headers.extend(api::deprecation_headers());
     }
+    if reply.close {
+        headers.insert(CONNECTION, HeaderValue::from_static("close"));
+    }
     response
+}
+
+/// HTTP's own rules for a request, checked before anything else reads it: RFC 9112 3.2 (an
+/// HTTP/1.1 request has a Host), 6.3 (Content-Length given once, never with
+/// Transfer-Encoding: the shapes of request smuggling), and our bound on header size.
+fn check_framing(parts: &Parts) -> Result<(), Error> {
+    let headers = &parts.headers;
+    let bytes: usize = headers
+        .iter()
+        .map(|(name, value)| name.as_str().len() + value.len() + 4)
+        .sum();
+    if headers.len() > MAX_HEADER_FIELDS || bytes > MAX_HEADER_BYTES {
+        return Err(Error::HeadersTooLarge {
+            max_fields: MAX_HEADER_FIELDS,
+            max_bytes: MAX_HEADER_BYTES,
+        });
+    }
+    if parts.version == Version::HTTP_11 && !headers.contains_key(HOST) {
+        return Err(Error::InvalidRequest(
+            "HTTP/1.1 requests must carry a Host header",
+        ));
+    }
+    if headers.get_all(CONTENT_LENGTH).iter().count() > 1 {
+        return Err(Error::InvalidRequest(
+            "Content-Length must be given at most once",
+        ));
+    }
+    if headers.contains_key(CONTENT_LENGTH) && headers.contains_key(TRANSFER_ENCODING) {
+        return Err(Error::InvalidRequest(
+            "Content-Length and Transfer-Encoding must not be combined",
+        ));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

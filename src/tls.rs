@@ -7,7 +7,6 @@
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, PoisonError, RwLock};
-use std::time::Duration;
 
 use anyhow::Context;
 use rustls::ServerConfig;
@@ -16,9 +15,6 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
-
-/// A client that has not finished its handshake by then is dropped.
-pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The certificate and key in force, and the files they came from.
 pub struct Certificate {
