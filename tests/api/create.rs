@@ -1,13 +1,10 @@
 //! createPet: the 201 answer, id assignment, every kind of invalid body, 415 and 413.
 
-use std::time::Duration;
-
 use hyper::Method;
 use hyper::header::CONTENT_TYPE;
 use serde_json::json;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::support::{DEV_KEY, Server, tls_config, tls_connect};
+use crate::support::{DEV_KEY, Server, raw_exchange};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_new_pet_gets_201_with_its_fields_its_id_and_location() {
@@ -184,36 +181,6 @@ async fn a_body_of_exactly_64_kib_is_accepted_and_one_byte_more_gets_413() {
     server.stop();
 }
 
-/// Sends raw HTTP/1.1 bytes over TLS and reads the answer until the server closes.
-async fn raw_exchange(server: &Server, head: &str, body: &[u8]) -> (u16, serde_json::Value) {
-    let mut tls = tls_connect(
-        server.addr,
-        tls_config(b"http/1.1", rustls::DEFAULT_VERSIONS),
-    )
-    .await
-    .expect("TLS");
-    tls.write_all(head.as_bytes()).await.expect("head sent");
-    // The server may answer and close before it has read all of this; that is the point.
-    let _ = tls.write_all(body).await;
-    let _ = tls.flush().await;
-    let mut answer = Vec::new();
-    let read = tokio::time::timeout(Duration::from_secs(10), tls.read_to_end(&mut answer)).await;
-    assert!(read.is_ok(), "the server answered and closed in time");
-    let text = String::from_utf8_lossy(&answer);
-    let (head, body) = text
-        .split_once("\r\n\r\n")
-        .unwrap_or_else(|| panic!("a full answer: {text:?}"));
-    let status = head
-        .split(' ')
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .expect("a status line");
-    (
-        status,
-        serde_json::from_str(body).unwrap_or_else(|e| panic!("JSON body ({e}): {body:?}")),
-    )
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn a_declared_length_over_64_kib_gets_413_before_the_body_is_sent() {
     let server = Server::start();
@@ -221,7 +188,9 @@ async fn a_declared_length_over_64_kib_gets_413_before_the_body_is_sent() {
         "POST /v1/pets HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {DEV_KEY}\r\n\
          Content-Type: application/json\r\nContent-Length: 10000000\r\nConnection: close\r\n\r\n"
     );
-    let (status, body) = raw_exchange(&server, &head, b"").await;
+    let (status, body) = raw_exchange(server.addr, head.as_bytes())
+        .await
+        .status_and_json();
     assert_eq!(
         (status, body),
         (
@@ -240,7 +209,14 @@ async fn a_chunked_body_is_cut_off_at_64_kib_with_413() {
          Content-Type: application/json\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
     );
     let chunk = format!("2000\r\n{}\r\n", " ".repeat(0x2000));
-    let (status, body) = raw_exchange(&server, &head, chunk.repeat(9).as_bytes()).await;
+    let (status, body) = raw_exchange(
+        server.addr,
+        [head.as_bytes(), chunk.repeat(9).as_bytes()]
+            .concat()
+            .as_slice(),
+    )
+    .await
+    .status_and_json();
     assert_eq!((status, &body["code"]), (413, &json!("payload_too_large")));
     server.stop();
 }

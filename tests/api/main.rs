@@ -7,6 +7,7 @@ mod errors;
 mod get;
 mod health;
 mod lifecycle;
+mod limits;
 mod list;
 mod logs;
 mod openapi;

@@ -30,6 +30,7 @@ pub const DEV_KEY: &str = "petstore-dev-key-not-for-production";
 const START_DEADLINE: Duration = Duration::from_secs(20);
 const EXIT_DEADLINE: Duration = Duration::from_secs(20);
 const LOG_DEADLINE: Duration = Duration::from_secs(10);
+const CLOSE_DEADLINE: Duration = Duration::from_secs(15);
 
 pub fn cert(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -165,6 +166,10 @@ impl Server {
             logs,
             reader: Some(reader),
         }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("the server is running").id()
     }
 
     pub fn dir(&self) -> &Path {
@@ -603,4 +608,71 @@ pub fn certificate_der(name: &Path) -> Vec<CertificateDer<'static>> {
         .expect("PEM file")
         .map(|c| c.expect("a certificate"))
         .collect()
+}
+
+/// What came back on a raw connection before the server closed it.
+#[derive(Debug)]
+pub struct RawReply {
+    /// Everything received, as text.
+    pub text: String,
+}
+
+impl RawReply {
+    /// The status of the first answer, if there was one.
+    pub fn status(&self) -> Option<u16> {
+        self.text.strip_prefix("HTTP/1.1 ")?.get(..3)?.parse().ok()
+    }
+
+    /// The head of the first answer.
+    pub fn head(&self) -> &str {
+        self.text
+            .split_once("\r\n\r\n")
+            .map_or(&self.text, |(head, _)| head)
+    }
+
+    /// The status and the JSON body of the only answer.
+    pub fn status_and_json(&self) -> (u16, Value) {
+        let (_, body) = self
+            .text
+            .split_once("\r\n\r\n")
+            .unwrap_or_else(|| panic!("a full answer: {:?}", self.text));
+        let status = self
+            .status()
+            .unwrap_or_else(|| panic!("a status line: {:?}", self.text));
+        (
+            status,
+            serde_json::from_str(body).unwrap_or_else(|e| panic!("JSON body ({e}): {body:?}")),
+        )
+    }
+}
+
+/// Reads until the peer closes (or breaks) the stream; fails the test past the deadline.
+pub async fn read_until_closed(stream: &mut (impl tokio::io::AsyncRead + Unpin)) -> String {
+    use tokio::io::AsyncReadExt;
+    let mut received = Vec::new();
+    let mut buf = [0u8; 16 * 1024];
+    let reading = async {
+        // A reset or a missing close_notify also ends the exchange; what arrived is kept.
+        while let Ok(n @ 1..) = stream.read(&mut buf).await {
+            received.extend_from_slice(&buf[..n]);
+        }
+    };
+    tokio::time::timeout(CLOSE_DEADLINE, reading)
+        .await
+        .expect("the server closed the connection in time");
+    String::from_utf8_lossy(&received).into_owned()
+}
+
+/// Sends raw bytes over TLS (HTTP/1.1 by ALPN) and reads what comes back until the server
+/// closes the connection. The server may answer and close before it has read all of them.
+pub async fn raw_exchange(addr: SocketAddr, bytes: &[u8]) -> RawReply {
+    use tokio::io::AsyncWriteExt;
+    let mut tls = tls_connect(addr, tls_config(b"http/1.1", rustls::DEFAULT_VERSIONS))
+        .await
+        .expect("TLS");
+    let _ = tls.write_all(bytes).await;
+    let _ = tls.flush().await;
+    RawReply {
+        text: read_until_closed(&mut tls).await,
+    }
 }

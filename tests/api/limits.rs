@@ -1,0 +1,302 @@
+//! Limits and timeouts: what a client sends beyond the server's bounds gets the JSON Error
+//! where HTTP still allows an answer, or a closed connection; and the server keeps serving
+//! everyone else. Timeouts are set to a second here through their flags.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use hyper::Method;
+use serde_json::json;
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+
+use crate::support::{
+    DEV_KEY, Options, Server, raw_exchange, read_until_closed, tls_config, tls_connect,
+};
+
+fn with_args(args: &[&str]) -> Options {
+    Options {
+        args: args.iter().map(|a| a.to_string()).collect(),
+        ..Options::default()
+    }
+}
+
+fn auth() -> String {
+    format!("Authorization: Bearer {DEV_KEY}\r\n")
+}
+
+fn error(status: u16, code: &str, message: &str) -> (u16, serde_json::Value) {
+    (
+        status,
+        json!({"code": code, "message": message, "status": status}),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_http_1_1_request_without_host_gets_400_and_the_connection_closes() {
+    let server = Server::start();
+    // No "Connection: close": the server must close by itself.
+    let reply = raw_exchange(
+        server.addr,
+        format!("GET /v1/pets HTTP/1.1\r\n{}\r\n", auth()).as_bytes(),
+    )
+    .await;
+    assert_eq!(
+        reply.status_and_json(),
+        error(
+            400,
+            "invalid_request",
+            "HTTP/1.1 requests must carry a Host header"
+        )
+    );
+    assert!(reply.head().contains("connection: close"), "{}", reply.text);
+    server.stop();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn content_length_with_transfer_encoding_is_answered_once_and_the_connection_closes() {
+    let server = Server::start();
+    // A second request hides where Content-Length would end the first; it must never be
+    // answered. hyper frames the first by Transfer-Encoding alone and closes after it.
+    let request = format!(
+        "POST /v1/pets HTTP/1.1\r\nHost: x\r\n{}Content-Type: application/json\r\nContent-Length: 4\r\n\
+         Transfer-Encoding: chunked\r\n\r\n0\r\n\r\nGET /v1/pets HTTP/1.1\r\nHost: x\r\n{}\r\n",
+        auth(),
+        auth()
+    );
+    let reply = raw_exchange(server.addr, request.as_bytes()).await;
+    assert_eq!(
+        reply.status_and_json(),
+        error(
+            400,
+            "invalid_body",
+            "request body is required: a JSON object"
+        )
+    );
+    assert!(reply.head().contains("connection: close"), "{}", reply.text);
+    assert_eq!(
+        reply.text.matches("HTTP/1.1 ").count(),
+        1,
+        "one answer only: {}",
+        reply.text
+    );
+    server.stop();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn differing_content_lengths_get_400_and_the_connection_closes() {
+    let server = Server::start();
+    let request = format!(
+        "POST /v1/pets HTTP/1.1\r\nHost: x\r\n{}Content-Type: application/json\r\nContent-Length: 2\r\n\
+         Content-Length: 3\r\n\r\n{{}}GET /v1/pets HTTP/1.1\r\nHost: x\r\n{}\r\n",
+        auth(),
+        auth()
+    );
+    let reply = raw_exchange(server.addr, request.as_bytes()).await;
+    // hyper refuses this before the request exists, so the answer is its own, without a body.
+    assert_eq!(reply.status(), Some(400), "{}", reply.text);
+    assert_eq!(
+        reply.text.matches("HTTP/1.1 ").count(),
+        1,
+        "one answer only: {}",
+        reply.text
+    );
+    server.stop();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_repeated_content_length_over_http2_gets_400() {
+    let server = Server::start();
+    let mut client = server.h2().await;
+    let request = client
+        .authed(Method::POST, "/v1/pets")
+        .header("content-type", "application/json")
+        .header("content-length", "2")
+        .header("content-length", "2");
+    client.send(request, "{}").await.assert_error(
+        400,
+        "invalid_request",
+        "Content-Length must be given at most once",
+    );
+    server.stop();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn too_many_or_too_large_header_fields_get_431_json() {
+    let server = Server::start();
+    let message = "request headers must be at most 64 fields and 16384 bytes";
+    let mut client = server.h2().await;
+    let mut many = client.authed(Method::GET, "/v1/pets");
+    for i in 0..70 {
+        many = many.header(format!("x-extra-{i}"), "v");
+    }
+    client
+        .send(many, Bytes::new())
+        .await
+        .assert_error(431, "header_fields_too_large", message);
+    let large = client
+        .authed(Method::GET, "/v1/pets")
+        .header("x-large", "a".repeat(20_000));
+    client
+        .send(large, Bytes::new())
+        .await
+        .assert_error(431, "header_fields_too_large", message);
+    assert_eq!(
+        client.get("/v1/pets").await.status,
+        200,
+        "the connection still serves"
+    );
+    server.stop();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_body_that_stops_is_cut_off_with_408_and_the_connection_closes() {
+    // The idle timeout is shorter than the body timeout: a request in flight is not idle.
+    let server = Server::start_with(with_args(&["--body-timeout", "2", "--idle-timeout", "1"]));
+    let head = format!(
+        "POST /v1/pets HTTP/1.1\r\nHost: x\r\n{}Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{{\"name\"",
+        auth()
+    );
+    let reply = raw_exchange(server.addr, head.as_bytes()).await;
+    assert_eq!(
+        reply.status_and_json(),
+        error(
+            408,
+            "request_timeout",
+            "the request body must arrive within 2 seconds"
+        )
+    );
+    assert!(reply.head().contains("connection: close"), "{}", reply.text);
+    server.stop();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_request_head_dribbled_slower_than_the_header_timeout_is_dropped() {
+    let server = Server::start_with(with_args(&["--header-timeout", "1"]));
+    let mut tls = tls_connect(
+        server.addr,
+        tls_config(b"http/1.1", rustls::DEFAULT_VERSIONS),
+    )
+    .await
+    .expect("TLS");
+    tls.write_all(b"GET /v1/pets HTTP/1.1\r\nHost: x\r\n")
+        .await
+        .expect("a partial head");
+    let answer = read_until_closed(&mut tls).await;
+    assert!(!answer.contains("200 OK"), "{answer}");
+    assert_eq!(
+        server.h1().await.get("/v1/pets").await.status,
+        200,
+        "others are served"
+    );
+    server.stop();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_tls_handshake_that_never_finishes_is_dropped() {
+    let server = Server::start_with(with_args(&["--handshake-timeout", "1"]));
+    let mut tcp = TcpStream::connect(server.addr).await.expect("TCP connects");
+    tcp.write_all(&[0x16, 0x03, 0x01])
+        .await
+        .expect("the first bytes of a ClientHello");
+    read_until_closed(&mut tcp).await;
+    server.stop();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_idle_keep_alive_connection_is_closed_after_the_idle_timeout() {
+    let server = Server::start_with(with_args(&["--idle-timeout", "1"]));
+    let mut tls = tls_connect(
+        server.addr,
+        tls_config(b"http/1.1", rustls::DEFAULT_VERSIONS),
+    )
+    .await
+    .expect("TLS");
+    tls.write_all(format!("GET /v1/pets HTTP/1.1\r\nHost: x\r\n{}\r\n", auth()).as_bytes())
+        .await
+        .expect("request");
+    let answer = read_until_closed(&mut tls).await;
+    assert!(
+        answer.starts_with("HTTP/1.1 200 OK") && answer.ends_with("[]"),
+        "answered, then closed: {answer}"
+    );
+    server.stop();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn beyond_max_connections_a_client_waits_until_a_place_frees_up() {
+    let server = Server::start_with(with_args(&["--max-connections", "2"]));
+    let mut first = server.h1().await;
+    let mut second = server.h1().await;
+    let third = tokio::spawn(crate::support::Client::connect(
+        server.addr,
+        crate::support::Protocol::Http1,
+    ));
+    for _ in 0..3 {
+        assert_eq!(first.get("/v1/pets").await.status, 200);
+        assert_eq!(second.get("/v1/pets").await.status, 200);
+    }
+    assert!(
+        !third.is_finished(),
+        "the third connection is not served while two are open"
+    );
+    drop(first);
+    let mut third = tokio::time::timeout(Duration::from_secs(10), third)
+        .await
+        .expect("served once a place is free")
+        .expect("task");
+    assert_eq!(third.get("/v1/pets").await.status, 200);
+    server.stop();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_http2_reset_flood_does_not_stop_the_server_serving() {
+    let server = Server::start();
+    let mut sender = crate::support::h2_streaming(server.addr).await;
+    // Rapid reset (CVE-2023-44487): open a stream and cancel it at once, many times.
+    for _ in 0..2000 {
+        let (_body, channel) = http_body_util::channel::Channel::<Bytes>::new(1);
+        let request =
+            hyper::Request::post(format!("https://localhost:{}/v1/pets", server.addr.port()))
+                .header("authorization", format!("Bearer {DEV_KEY}"))
+                .body(channel)
+                .expect("request");
+        if sender.ready().await.is_err() {
+            break; // the server closed this connection: the flood is over for it
+        }
+        drop(sender.send_request(request));
+    }
+    let mut client = server.h2().await;
+    assert_eq!(client.get("/v1/pets").await.status, 200);
+    let rss_kib = std::fs::read_to_string(format!("/proc/{}/status", server.pid()))
+        .expect("status")
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("VmRSS:")
+                .map(|v| v.trim().trim_end_matches(" kB").parse::<u64>().expect("kB"))
+        })
+        .expect("VmRSS");
+    assert!(rss_kib < 128 * 1024, "memory stayed bounded: {rss_kib} KiB");
+    server.stop();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn plain_http_or_random_bytes_on_the_tls_port_are_dropped_quietly() {
+    let server = Server::start();
+    for bytes in [
+        &b"GET /v1/pets HTTP/1.1\r\nHost: x\r\n\r\n"[..],
+        &[0u8, 255, 7, 1, 2, 3, 4, 5, 6, 7, 8, 9][..],
+    ] {
+        let mut tcp = TcpStream::connect(server.addr).await.expect("TCP connects");
+        tcp.write_all(bytes).await.expect("sent");
+        let answer = read_until_closed(&mut tcp).await;
+        assert!(!answer.contains("HTTP/1.1"), "{answer:?}");
+    }
+    assert_eq!(server.h1().await.get("/v1/pets").await.status, 200);
+    let logs = server.stop().logs;
+    let loud: Vec<&str> = logs
+        .lines()
+        .filter(|l| l.contains("WARN") || l.contains("ERROR"))
+        .collect();
+    assert!(loud.is_empty(), "{loud:?}");
+}
