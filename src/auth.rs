@@ -322,4 +322,71 @@ mod tests {
             "the old set stays in force"
         );
     }
+
+    // Property tests: any keys file is a key set or a start-up error, never a panic; any
+    // Authorization value is a token or an `AuthFailure` (a 401), never a panic.
+    use proptest::prelude::*;
+
+    /// One keys-file line for `label` and `hash`, with the spacing and comments a person adds.
+    fn line(label: &str, hash: &[u8; 32], indent: &str, gap: &str, comment: &str) -> String {
+        format!(
+            "{indent}{label}{gap}{}{indent}{comment}\n",
+            encode_hex(hash)
+        )
+    }
+
+    proptest! {
+        #[test]
+        fn any_keys_file_is_a_key_set_or_an_error_without_panicking(
+            text in prop_oneof![any::<String>(), "[a-f0-9A-Z ._#\t\n-]{0,200}"],
+        ) {
+            if let Ok(set) = KeySet::parse(&text) {
+                prop_assert!(set.len() >= 1);
+            }
+        }
+
+        #[test]
+        fn a_file_of_valid_lines_holds_one_key_per_line(
+            keys in prop::collection::hash_map(
+                any::<[u8; 32]>(),
+                ("[A-Za-z0-9._-]{1,64}", "[ \t]{0,2}", "[ \t]{1,3}", "(# [ -~]{0,20})?", "(\n|\n# a comment\n)?"),
+                1..8,
+            ),
+        ) {
+            let mut text = String::new();
+            for (hash, (label, indent, gap, comment, after)) in &keys {
+                text.push_str(&line(label, hash, indent, gap, comment));
+                text.push_str(after);
+            }
+            let set = KeySet::parse(&text).map_err(|e| TestCaseError::fail(format!("{e:#}")))?;
+            prop_assert_eq!(set.len(), keys.len());
+            for (hash, (label, ..)) in &keys {
+                prop_assert_eq!(set.labels.get(hash).map(|l| &**l), Some(label.as_str()));
+            }
+        }
+
+        #[test]
+        fn any_authorization_value_is_a_token_or_a_failure_without_panicking(
+            header in prop_oneof![
+                prop::collection::vec(any::<u8>(), 0..128),
+                "(?i)(bearer|basic)?[ \t]{0,2}[ -~]{0,40}".prop_map(String::into_bytes),
+            ],
+        ) {
+            if let Ok(token) = bearer_token(&header) {
+                prop_assert!(!token.is_empty() && token.iter().all(|&b| is_token68(b)));
+            }
+        }
+
+        #[test]
+        fn a_bearer_credential_in_any_case_gives_back_its_token68(
+            scheme in "[Bb][Ee][Aa][Rr][Ee][Rr]",
+            token in "[A-Za-z0-9._~+/-]{1,64}={0,3}",
+            before in "[ \t]{0,2}",
+            gap in " {1,3}",
+            after in "[ \t]{0,2}",
+        ) {
+            let header = format!("{before}{scheme}{gap}{token}{after}");
+            prop_assert_eq!(bearer_token(header.as_bytes()), Ok(token.as_bytes()));
+        }
+    }
 }

@@ -130,7 +130,7 @@ enum Command {
 /// What the operator asked this process to do.
 #[derive(Debug)]
 pub enum Action {
-    Serve(Config),
+    Serve(Box<Config>),
     NewKey { label: String },
 }
 
@@ -162,7 +162,7 @@ impl Cli {
         // clap enforces `required` whenever no subcommand is given, so these are present; the
         // errors below only guard against that attribute being dropped.
         let missing = |flag: &str| anyhow::anyhow!("{flag} is required");
-        Ok(Action::Serve(Config {
+        Ok(Action::Serve(Box::new(Config {
             listen: self.listen,
             db: self.db,
             tls_cert: self.tls_cert.ok_or_else(|| missing("--tls-cert"))?,
@@ -177,7 +177,7 @@ impl Cli {
             cache_bytes: self.cache_size.saturating_mul(1 << 20),
             log_format: self.log_format,
             log_level: self.log_level,
-        }))
+        })))
     }
 }
 

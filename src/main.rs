@@ -50,7 +50,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 .thread_name("petstore")
                 .build()
                 .context("starting the async runtime")?;
-            runtime.block_on(serve(config))
+            runtime.block_on(serve(*config))
         }
     }
 }

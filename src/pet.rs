@@ -361,4 +361,122 @@ mod tests {
         let codes: Vec<u8> = all.iter().map(|s| s.to_code()).collect();
         assert_eq!(codes, [0, 1, 2]);
     }
+
+    // Property tests: any body is a NewPet or an `InvalidPet` (a 400), never a panic, and a
+    // NewPet written by serde_json, unknown keys and all, reads back as itself.
+    use proptest::prelude::*;
+
+    fn status() -> impl Strategy<Value = Option<PetStatus>> {
+        prop_oneof![
+            Just(None),
+            Just(Some(PetStatus::Available)),
+            Just(Some(PetStatus::Pending)),
+            Just(Some(PetStatus::Sold)),
+        ]
+    }
+
+    fn new_pet() -> impl Strategy<Value = NewPet> {
+        (any::<String>(), any::<i64>(), status()).prop_map(|(name, category_id, status)| NewPet {
+            name,
+            category_id,
+            status,
+        })
+    }
+
+    /// Any JSON value, nested a few levels, for the values of unknown keys.
+    fn json_value() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::from),
+            any::<i64>().prop_map(Value::from),
+            any::<u64>().prop_map(Value::from),
+            any::<f64>().prop_map(Value::from),
+            any::<String>().prop_map(Value::from),
+        ];
+        leaf.prop_recursive(3, 24, 4, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..4).prop_map(Value::from),
+                prop::collection::btree_map(any::<String>(), inner, 0..4)
+                    .prop_map(|map| Value::Object(map.into_iter().collect())),
+            ]
+        })
+    }
+
+    /// Up to four keys a NewPet does not have, each with a value.
+    fn unknown_keys() -> impl Strategy<Value = Vec<(String, Value)>> {
+        prop::collection::btree_map(any::<String>(), json_value(), 0..4).prop_map(|map| {
+            map.into_iter()
+                .filter(|(key, _)| !matches!(key.as_str(), "name" | "categoryId" | "status"))
+                .collect()
+        })
+    }
+
+    /// The pet's own keys and the unknown ones, in the order given, as one JSON object.
+    fn object(members: &[(String, Value)]) -> String {
+        let members: Vec<String> = members
+            .iter()
+            .map(|(key, value)| {
+                let key = serde_json::to_string(key).expect("a string encodes");
+                let value = serde_json::to_string(value).expect("a JSON value encodes");
+                format!("{key}:{value}")
+            })
+            .collect();
+        format!("{{{}}}", members.join(","))
+    }
+
+    fn members(pet: &NewPet) -> Vec<(String, Value)> {
+        let mut members = vec![
+            ("name".to_owned(), Value::from(pet.name.clone())),
+            ("categoryId".to_owned(), Value::from(pet.category_id)),
+        ];
+        if let Some(status) = pet.status {
+            let status = serde_json::to_value(status).expect("a status encodes");
+            members.push(("status".to_owned(), status));
+        }
+        members
+    }
+
+    proptest! {
+        #[test]
+        fn any_bytes_are_a_new_pet_or_invalid_without_panicking(
+            body in prop_oneof![
+                prop::collection::vec(any::<u8>(), 0..256),
+                "[{}\\[\\]\":, 0-9a-zA-Z.eE+-]{0,64}".prop_map(String::into_bytes),
+            ],
+        ) {
+            let _ = NewPet::from_json(&body);
+        }
+
+        #[test]
+        fn any_json_value_is_a_new_pet_or_invalid_without_panicking(value in json_value()) {
+            let body = serde_json::to_vec(&value).expect("a JSON value encodes");
+            let _ = NewPet::from_json(&body);
+        }
+
+        #[test]
+        fn a_new_pet_written_with_unknown_keys_in_any_order_reads_back_as_itself(
+            (pet, body) in (new_pet(), unknown_keys()).prop_flat_map(|(pet, unknown)| {
+                let mut all = members(&pet);
+                all.extend(unknown);
+                (Just(pet), Just(all).prop_shuffle().prop_map(|all| object(&all)))
+            }),
+        ) {
+            prop_assert_eq!(NewPet::from_json(body.as_bytes()), Ok(pet), "{}", body);
+        }
+
+        #[test]
+        fn a_stored_pet_encodes_exactly_its_fields_and_reads_back_as_its_new_pet(
+            pet in new_pet(),
+            id in any::<PetId>(),
+        ) {
+            let json = pet.clone().into_pet(id).to_json();
+            let value: Value = serde_json::from_slice(&json).expect("a pet is JSON");
+            let mut expected = serde_json::Map::new();
+            expected.insert("id".into(), Value::from(id));
+            expected.extend(members(&pet));
+            prop_assert_eq!(value, Value::Object(expected));
+            // The id is an unknown key to a NewPet, so the stored bytes are a valid request too.
+            prop_assert_eq!(NewPet::from_json(&json), Ok(pet));
+        }
+    }
 }

@@ -264,4 +264,264 @@ mod tests {
         }
         assert!(!is_json(None));
     }
+
+    // Property tests: whatever a client sends, a parser returns a value or an
+    // `InvalidParameter` (a 400), never a panic, and what it accepts means what was written.
+    use proptest::prelude::*;
+
+    /// One `name=value` pair of a generated query and what `ListQuery::parse` must make of it.
+    #[derive(Clone, Debug)]
+    enum Pair {
+        /// `limit=` with a value; `Some(n)` when the value is a valid limit.
+        Limit(String, Option<usize>),
+        /// `status=` with a value; `Some(s)` when the value is a status spelled exactly.
+        Status(String, Option<PetStatus>),
+        /// Any other name: ignored whatever its value.
+        Unknown(String, String),
+    }
+
+    /// Percent-encodes `text` as a client might: each character is left as it is (when that
+    /// keeps its meaning) or written as `%XX` in either case, picked by `choices`. `&`, `=`,
+    /// `%`, `+` (and `#`, which would end a URL's query) are always escaped, since a literal one
+    /// would change what the query says.
+    fn encode(text: &str, choices: &[u8]) -> String {
+        let mut out = String::new();
+        for (index, c) in text.chars().enumerate() {
+            let reserved = matches!(c, '&' | '=' | '%' | '+' | '#');
+            match choices[index % choices.len()] {
+                3 if c == ' ' => out.push('+'),
+                0 | 3 if !reserved => out.push(c),
+                1 => c
+                    .to_string()
+                    .bytes()
+                    .for_each(|b| out.push_str(&format!("%{b:02X}"))),
+                _ => c
+                    .to_string()
+                    .bytes()
+                    .for_each(|b| out.push_str(&format!("%{b:02x}"))),
+            }
+        }
+        out
+    }
+
+    fn choices() -> impl Strategy<Value = Vec<u8>> {
+        prop::collection::vec(0u8..4, 1..8)
+    }
+
+    /// True when `text` is what the spec calls a limit: decimal digits for 1 to 100.
+    fn is_valid_limit(text: &str) -> bool {
+        !text.is_empty()
+            && text.bytes().all(|b| b.is_ascii_digit())
+            && text.trim_start_matches('0').len() <= 3
+            && (1..=100).contains(&text.trim_start_matches('0').parse::<u32>().unwrap_or(0))
+    }
+
+    fn limit_pair() -> impl Strategy<Value = Pair> {
+        let valid = (1usize..=100, 0usize..4)
+            .prop_map(|(n, zeros)| Pair::Limit(format!("{}{n}", "0".repeat(zeros)), Some(n)));
+        let invalid = prop_oneof![
+            any::<String>(),
+            (101u64..).prop_map(|n| n.to_string()),
+            "0{1,4}",
+            "[-+ ]?[0-9]{1,3}(\\.[0-9])?",
+        ]
+        .prop_filter("a valid limit", |text| !is_valid_limit(text))
+        .prop_map(|text| Pair::Limit(text, None));
+        prop_oneof![valid, invalid]
+    }
+
+    fn status_pair() -> impl Strategy<Value = Pair> {
+        let valid = prop_oneof![
+            Just(PetStatus::Available),
+            Just(PetStatus::Pending),
+            Just(PetStatus::Sold),
+        ]
+        .prop_map(|status| {
+            let text = serde_json::to_value(status).expect("a status encodes");
+            let text = text.as_str().expect("a status is a string").to_owned();
+            Pair::Status(text, Some(status))
+        });
+        let invalid = prop_oneof![any::<String>(), "(?i)(available|pending|sold) ?"]
+            .prop_filter("a valid status", |text| PetStatus::parse(text).is_none())
+            .prop_map(|text| Pair::Status(text, None));
+        prop_oneof![valid, invalid]
+    }
+
+    fn unknown_pair() -> impl Strategy<Value = Pair> {
+        (any::<String>(), any::<String>())
+            .prop_filter("a known name", |(name, _)| {
+                !name.is_empty() && name != "limit" && name != "status"
+            })
+            .prop_map(|(name, value)| Pair::Unknown(name, value))
+    }
+
+    /// A query string of up to five pairs, each name and value encoded at random.
+    fn query() -> impl Strategy<Value = (String, Vec<Pair>)> {
+        let pair = prop_oneof![limit_pair(), status_pair(), unknown_pair()];
+        prop::collection::vec((pair, choices(), choices(), 1usize..3), 0..5).prop_map(|pairs| {
+            let mut text = String::new();
+            for (pair, name_choices, value_choices, separators) in &pairs {
+                let (name, value) = match pair {
+                    Pair::Limit(value, _) => ("limit", value.as_str()),
+                    Pair::Status(value, _) => ("status", value.as_str()),
+                    Pair::Unknown(name, value) => (name.as_str(), value.as_str()),
+                };
+                text.push_str(&encode(name, name_choices));
+                text.push('=');
+                text.push_str(&encode(value, value_choices));
+                text.push_str(&"&".repeat(*separators));
+            }
+            (text, pairs.into_iter().map(|(pair, ..)| pair).collect())
+        })
+    }
+
+    /// What the spec says of a query: the first repeated or invalid parameter is the answer.
+    fn expected(pairs: &[Pair]) -> Result<ListQuery, InvalidParameter> {
+        let mut limit = None;
+        let mut status = None;
+        let invalid = |text: &str| Err(InvalidParameter(text.into()));
+        for pair in pairs {
+            match pair {
+                Pair::Limit(..) if limit.is_some() => {
+                    return invalid("limit must be given at most once");
+                }
+                Pair::Limit(_, Some(n)) => limit = Some(*n),
+                Pair::Limit(_, None) => return invalid("limit must be an integer from 1 to 100"),
+                Pair::Status(..) if status.is_some() => {
+                    return invalid("status must be given at most once");
+                }
+                Pair::Status(_, Some(s)) => status = Some(*s),
+                Pair::Status(_, None) => {
+                    return invalid("status must be one of available, pending, sold");
+                }
+                Pair::Unknown(..) => {}
+            }
+        }
+        Ok(ListQuery {
+            limit: limit.unwrap_or(20),
+            status,
+        })
+    }
+
+    proptest! {
+        #[test]
+        fn any_query_string_is_a_query_or_an_invalid_parameter(
+            text in prop_oneof![any::<String>(), "[a-z=&%+0-9A-Fs]{0,40}"],
+        ) {
+            if let Ok(query) = ListQuery::parse(&text) {
+                prop_assert!((1..=100).contains(&query.limit));
+            }
+        }
+
+        #[test]
+        fn a_generated_query_parses_to_what_its_pairs_say((text, pairs) in query()) {
+            prop_assert_eq!(ListQuery::parse(&text), expected(&pairs), "{}", text);
+        }
+
+        #[test]
+        fn any_i64_printed_in_decimal_parses_back_to_itself(id in any::<i64>()) {
+            prop_assert_eq!(parse_pet_id(&id.to_string()), Ok(id));
+        }
+
+        #[test]
+        fn a_sign_and_digits_parse_exactly_when_they_fit_in_i64(text in "-?[0-9]{1,25}") {
+            let wide = text.parse::<i128>().expect("digits are an i128");
+            prop_assert_eq!(parse_pet_id(&text).ok(), i64::try_from(wide).ok(), "{}", text);
+        }
+
+        #[test]
+        fn any_string_is_a_pet_id_only_if_it_is_a_sign_and_digits(text in any::<String>()) {
+            if let Ok(id) = parse_pet_id(&text) {
+                let digits = text.strip_prefix('-').unwrap_or(&text);
+                prop_assert!(!digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()));
+                prop_assert_eq!(text.parse::<i64>(), Ok(id));
+            }
+        }
+
+        #[test]
+        fn a_pet_id_with_any_other_character_is_refused(
+            before in "-?[0-9]{0,5}",
+            other in prop_oneof!["[^0-9-]", "[0-9]-"],
+            after in "[0-9]{0,5}",
+        ) {
+            let text = format!("{before}{other}{after}");
+            prop_assert!(parse_pet_id(&text).is_err(), "{}", text);
+        }
+
+        #[test]
+        fn decoding_any_string_never_panics(text in prop_oneof![any::<String>(), "[%+0-9a-fA-Fg]{0,12}"]) {
+            let decoded = decode_component(&text);
+            if !text.contains(['%', '+']) {
+                prop_assert_eq!(decoded, text.as_str());
+            }
+        }
+
+        #[test]
+        fn percent_encoding_every_byte_then_decoding_gives_the_string_back(
+            text in any::<String>(),
+            upper in any::<bool>(),
+        ) {
+            let encoded: String = text
+                .bytes()
+                .map(|b| if upper { format!("%{b:02X}") } else { format!("%{b:02x}") })
+                .collect();
+            prop_assert_eq!(decode_component(&encoded), text.as_str());
+        }
+
+        #[test]
+        fn encoding_some_characters_then_decoding_gives_the_string_back(
+            text in any::<String>(),
+            choices in choices(),
+        ) {
+            let encoded = encode(&text, &choices);
+            prop_assert_eq!(decode_component(&encoded), text.as_str());
+        }
+
+        #[test]
+        fn any_content_type_is_json_or_not_without_panicking(
+            value in proptest::option::of(prop_oneof![
+                any::<String>(),
+                "(?i)application/json[ ;=\"a-z0-9-]{0,20}",
+            ]),
+        ) {
+            let _ = is_json(value.as_deref());
+        }
+
+        #[test]
+        fn application_json_in_any_case_with_other_parameters_is_json(
+            uppercase in prop::collection::vec(any::<bool>(), 16),
+            parameters in prop::collection::vec(
+                (
+                    "[a-zA-Z][a-zA-Z0-9!#$&^_.+-]{0,10}",
+                    prop_oneof!["[a-zA-Z0-9!#$&^_.+-]{0,10}", "\"[a-zA-Z0-9 ,=/-]{0,10}\""],
+                    " {0,2}",
+                    " {0,2}",
+                ),
+                0..4,
+            ),
+            charset in proptest::option::of("(?i)utf-8|\"utf-8\""),
+        ) {
+            let essence: String = "application/json"
+                .chars()
+                .zip(&uppercase)
+                .map(|(c, &upper)| if upper { c.to_ascii_uppercase() } else { c })
+                .collect();
+            let mut value = essence;
+            for (name, text, before, after) in &parameters {
+                prop_assume!(!name.eq_ignore_ascii_case("charset"));
+                value.push_str(&format!("{before};{after}{name}={text}"));
+            }
+            if let Some(charset) = charset {
+                value.push_str(&format!("; charset={charset}"));
+            }
+            prop_assert!(is_json(Some(&value)), "{}", value);
+        }
+
+        #[test]
+        fn a_charset_other_than_utf_8_is_not_json(charset in "[a-zA-Z0-9_-]{1,12}") {
+            prop_assume!(!charset.eq_ignore_ascii_case("utf-8"));
+            let value = format!("application/json; charset={charset}");
+            prop_assert!(!is_json(Some(&value)), "{}", value);
+        }
+    }
 }

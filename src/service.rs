@@ -11,9 +11,7 @@ use bytes::Bytes;
 use http_body_util::Full;
 use hyper::body::Body as _;
 use hyper::body::Incoming;
-use hyper::header::{
-    AUTHORIZATION, CONNECTION, CONTENT_LENGTH, CONTENT_TYPE, HOST, HeaderValue, TRANSFER_ENCODING,
-};
+use hyper::header::{AUTHORIZATION, CONNECTION, CONTENT_LENGTH, CONTENT_TYPE, HOST, HeaderValue};
 use hyper::http::request::Parts;
 use hyper::{Method, Request, Response, Version};
 
