@@ -20,11 +20,18 @@ pub struct Reload {
     hangup: Signal,
 }
 
+/// SIGXFSZ on Linux. Its default action kills a process whose file outgrows its limit
+/// (RLIMIT_FSIZE); with a handler installed the write fails with EFBIG instead, which the
+/// store reports as a failed commit while the server goes on serving reads.
+const SIGXFSZ: i32 = 25;
+
 /// Installs the handlers; must run inside the tokio runtime.
 pub fn install() -> anyhow::Result<(Stop, Reload)> {
     let handler = |kind: SignalKind, name: &str| {
         signal(kind).with_context(|| format!("installing the {name} handler"))
     };
+    // tokio keeps a handler installed for the life of the process, so the stream can go.
+    drop(handler(SignalKind::from_raw(SIGXFSZ), "SIGXFSZ")?);
     Ok((
         Stop {
             terminate: handler(SignalKind::terminate(), "SIGTERM")?,

@@ -2,6 +2,7 @@
 //! temp redb file. One module per area; `support` holds the harness.
 
 mod auth;
+mod crash;
 mod create;
 mod errors;
 mod get;

@@ -69,6 +69,8 @@ pub struct Options {
     pub api_keys: PathBuf,
     pub args: Vec<String>,
     pub env: Vec<(String, String)>,
+    /// A command the server runs under, e.g. `prlimit --fsize=N --`.
+    pub wrapper: Vec<String>,
 }
 
 impl Default for Options {
@@ -79,12 +81,21 @@ impl Default for Options {
             api_keys: cert("dev-keys.txt"),
             args: Vec::new(),
             env: Vec::new(),
+            wrapper: Vec::new(),
         }
     }
 }
 
 fn command(dir: &Path, options: &Options) -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_petstore"));
+    let binary = env!("CARGO_BIN_EXE_petstore");
+    let mut command = match options.wrapper.split_first() {
+        Some((program, args)) => {
+            let mut command = Command::new(program);
+            command.args(args).arg(binary);
+            command
+        }
+        None => Command::new(binary),
+    };
     command
         .arg("--listen")
         .arg("127.0.0.1:0")
@@ -224,6 +235,19 @@ impl Server {
             dir: self.dir.take().expect("the server has its dir"),
             logs,
         }
+    }
+
+    /// SIGKILL: the process dies wherever it is, as in a crash or a power cut.
+    pub fn kill(mut self) -> TempDir {
+        let child = self.child.take().expect("the server is running");
+        signal(child.id(), "KILL");
+        wait_exit(child, EXIT_DEADLINE);
+        self.dir.take().expect("the server has its dir")
+    }
+
+    /// Starts a server on the directory (and database) a killed one left.
+    pub fn start_after_crash(dir: TempDir) -> Server {
+        Server::start_in(dir, Options::default())
     }
 
     /// SIGTERM, then a clean exit within the deadline.

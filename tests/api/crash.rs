@@ -1,0 +1,154 @@
+//! Crash safety: a pet acknowledged with 201 survives SIGKILL unchanged and its id is never
+//! given again; a write the disk refuses gets 503, leaves the database as it was, and reads go
+//! on.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::Method;
+use serde_json::Value;
+
+use crate::support::{Options, Server};
+
+/// Creates pets from four clients (two HTTP/1.1, two HTTP/2) until their connections break,
+/// recording every pet acknowledged with 201.
+async fn create_until_broken(
+    server: &Server,
+    round: usize,
+    acknowledged: &Arc<Mutex<Vec<Value>>>,
+) -> tokio::task::JoinSet<()> {
+    let mut writers = tokio::task::JoinSet::new();
+    for writer in 0..4 {
+        let mut client = if writer % 2 == 0 {
+            server.h1().await
+        } else {
+            server.h2().await
+        };
+        let acknowledged = Arc::clone(acknowledged);
+        writers.spawn(async move {
+            for i in 0.. {
+                let body = format!(
+                    r#"{{"name":"r{round}-w{writer}-{i}","categoryId":{i},"status":"pending"}}"#
+                );
+                let request = client
+                    .authed(Method::POST, "/v1/pets")
+                    .header("content-type", "application/json")
+                    .body(Full::new(Bytes::from(body)))
+                    .expect("request");
+                let Some(reply) = client.try_send(request).await else {
+                    break;
+                };
+                assert_eq!(reply.status, 201, "{:?}", reply.body);
+                acknowledged.lock().expect("lock").push(reply.json());
+            }
+        });
+    }
+    writers
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn every_pet_acknowledged_before_a_sigkill_survives_and_no_id_is_reused() {
+    let mut server = Server::start();
+    let acknowledged = Arc::new(Mutex::new(Vec::new()));
+    for round in 0..3 {
+        let writers = create_until_broken(&server, round, &acknowledged).await;
+        server.wait_for_log("status=201", 30);
+        let dir = server.kill();
+        writers.join_all().await;
+        server = Server::start_after_crash(dir);
+
+        let pets = acknowledged.lock().expect("lock").clone();
+        let mut by_id = BTreeMap::new();
+        for pet in &pets {
+            assert!(
+                by_id.insert(pet["id"].as_i64().expect("id"), pet).is_none(),
+                "id given twice: {pet}"
+            );
+        }
+        let mut client = server.h2().await;
+        for (id, pet) in &by_id {
+            assert_eq!(
+                &&client.get(&format!("/v1/pets/{id}")).await.json(),
+                pet,
+                "round {round}"
+            );
+        }
+        let next = client.create(r#"{"name":"after","categoryId":0}"#).await;
+        let highest = by_id.keys().next_back().copied().unwrap_or(0);
+        assert!(
+            next["id"].as_i64().expect("id") > highest,
+            "a new id after {highest}: {next}"
+        );
+        acknowledged.lock().expect("lock").push(next);
+    }
+    server.stop();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_write_the_disk_refuses_gets_503_leaves_the_database_as_it_was_and_reads_go_on() {
+    // The file may not grow past its first size plus a little: a full disk, for this process.
+    let server = Server::start_with(Options {
+        wrapper: ["prlimit", "--fsize=1200000", "--"]
+            .map(String::from)
+            .to_vec(),
+        ..Options::default()
+    });
+    let mut client = server.h1().await;
+    let name = "x".repeat(2000);
+    let mut acknowledged = Vec::new();
+    let refused = loop {
+        let reply = client
+            .post_json(
+                "/v1/pets",
+                &format!(r#"{{"name":"{name}","categoryId":1}}"#),
+            )
+            .await;
+        match reply.status {
+            201 => acknowledged.push(reply.json()),
+            _ => break reply,
+        }
+        assert!(acknowledged.len() < 5000, "the file limit never bit");
+    };
+    refused.assert_error(
+        503,
+        "unavailable",
+        "the service cannot take this request now; try again later",
+    );
+    assert!(!acknowledged.is_empty());
+    let last = acknowledged.last().expect("a pet");
+    assert_eq!(
+        &client.get(&format!("/v1/pets/{}", last["id"])).await.json(),
+        last,
+        "reads go on"
+    );
+    assert_eq!(client.get("/v1/pets?limit=1").await.status, 200);
+    let stopped = server.stop();
+    assert!(
+        stopped.logs.contains("File too large"),
+        "the cause is logged: {}",
+        stopped.logs
+    );
+
+    // Without the limit, the database holds exactly the acknowledged pets, and takes more.
+    let server = Server::start_on(stopped);
+    let mut client = server.h2().await;
+    for pet in &acknowledged {
+        assert_eq!(
+            &client.get(&format!("/v1/pets/{}", pet["id"])).await.json(),
+            pet
+        );
+    }
+    let after = acknowledged.len() + 1;
+    assert_eq!(
+        client.get(&format!("/v1/pets/{after}")).await.status,
+        404,
+        "no half-written pet"
+    );
+    assert_eq!(
+        client.create(r#"{"name":"more","categoryId":2}"#).await["id"],
+        after
+    );
+    server.stop();
+}
