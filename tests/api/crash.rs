@@ -5,55 +5,14 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
-use bytes::Bytes;
-use http_body_util::Full;
-use hyper::Method;
-use serde_json::Value;
-
-use crate::support::{Options, Server};
-
-/// Creates pets from four clients (two HTTP/1.1, two HTTP/2) until their connections break,
-/// recording every pet acknowledged with 201.
-async fn create_until_broken(
-    server: &Server,
-    round: usize,
-    acknowledged: &Arc<Mutex<Vec<Value>>>,
-) -> tokio::task::JoinSet<()> {
-    let mut writers = tokio::task::JoinSet::new();
-    for writer in 0..4 {
-        let mut client = if writer % 2 == 0 {
-            server.h1().await
-        } else {
-            server.h2().await
-        };
-        let acknowledged = Arc::clone(acknowledged);
-        writers.spawn(async move {
-            for i in 0.. {
-                let body = format!(
-                    r#"{{"name":"r{round}-w{writer}-{i}","categoryId":{i},"status":"pending"}}"#
-                );
-                let request = client
-                    .authed(Method::POST, "/v1/pets")
-                    .header("content-type", "application/json")
-                    .body(Full::new(Bytes::from(body)))
-                    .expect("request");
-                let Some(reply) = client.try_send(request).await else {
-                    break;
-                };
-                assert_eq!(reply.status, 201, "{:?}", reply.body);
-                acknowledged.lock().expect("lock").push(reply.json());
-            }
-        });
-    }
-    writers
-}
+use crate::support::{Options, Server, create_until_broken};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn every_pet_acknowledged_before_a_sigkill_survives_and_no_id_is_reused() {
     let mut server = Server::start();
     let acknowledged = Arc::new(Mutex::new(Vec::new()));
     for round in 0..3 {
-        let writers = create_until_broken(&server, round, &acknowledged).await;
+        let writers = create_until_broken(&server, &format!("round{round}"), &acknowledged).await;
         server.wait_for_log("status=201", 30);
         let dir = server.kill();
         writers.join_all().await;

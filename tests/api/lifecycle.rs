@@ -254,17 +254,7 @@ async fn a_request_in_flight_at_sigterm_gets_its_201_and_the_pet_is_kept() {
         args: vec!["--log-level".into(), "info,petstore::service=debug".into()],
         ..Options::default()
     });
-    let mut sender = crate::support::h2_streaming(server.addr).await;
-    let (mut body, channel) = http_body_util::channel::Channel::<bytes::Bytes>::new(1);
-    let request = hyper::Request::post(format!("https://localhost:{}/v1/pets", server.addr.port()))
-        .header(
-            "authorization",
-            format!("Bearer {}", crate::support::DEV_KEY),
-        )
-        .header("content-type", "application/json")
-        .body(channel)
-        .expect("request");
-    let answer = tokio::spawn(sender.send_request(request));
+    let (mut body, answer) = crate::support::start_streaming_create(&server).await;
     body.send_data(bytes::Bytes::from_static(br#"{"name":"Late","#))
         .await
         .expect("first half");
@@ -303,33 +293,7 @@ async fn a_request_in_flight_at_sigterm_gets_its_201_and_the_pet_is_kept() {
 async fn every_create_acknowledged_before_sigterm_is_in_the_database_after() {
     let server = Server::start();
     let acknowledged = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-    let mut writers = tokio::task::JoinSet::new();
-    for writer in 0..4 {
-        let mut client = if writer % 2 == 0 {
-            server.h1().await
-        } else {
-            server.h2().await
-        };
-        let acknowledged = std::sync::Arc::clone(&acknowledged);
-        writers.spawn(async move {
-            for i in 0.. {
-                let request = client
-                    .authed(hyper::Method::POST, "/v1/pets")
-                    .header("content-type", "application/json")
-                    .body(http_body_util::Full::new(bytes::Bytes::from(format!(
-                        r#"{{"name":"w{writer}-{i}","categoryId":{i}}}"#
-                    ))))
-                    .expect("request");
-                // Once the server stops, the connection refuses or drops requests; each of
-                // those was never acknowledged, so it may be lost.
-                let Some(pet) = client.try_send(request).await else {
-                    break;
-                };
-                assert_eq!(pet.status, 201, "{:?}", pet.body);
-                acknowledged.lock().expect("lock").push(pet.json());
-            }
-        });
-    }
+    let writers = crate::support::create_until_broken(&server, "stop", &acknowledged).await;
     // Let the writers get going: wait until the log shows a good number of creates.
     server.wait_for_log("status=201", 40);
     let stopped = server.stop();
@@ -368,17 +332,7 @@ async fn a_stalled_request_holds_the_stop_no_longer_than_the_shutdown_timeout() 
         .to_vec(),
         ..Options::default()
     });
-    let mut sender = crate::support::h2_streaming(server.addr).await;
-    let (mut body, channel) = http_body_util::channel::Channel::<bytes::Bytes>::new(1);
-    let request = hyper::Request::post(format!("https://localhost:{}/v1/pets", server.addr.port()))
-        .header(
-            "authorization",
-            format!("Bearer {}", crate::support::DEV_KEY),
-        )
-        .header("content-type", "application/json")
-        .body(channel)
-        .expect("request");
-    let _answer = tokio::spawn(sender.send_request(request));
+    let (mut body, _answer) = crate::support::start_streaming_create(&server).await;
     body.send_data(bytes::Bytes::from_static(b"{"))
         .await
         .expect("a first byte");

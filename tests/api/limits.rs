@@ -10,9 +10,7 @@ use serde_json::json;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
-use crate::support::{
-    DEV_KEY, Options, Server, raw_exchange, read_until_closed, tls_config, tls_connect,
-};
+use crate::support::{DEV_KEY, Options, Server, raw_exchange, raw_tls, read_until_closed};
 
 fn with_args(args: &[&str]) -> Options {
     Options {
@@ -173,12 +171,7 @@ async fn a_body_that_stops_is_cut_off_with_408_and_the_connection_closes() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_request_head_dribbled_slower_than_the_header_timeout_is_dropped() {
     let server = Server::start_with(with_args(&["--header-timeout", "1"]));
-    let mut tls = tls_connect(
-        server.addr,
-        tls_config(b"http/1.1", rustls::DEFAULT_VERSIONS),
-    )
-    .await
-    .expect("TLS");
+    let mut tls = raw_tls(server.addr).await;
     tls.write_all(b"GET /v1/pets HTTP/1.1\r\nHost: x\r\n")
         .await
         .expect("a partial head");
@@ -206,12 +199,7 @@ async fn a_tls_handshake_that_never_finishes_is_dropped() {
 #[tokio::test(flavor = "multi_thread")]
 async fn an_idle_keep_alive_connection_is_closed_after_the_idle_timeout() {
     let server = Server::start_with(with_args(&["--idle-timeout", "1"]));
-    let mut tls = tls_connect(
-        server.addr,
-        tls_config(b"http/1.1", rustls::DEFAULT_VERSIONS),
-    )
-    .await
-    .expect("TLS");
+    let mut tls = raw_tls(server.addr).await;
     tls.write_all(format!("GET /v1/pets HTTP/1.1\r\nHost: x\r\n{}\r\n", auth()).as_bytes())
         .await
         .expect("request");

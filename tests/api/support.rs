@@ -700,3 +700,65 @@ pub async fn raw_exchange(addr: SocketAddr, bytes: &[u8]) -> RawReply {
         text: read_until_closed(&mut tls).await,
     }
 }
+
+/// Starts `POST /v1/pets` over HTTP/2 with a body the test feeds; returns the body's sender
+/// and the task that will hold the answer.
+pub async fn start_streaming_create(
+    server: &Server,
+) -> (
+    http_body_util::channel::Sender<Bytes>,
+    tokio::task::JoinHandle<hyper::Result<hyper::Response<hyper::body::Incoming>>>,
+) {
+    let mut sender = h2_streaming(server.addr).await;
+    let (body, channel) = http_body_util::channel::Channel::<Bytes>::new(1);
+    let request = Request::post(format!("https://localhost:{}/v1/pets", server.addr.port()))
+        .header(AUTHORIZATION, format!("Bearer {DEV_KEY}"))
+        .header(CONTENT_TYPE, "application/json")
+        .body(channel)
+        .expect("a valid request");
+    (body, tokio::spawn(sender.send_request(request)))
+}
+
+/// Creates pets from four clients (two HTTP/1.1, two HTTP/2) until their connections break,
+/// recording every pet acknowledged with 201. Requests that fail were never acknowledged.
+pub async fn create_until_broken(
+    server: &Server,
+    tag: &str,
+    acknowledged: &Arc<Mutex<Vec<Value>>>,
+) -> tokio::task::JoinSet<()> {
+    let mut writers = tokio::task::JoinSet::new();
+    for writer in 0..4 {
+        let mut client = if writer % 2 == 0 {
+            server.h1().await
+        } else {
+            server.h2().await
+        };
+        let acknowledged = Arc::clone(acknowledged);
+        let tag = tag.to_owned();
+        writers.spawn(async move {
+            for i in 0.. {
+                let body = format!(
+                    r#"{{"name":"{tag}-w{writer}-{i}","categoryId":{i},"status":"pending"}}"#
+                );
+                let request = client
+                    .authed(Method::POST, "/v1/pets")
+                    .header(CONTENT_TYPE, "application/json")
+                    .body(Full::new(Bytes::from(body)))
+                    .expect("a valid request");
+                let Some(reply) = client.try_send(request).await else {
+                    break;
+                };
+                assert_eq!(reply.status, 201, "{:?}", reply.body);
+                acknowledged.lock().expect("lock").push(reply.json());
+            }
+        });
+    }
+    writers
+}
+
+/// A TLS connection offering HTTP/1.1, for tests that write raw bytes.
+pub async fn raw_tls(addr: SocketAddr) -> TlsStream<TcpStream> {
+    tls_connect(addr, tls_config(b"http/1.1", rustls::DEFAULT_VERSIONS))
+        .await
+        .expect("TLS connects")
+}
