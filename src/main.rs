@@ -14,12 +14,13 @@ mod service;
 mod store;
 mod tls;
 
-use std::io::IsTerminal;
+use std::io::{BufWriter, IsTerminal};
 use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::Context;
 use clap::Parser;
+use tracing_appender::non_blocking::WorkerGuard;
 
 use crate::config::{Action, Cli, Config, LogFormat};
 
@@ -44,7 +45,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Action::Serve(config) => {
-            init_logging(config.log_format, config.log_level.as_deref())?;
+            // Held to the end of `run`, so every line is written before the process exits.
+            let _logs = init_logging(config.log_format, config.log_level.as_deref())?;
             let runtime = tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
                 .thread_name("petstore")
@@ -122,9 +124,14 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// How many log lines may wait for the writer thread; past that, lines are dropped rather
+/// than stall a request behind a slow reader of stderr.
+const LOG_QUEUE_LINES: usize = 64 * 1024;
+
 /// Logs go to stderr, where journald or the terminal takes them. The filter is the flag's,
-/// else `RUST_LOG`'s, else `info`.
-fn init_logging(format: LogFormat, level: Option<&str>) -> anyhow::Result<()> {
+/// else `RUST_LOG`'s, else `info`. Lines are written by a thread of their own, many to one
+/// `write`: a request never waits on the pipe. The returned guard flushes them when dropped.
+fn init_logging(format: LogFormat, level: Option<&str>) -> anyhow::Result<WorkerGuard> {
     use tracing_subscriber::EnvFilter;
     let filter = match level {
         Some(level) => {
@@ -132,9 +139,14 @@ fn init_logging(format: LogFormat, level: Option<&str>) -> anyhow::Result<()> {
         }
         None => EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
     };
+    let (writer, guard) = tracing_appender::non_blocking::NonBlockingBuilder::default()
+        .lossy(true)
+        .buffered_lines_limit(LOG_QUEUE_LINES)
+        .thread_name("petstore-log")
+        .finish(BufWriter::with_capacity(64 * 1024, std::io::stderr()));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+        .with_writer(writer);
     match format {
         LogFormat::Text => builder.with_ansi(std::io::stderr().is_terminal()).init(),
         LogFormat::Json => builder
@@ -143,5 +155,5 @@ fn init_logging(format: LogFormat, level: Option<&str>) -> anyhow::Result<()> {
             .with_current_span(false)
             .init(),
     }
-    Ok(())
+    Ok(guard)
 }

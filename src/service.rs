@@ -3,8 +3,9 @@
 //! line for it. It knows no sockets, TLS or tables. Invariant: every answer, error or not, is
 //! JSON with the right status; nothing a client sends makes it panic.
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -29,11 +30,17 @@ const HEALTH_PATH: &str = "/healthz";
 const MAX_HEADER_FIELDS: usize = 64;
 const MAX_HEADER_BYTES: usize = 16 * 1024;
 
+/// How often each key may draw the deprecated-getPet warning: enough to find the clients to
+/// migrate, without a second log line on every call (the request line has every call).
+const DEPRECATION_WARNING_INTERVAL: Duration = Duration::from_secs(3600);
+
 /// Everything a request may need; one clone per request, each field a shared handle.
 #[derive(Clone)]
 pub struct App {
     store: Store,
     keys: Arc<Keys>,
+    /// When each key label last drew the deprecated-getPet warning.
+    warned: Arc<Mutex<HashMap<Arc<str>, Instant>>>,
     /// A request body must arrive whole within this.
     body_timeout: Duration,
 }
@@ -52,6 +59,7 @@ impl App {
         App {
             store,
             keys,
+            warned: Arc::default(),
             body_timeout,
         }
     }
@@ -96,13 +104,22 @@ impl App {
         } else {
             tracing::info!(%method, %path, status, duration_us, protocol = ?version, %peer, %key, "request");
         }
-        if deprecated && label.is_some() {
-            tracing::warn!(
-                %key,
-                "deprecated getPet called: this client should move to listPets with status"
-            );
+        if deprecated && let Some(label) = &label {
+            self.warn_deprecated(label);
         }
         response
+    }
+
+    fn warn_deprecated(&self, key: &Arc<str>) {
+        let mut warned = self.warned.lock().unwrap_or_else(PoisonError::into_inner);
+        let now = Instant::now();
+        let due = warned
+            .get(key)
+            .is_none_or(|last| now.duration_since(*last) >= DEPRECATION_WARNING_INTERVAL);
+        if due {
+            warned.insert(Arc::clone(key), now);
+            tracing::warn!(%key, "deprecated getPet called: this client should move to listPets with status");
+        }
     }
 
     async fn dispatch(

@@ -1,2 +1,445 @@
-//! The load benchmark (placeholder while it is written).
-fn main() {}
+//! The load benchmark (`cargo bench --bench load`): the release petstore against a baseline
+//! server of the same crates and TLS setup that does no work, each pinned to one CPU while the
+//! load generator runs on the other, reported per server core. This file orchestrates the
+//! runs (fills, scenarios, store sizes, start-up, crash) and prints the report; it never
+//! asserts on a timing, and exits non-zero only when an answer or a stop was wrong.
+
+mod baseline;
+mod check;
+mod client;
+mod fill;
+mod goals;
+mod load;
+mod process;
+mod report;
+mod settings;
+
+use std::path::Path;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::check::{Expect, check};
+use crate::client::Tls;
+use crate::load::{Protocol, Workload};
+use crate::process::Server;
+use crate::report::{Kind, Report, Row, thousands};
+use crate::settings::Settings;
+
+/// The argument that makes this binary the baseline server instead of the benchmark.
+pub const BASELINE_FLAG: &str = "--baseline-server";
+
+/// HTTP/1.1 clients, each with its own keep-alive connection.
+const CLIENTS: usize = 64;
+const H2: Protocol = Protocol::Http2 {
+    connections: 4,
+    streams: 16,
+};
+const LIST20: &str = "/v1/pets?limit=20";
+const SOLD20: &str = "/v1/pets?status=sold&limit=20";
+const NEW_PET: &str = r#"{"name":"bench","categoryId":1,"status":"available"}"#;
+/// The read scenarios' store, and the steps of the scaling runs.
+pub const READ_STORE: u64 = 100_000;
+pub const SCALE_STEPS: [u64; 3] = [10_000, 100_000, 1_000_000];
+/// How long the creates run before the crash's SIGKILL, and in all.
+const CRASH_AFTER: Duration = Duration::from_secs(1);
+const CRASH_LOAD: Duration = Duration::from_secs(3);
+/// A start-up that takes longer than this is reported as not answering.
+const START_LIMIT: Duration = Duration::from_secs(60);
+
+/// What the columns mean, printed above the first row.
+const LEGEND: &str = "\
+servers pinned to CPU 1 (one core each), load generator (one thread) on CPU 0
+cpu         server CPU time / wall time over the window (1.00 = one core busy)
+req/s/core  req/s / cpu; vs base = petstore's req/s/core over the baseline's
+non-2xx     answers other than 2xx, errors = connection or I/O failures (warm-up included)
+rss         the server's peak resident memory (VmHWM) at the end of the run
+client cpu  the same as cpu for this process (load generator and log drain) on CPU 0
+steal       CPU time the hypervisor took from CPUs 0 and 1, in cores (a disturbed window)
+";
+
+fn main() -> ExitCode {
+    // cargo passes `--bench` (and any filter) to a bench binary; only the baseline flag counts.
+    if std::env::args().skip(1).any(|arg| arg == BASELINE_FLAG) {
+        baseline::run();
+        return ExitCode::SUCCESS;
+    }
+    process::pin_self();
+    let settings = Settings::from_env();
+    // One thread on CPU 0: the load generator has exactly the core the servers do not use.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("the client runtime starts");
+    let started = std::time::Instant::now();
+    let mut report = runtime.block_on(bench(&settings));
+    report.note(format!(
+        "the benchmark took {:.0} s",
+        started.elapsed().as_secs_f64()
+    ));
+    println!("\n{}", report.render());
+    if report.failed() {
+        println!("the run FAILED: see the checks above");
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+/// The scenarios run against both servers on the read store, in this order.
+fn read_scenarios(pets: u64) -> [(&'static str, Protocol, Expect, Pick); 5] {
+    [
+        (
+            "list20",
+            Protocol::Http1,
+            Expect::List20,
+            Pick::Path(LIST20),
+        ),
+        ("list20-h2", H2, Expect::List20, Pick::Path(LIST20)),
+        (
+            "status-filter",
+            Protocol::Http1,
+            Expect::OnlySold,
+            Pick::Path(SOLD20),
+        ),
+        (
+            "get-one",
+            Protocol::Http1,
+            Expect::AskedPet,
+            Pick::Ids(pets),
+        ),
+        (
+            "handshake",
+            Protocol::Handshake,
+            Expect::List20,
+            Pick::Path(LIST20),
+        ),
+    ]
+}
+
+/// Which requests a scenario sends.
+#[derive(Clone, Copy)]
+enum Pick {
+    Path(&'static str),
+    Ids(u64),
+    Create,
+}
+
+impl Pick {
+    fn workload(self, server: &Server, protocol: Protocol) -> Workload {
+        match self {
+            Pick::Path(path) => Workload::get(server.addr, protocol, path),
+            Pick::Ids(pets) => Workload::get_one(server.addr, protocol, pets),
+            Pick::Create => Workload::create(server.addr, protocol, NEW_PET),
+        }
+    }
+}
+
+/// One scenario as run: what is sent, how, by how many clients, and for how long.
+struct Spec<'a> {
+    scenario: &'a str,
+    protocol: Protocol,
+    /// HTTP/1.1 clients; an HTTP/2 protocol brings its own count.
+    clients: usize,
+    pick: Pick,
+    expect: Expect,
+    window: Duration,
+}
+
+impl Spec<'_> {
+    fn create(scenario: &str, clients: usize, window: Duration) -> Spec<'_> {
+        Spec {
+            scenario,
+            protocol: Protocol::Http1,
+            clients,
+            pick: Pick::Create,
+            expect: Expect::Created,
+            window,
+        }
+    }
+}
+
+/// The shared parts of every run.
+struct Bench<'a> {
+    settings: &'a Settings,
+    tls: Arc<Tls>,
+    report: Report,
+}
+
+impl Bench<'_> {
+    /// One run of `spec` on `server`, checked and reported as a row. Returns the 2xx answers
+    /// of the whole run and its length, which a create run needs.
+    async fn measure(
+        &mut self,
+        spec: &Spec<'_>,
+        server: &Server,
+        kind: Kind,
+        pets: Option<u64>,
+    ) -> (u64, Duration) {
+        let errors_before = server.logged_errors();
+        let work = spec.pick.workload(server, spec.protocol);
+        let outcome = load::run(
+            server,
+            &self.tls,
+            spec.protocol,
+            spec.protocol.clients(spec.clients),
+            work,
+            self.settings.warmup,
+            spec.window,
+        )
+        .await;
+        // The baseline answers every request with the list, whatever was asked.
+        let expect = match kind {
+            Kind::Petstore => spec.expect,
+            Kind::Baseline => Expect::List20,
+        };
+        let verdict = check(expect, outcome.sample.as_ref());
+        let errors = server.logged_errors() - errors_before;
+        let verdict = match verdict {
+            Ok(()) if errors > 0 => Err(format!("the server logged {errors} ERROR lines")),
+            verdict => verdict,
+        };
+        // The row keeps the figures; the caller gets the counts a create run needs.
+        let counts = (outcome.ok_total, outcome.load_time);
+        self.report.push(Row {
+            scenario: spec.scenario.to_owned(),
+            kind,
+            pets,
+            rss_kib: server.peak_rss_kib(),
+            check: verdict,
+            outcome,
+        });
+        counts
+    }
+
+    /// Grows the store at `db` from `from` to `to` pets with a petstore of its own, stopped
+    /// cleanly afterwards so the file is closed.
+    async fn grow(&mut self, db: &Path, from: u64, to: u64) {
+        let server = Server::petstore(db, &self.settings.petstore_args);
+        let filled = fill::fill(&server, &self.tls, from, to).await;
+        let (status, _) = server.stop().await;
+        self.report.note(format!(
+            "fill {} -> {} pets: {} creates in {:.1} s ({} /s)",
+            thousands(from),
+            thousands(to),
+            thousands(filled.created),
+            filled.took.as_secs_f64(),
+            thousands((filled.created as f64 / filled.took.as_secs_f64()).round() as u64),
+        ));
+        if filled.failed > 0 || !status.success() {
+            self.report.fail(format!(
+                "fill to {to}: {} creates failed, server exit {status}",
+                filled.failed
+            ));
+        }
+    }
+
+    /// status-filter and get-one on a store of `pets`, with the shorter scaling window.
+    async fn scale(&mut self, server: &Server, pets: u64) {
+        if !self.settings.wants("scale") {
+            return;
+        }
+        let window = self.settings.scale_window;
+        for (scenario, expect, pick) in [
+            ("scale status-filter", Expect::OnlySold, Pick::Path(SOLD20)),
+            ("scale get-one", Expect::AskedPet, Pick::Ids(pets)),
+        ] {
+            let spec = Spec {
+                scenario,
+                protocol: Protocol::Http1,
+                clients: CLIENTS,
+                pick,
+                expect,
+                window,
+            };
+            self.measure(&spec, server, Kind::Petstore, Some(pets))
+                .await;
+        }
+    }
+
+    /// Stops a petstore and reports a stop that was not clean.
+    async fn stop(&mut self, server: Server, what: &str) -> Option<process::StoreClosed> {
+        let (status, closed) = server.stop().await;
+        if !status.success() {
+            self.report
+                .fail(format!("petstore ({what}) exited with {status} on SIGTERM"));
+        }
+        closed
+    }
+
+    /// A create run on a fresh petstore and a fresh database, with its commit figures.
+    async fn create(&mut self, clients: usize) {
+        let dir = tempfile::tempdir().expect("a temp dir for the create database");
+        let server = Server::petstore(&dir.path().join("pets.redb"), &self.settings.petstore_args);
+        let scenario = format!("create-{clients}");
+        let spec = Spec::create(&scenario, clients, self.settings.window);
+        let (answered, load_time) = self.measure(&spec, &server, Kind::Petstore, Some(0)).await;
+        let Some(closed) = self.stop(server, &scenario).await else {
+            self.report
+                .fail(format!("{scenario}: no `store closed` line in the log"));
+            return;
+        };
+        let seconds = load_time.as_secs_f64();
+        self.report.note(format!(
+            "{scenario}: {} commits for {} pets: mean batch {:.1}, {} commits/s (= fsyncs/s) over {:.1} s of load",
+            thousands(closed.commits),
+            thousands(closed.pets_written),
+            closed.pets_written as f64 / closed.commits.max(1) as f64,
+            thousands((closed.commits as f64 / seconds).round() as u64),
+            seconds,
+        ));
+        // Every 201 the client saw must be a pet the writer committed.
+        if closed.pets_written < answered {
+            self.report.fail(format!(
+                "{scenario}: {answered} creates answered 201 but only {} pets written",
+                closed.pets_written
+            ));
+        }
+    }
+
+    /// Times a start on `db`: process start to the first answered `GET /healthz`.
+    async fn timed_start(&mut self, db: &Path, what: &str) -> (Server, Option<Duration>) {
+        let server = Server::petstore(db, &self.settings.petstore_args);
+        let took = client::first_answer(&server, &self.tls, START_LIMIT).await;
+        match took {
+            Some(took) => self.report.note(format!(
+                "start-up at {} pets {what}: {:.1} ms to the first answer",
+                server.pets_at_start().map_or("?".to_owned(), thousands),
+                took.as_secs_f64() * 1000.0
+            )),
+            None => self
+                .report
+                .fail(format!("start-up {what}: no answer within {START_LIMIT:?}")),
+        }
+        (server, took)
+    }
+
+    /// Creates on `server` until a SIGKILL, then a timed start on the same file, and a check
+    /// that every acknowledged create survived.
+    async fn crash(&mut self, server: Server, db: &Path) -> Option<Duration> {
+        let before = server.pets_at_start().unwrap_or(0);
+        let work = Workload::create(server.addr, Protocol::Http1, NEW_PET);
+        let kill = async {
+            tokio::time::sleep(CRASH_AFTER).await;
+            server.crash();
+        };
+        let (outcome, ()) = tokio::join!(
+            load::run(
+                &server,
+                &self.tls,
+                Protocol::Http1,
+                CLIENTS,
+                work,
+                Duration::ZERO,
+                CRASH_LOAD,
+            ),
+            kill
+        );
+        server.reap().await;
+        let acknowledged = outcome.ok_total;
+        let (restarted, took) = self.timed_start(db, "after SIGKILL under creates").await;
+        let after = restarted.pets_at_start().unwrap_or(0);
+        self.report.note(format!(
+            "crash: {} creates answered 201 before SIGKILL; pets {} before, {} after restart",
+            thousands(acknowledged),
+            thousands(before),
+            thousands(after)
+        ));
+        if after < before + acknowledged {
+            self.report.fail(format!(
+                "crash lost acknowledged creates: {before} + {acknowledged} > {after}"
+            ));
+        }
+        self.stop(restarted, "after the crash").await;
+        took
+    }
+}
+
+async fn bench(settings: &Settings) -> Report {
+    println!(
+        "petstore load benchmark: warm-up {} s, window {} s (scaling runs {} s), {CLIENTS} clients",
+        settings.warmup.as_secs_f64(),
+        settings.window.as_secs_f64(),
+        settings.scale_window.as_secs_f64()
+    );
+    println!("{LEGEND}");
+    if !settings.petstore_args.is_empty() {
+        println!(
+            "DIAGNOSTIC RUN: petstore gets the extra flags {:?}; these are not the real figures\n",
+            settings.petstore_args
+        );
+    }
+    let mut bench = Bench {
+        settings,
+        tls: Arc::new(Tls::new()),
+        report: Report::default(),
+    };
+    bench.report.print_header();
+    let dir = tempfile::tempdir().expect("a temp dir for the databases");
+    let db = dir.path().join("pets.redb");
+    let baseline = Server::baseline();
+
+    bench.grow(&db, 0, SCALE_STEPS[0]).await;
+    let server = Server::petstore(&db, &settings.petstore_args);
+    bench.scale(&server, SCALE_STEPS[0]).await;
+    bench.stop(server, "10k store").await;
+
+    bench.grow(&db, SCALE_STEPS[0], READ_STORE).await;
+    let server = Server::petstore(&db, &settings.petstore_args);
+    for (scenario, protocol, expect, pick) in read_scenarios(READ_STORE) {
+        if !settings.wants(scenario) {
+            continue;
+        }
+        // Back to back, so both servers see the same machine noise; the baseline first, so
+        // petstore's line can show the ratio.
+        for (target, kind, pets) in [
+            (&baseline, Kind::Baseline, None),
+            (&server, Kind::Petstore, Some(READ_STORE)),
+        ] {
+            let spec = Spec {
+                scenario,
+                protocol,
+                clients: CLIENTS,
+                pick,
+                expect,
+                window: settings.window,
+            };
+            bench.measure(&spec, target, kind, pets).await;
+        }
+    }
+    let read_rss_kib = server.peak_rss_kib();
+    bench.scale(&server, READ_STORE).await;
+    bench.stop(server, "100k store").await;
+
+    for clients in [CLIENTS, 1] {
+        if !settings.wants("create") {
+            break;
+        }
+        let scenario = format!("create-{clients}");
+        let spec = Spec::create(&scenario, clients, settings.window);
+        bench.measure(&spec, &baseline, Kind::Baseline, None).await;
+        bench.create(clients).await;
+    }
+
+    let (mut clean_start, mut crash_start) = (None, None);
+    if settings.skip_1m || !settings.wants("1m") {
+        bench
+            .report
+            .note("1M store skipped (BENCH_SKIP_1M or BENCH_ONLY)".to_owned());
+    } else {
+        bench.grow(&db, READ_STORE, SCALE_STEPS[2]).await;
+        let (server, took) = bench.timed_start(&db, "after a clean stop").await;
+        clean_start = took;
+        bench.scale(&server, SCALE_STEPS[2]).await;
+        crash_start = bench.crash(server, &db).await;
+    }
+    let (status, _) = baseline.stop().await;
+    if !status.success() {
+        bench
+            .report
+            .fail(format!("the baseline exited with {status} on SIGTERM"));
+    }
+
+    goals::add(&mut bench.report, read_rss_kib, clean_start, crash_start);
+    bench.report
+}

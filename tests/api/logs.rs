@@ -25,8 +25,15 @@ async fn startup_lines_give_the_address_database_pets_and_keys() {
 #[tokio::test(flavor = "multi_thread")]
 async fn deprecated_get_pet_calls_are_warned_with_the_key_label() {
     let server = Server::start();
-    server.h1().await.get("/v1/pets/1").await;
+    let mut client = server.h1().await;
+    client.get("/v1/pets/1").await;
+    client.get("/v1/pets/2").await;
     let logs = server.stop().logs;
+    assert_eq!(
+        logs.matches("deprecated getPet").count(),
+        1,
+        "once an hour per key: {logs}"
+    );
     let warning = logs
         .lines()
         .find(|line| line.contains("deprecated getPet"))

@@ -1,0 +1,255 @@
+//! The report: one row per run (scenario x server x store size), printed as each run ends and
+//! again as one aligned plain-text table, the create and start-up figures, and the goal lines
+//! marked met or NOT met. It computes ratios but measures nothing; timings are only reported,
+//! while a failed correctness check marks the whole report as failed.
+
+use std::fmt::Write as _;
+
+use crate::load::Outcome;
+
+/// Which server a row measured.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Petstore,
+    Baseline,
+}
+
+impl Kind {
+    fn name(self) -> &'static str {
+        match self {
+            Kind::Petstore => "petstore",
+            Kind::Baseline => "baseline",
+        }
+    }
+}
+
+/// One measured run.
+pub struct Row {
+    pub scenario: String,
+    pub kind: Kind,
+    /// Pets in the store; `None` for the baseline, which has none.
+    pub pets: Option<u64>,
+    pub outcome: Outcome,
+    pub rss_kib: u64,
+    pub check: Result<(), String>,
+}
+
+/// A goal line: what was measured against what was wanted.
+struct Goal {
+    text: String,
+    met: Option<bool>,
+}
+
+/// Everything measured, in order.
+#[derive(Default)]
+pub struct Report {
+    pub rows: Vec<Row>,
+    /// Lines of figures that are not rows: create batches, start-up times, fills.
+    pub notes: Vec<String>,
+    /// Problems beyond a row's check (a durability loss, a bad exit status).
+    pub failures: Vec<String>,
+    goals: Vec<Goal>,
+}
+
+const HEADER: [&str; 15] = [
+    "scenario",
+    "server",
+    "pets",
+    "req/s",
+    "cpu",
+    "req/s/core",
+    "vs base",
+    "p50 ms",
+    "p99 ms",
+    "non-2xx",
+    "errors",
+    "rss MiB",
+    "client cpu",
+    "steal",
+    "check",
+];
+
+/// Column widths for the lines printed as runs end, before the table's own are known.
+const PROGRESS_WIDTHS: [usize; 15] = [19, 8, 9, 7, 4, 10, 7, 6, 6, 7, 6, 7, 10, 5, 6];
+
+impl Report {
+    /// Prints the column names above the lines `push` prints.
+    pub fn print_header(&self) {
+        let cells: Vec<String> = HEADER
+            .iter()
+            .zip(PROGRESS_WIDTHS)
+            .enumerate()
+            .map(|(c, (cell, width))| align(c, cell, width))
+            .collect();
+        println!("{}", cells.join("  ").trim_end());
+    }
+
+    /// Adds a row and prints it at once, so a long run shows its progress.
+    pub fn push(&mut self, row: Row) {
+        if let Err(why) = &row.check {
+            println!(
+                "!!! CHECK FAILED: {} on {}: {why}",
+                row.scenario,
+                row.kind.name()
+            );
+        }
+        let cells: Vec<String> = self
+            .cells(&row)
+            .iter()
+            .zip(PROGRESS_WIDTHS)
+            .enumerate()
+            .map(|(c, (cell, width))| align(c, cell, width))
+            .collect();
+        println!("{}", cells.join("  ").trim_end());
+        self.rows.push(row);
+    }
+
+    pub fn note(&mut self, line: String) {
+        println!("  {line}");
+        self.notes.push(line);
+    }
+
+    pub fn fail(&mut self, line: String) {
+        println!("!!! FAILED: {line}");
+        self.failures.push(line);
+    }
+
+    /// The row of `scenario` on `kind`, at `pets` when given.
+    pub fn find(&self, scenario: &str, kind: Kind, pets: Option<u64>) -> Option<&Row> {
+        self.rows.iter().find(|row| {
+            row.scenario == scenario && row.kind == kind && (pets.is_none() || row.pets == pets)
+        })
+    }
+
+    /// petstore's requests per core over the baseline's, for the same scenario.
+    pub fn ratio(&self, row: &Row) -> Option<f64> {
+        if row.kind != Kind::Petstore {
+            return None;
+        }
+        let base = self.find(&row.scenario, Kind::Baseline, None)?;
+        let base = base.outcome.per_core();
+        (base > 0.0).then(|| row.outcome.per_core() / base)
+    }
+
+    fn cells(&self, row: &Row) -> Vec<String> {
+        let o = &row.outcome;
+        vec![
+            row.scenario.clone(),
+            row.kind.name().to_owned(),
+            row.pets.map_or("-".to_owned(), thousands),
+            thousands(o.rps().round() as u64),
+            format!("{:.2}", o.cpu_share),
+            thousands(o.per_core().round() as u64),
+            self.ratio(row)
+                .map_or("-".to_owned(), |ratio| format!("{ratio:.2}")),
+            format!("{:.2}", f64::from(o.percentile_us(0.50)) / 1000.0),
+            format!("{:.2}", f64::from(o.percentile_us(0.99)) / 1000.0),
+            o.non_2xx.to_string(),
+            o.errors.to_string(),
+            format!("{:.1}", row.rss_kib as f64 / 1024.0),
+            format!("{:.2}", o.client_cpu_share),
+            format!("{:.2}", o.steal),
+            if row.check.is_ok() { "ok" } else { "FAILED" }.to_owned(),
+        ]
+    }
+
+    /// Records a goal: `value` against `limit`, met when `met(value)`; `None` when the value
+    /// was not measured in this run.
+    pub fn goal(&mut self, name: &str, value: Option<f64>, want: &str, met: impl Fn(f64) -> bool) {
+        let (shown, met) = match value {
+            Some(value) => (format_value(value), Some(met(value))),
+            None => ("not measured".to_owned(), None),
+        };
+        self.goals.push(Goal {
+            text: format!("{name:<52} {shown:>12}  (want {want})"),
+            met,
+        });
+    }
+
+    /// Whether anything was wrong (not slow: wrong).
+    pub fn failed(&self) -> bool {
+        !self.failures.is_empty() || self.rows.iter().any(|row| row.check.is_err())
+    }
+
+    /// The whole table, the notes and the goals, as plain text.
+    pub fn render(&self) -> String {
+        let mut table: Vec<Vec<String>> = vec![HEADER.iter().map(|h| (*h).to_owned()).collect()];
+        table.extend(self.rows.iter().map(|row| self.cells(row)));
+        let widths: Vec<usize> = (0..HEADER.len())
+            .map(|c| table.iter().map(|r| r[c].len()).max().unwrap_or(0))
+            .collect();
+        let mut out = String::new();
+        for (i, cells) in table.iter().enumerate() {
+            let line: Vec<String> = cells
+                .iter()
+                .enumerate()
+                .map(|(c, cell)| align(c, cell, widths[c]))
+                .collect();
+            let _ = writeln!(out, "{}", line.join("  ").trim_end());
+            if i == 0 {
+                let total = widths.iter().sum::<usize>() + 2 * (widths.len() - 1);
+                let _ = writeln!(out, "{}", "-".repeat(total));
+            }
+        }
+        if !self.notes.is_empty() {
+            let _ = writeln!(out);
+            for note in &self.notes {
+                let _ = writeln!(out, "{note}");
+            }
+        }
+        let _ = writeln!(out, "\ngoals");
+        for goal in &self.goals {
+            let mark = match goal.met {
+                Some(true) => "met",
+                Some(false) => "NOT met",
+                None => "-",
+            };
+            let _ = writeln!(out, "  {:<8} {}", mark, goal.text);
+        }
+        for row in &self.rows {
+            if let Err(why) = &row.check {
+                let _ = writeln!(
+                    out,
+                    "\nCHECK FAILED: {} on {}: {why}",
+                    row.scenario,
+                    row.kind.name()
+                );
+            }
+        }
+        for failure in &self.failures {
+            let _ = writeln!(out, "\nFAILED: {failure}");
+        }
+        out
+    }
+}
+
+/// Text columns (scenario, server, check) to the left, numbers to the right.
+fn align(column: usize, cell: &str, width: usize) -> String {
+    if column < 2 || column == HEADER.len() - 1 {
+        format!("{cell:<width$}")
+    } else {
+        format!("{cell:>width$}")
+    }
+}
+
+/// A goal's value: ratios and small figures with decimals, large counts with separators.
+fn format_value(value: f64) -> String {
+    if value.abs() < 1000.0 {
+        format!("{value:.2}")
+    } else {
+        thousands(value.round() as u64)
+    }
+}
+
+/// 1234567 as "1,234,567".
+pub fn thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, d) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(d);
+    }
+    out
+}

@@ -1,0 +1,57 @@
+//! The benchmark's knobs, read once from the environment: the warm-up and window lengths, and
+//! switches for quick iterations and diagnostics. Defaults are the recorded run's settings;
+//! nothing here changes what a run measures, only how long and which parts.
+
+use std::time::Duration;
+
+/// Knobs from the environment, so a quick iteration needs no edit: BENCH_SECONDS, BENCH_WARMUP,
+/// BENCH_SCALE_SECONDS, BENCH_SKIP_1M=1, BENCH_ONLY=list20,get-one,scale,create,1m and
+/// BENCH_PETSTORE_ARGS="--log-level info,petstore::service=warn" (a diagnostic: the real
+/// figures use none; the `listening on` line must stay, so the filter keeps `info`).
+pub struct Settings {
+    pub warmup: Duration,
+    pub window: Duration,
+    pub scale_window: Duration,
+    pub skip_1m: bool,
+    /// Parts to run (read scenario names, `scale`, `create`, `1m`); all when empty.
+    pub only: Vec<String>,
+    /// Extra petstore flags, for diagnostics such as a log filter without the request lines.
+    pub petstore_args: Vec<String>,
+}
+
+impl Settings {
+    /// The settings in force, defaults for whatever is unset or unreadable.
+    pub fn from_env() -> Settings {
+        let seconds = |name: &str, default: f64| {
+            let value = std::env::var(name)
+                .ok()
+                .and_then(|v| v.parse::<f64>().ok())
+                .unwrap_or(default);
+            Duration::from_secs_f64(value.max(0.0))
+        };
+        Settings {
+            warmup: seconds("BENCH_WARMUP", 2.0),
+            window: seconds("BENCH_SECONDS", 10.0),
+            scale_window: seconds("BENCH_SCALE_SECONDS", 5.0),
+            skip_1m: std::env::var("BENCH_SKIP_1M").is_ok_and(|v| !v.is_empty() && v != "0"),
+            only: words("BENCH_ONLY", ','),
+            petstore_args: words("BENCH_PETSTORE_ARGS", ' '),
+        }
+    }
+
+    /// Whether the part named `part` runs (all do when BENCH_ONLY is unset).
+    pub fn wants(&self, part: &str) -> bool {
+        self.only.is_empty() || self.only.iter().any(|p| p == part)
+    }
+}
+
+/// The non-empty items of an environment variable split at `separator`.
+fn words(name: &str, separator: char) -> Vec<String> {
+    std::env::var(name)
+        .unwrap_or_default()
+        .split(separator)
+        .map(str::trim)
+        .filter(|w| !w.is_empty())
+        .map(str::to_owned)
+        .collect()
+}
