@@ -18,7 +18,10 @@ use crate::pet::{NewPet, PetId, PetStatus};
 /// Pet id to the pet's JSON object, exactly as the API sends it.
 const PETS: TableDefinition<i64, &[u8]> = TableDefinition::new("pets");
 /// (status code, pet id) for every pet that has a status: a status filter is a range scan.
-const PETS_BY_STATUS: TableDefinition<(u8, i64), ()> = TableDefinition::new("pets_by_status");
+/// A covering index: the JSON is kept here too, so a status filter is one range scan whatever
+/// the store's size, instead of a lookup in `PETS` per pet (measured in benches/load: the
+/// lookups cost half the throughput and grew with the store).
+const PETS_BY_STATUS: TableDefinition<(u8, i64), &[u8]> = TableDefinition::new("pets_by_status");
 /// Counters and format facts, keyed by the names below.
 const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 
@@ -152,17 +155,16 @@ impl Store {
     pub async fn list(&self, status: Option<PetStatus>, limit: usize) -> Result<Bytes, StoreError> {
         self.read(move |db| {
             let txn = db.begin_read().map_err(StoreError::storage)?;
-            let pets = txn.open_table(PETS).map_err(StoreError::storage)?;
             let mut array = JsonArray::new();
             match status {
                 None => {
+                    let pets = txn.open_table(PETS).map_err(StoreError::storage)?;
                     for entry in pets
                         .range::<i64>(..)
                         .map_err(StoreError::storage)?
                         .take(limit)
                     {
-                        let (_, json) = entry.map_err(StoreError::storage)?;
-                        array.push(json.value());
+                        array.push(entry.map_err(StoreError::storage)?.1.value());
                     }
                 }
                 Some(status) => {
@@ -170,17 +172,11 @@ impl Store {
                         .open_table(PETS_BY_STATUS)
                         .map_err(StoreError::storage)?;
                     let code = status.to_code();
-                    let ids = index
+                    let entries = index
                         .range((code, i64::MIN)..=(code, i64::MAX))
                         .map_err(StoreError::storage)?;
-                    for entry in ids.take(limit) {
-                        let (key, _) = entry.map_err(StoreError::storage)?;
-                        let (_, id) = key.value();
-                        // The index and the table are written in one transaction, so an indexed
-                        // id is always present; a miss would be a bug, not a client's doing.
-                        if let Some(json) = pets.get(id).map_err(StoreError::storage)? {
-                            array.push(json.value());
-                        }
+                    for entry in entries.take(limit) {
+                        array.push(entry.map_err(StoreError::storage)?.1.value());
                     }
                 }
             }
@@ -374,7 +370,7 @@ fn write_batch<'a>(
             table.insert(id, json.as_ref()).map_err(StoreError::write)?;
             if let Some(status) = pet.status {
                 index
-                    .insert((status.to_code(), id), ())
+                    .insert((status.to_code(), id), json.as_ref())
                     .map_err(StoreError::write)?;
             }
             stored.push(StoredPet { id, json });
