@@ -7,6 +7,7 @@ mod auth;
 mod config;
 mod error;
 mod lifecycle;
+mod log;
 mod pet;
 mod query;
 mod server;
@@ -14,13 +15,12 @@ mod service;
 mod store;
 mod tls;
 
-use std::io::{BufWriter, IsTerminal};
+use std::io::IsTerminal;
 use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::Context;
 use clap::Parser;
-use tracing_appender::non_blocking::WorkerGuard;
 
 use crate::config::{Action, Cli, Config, LogFormat};
 
@@ -124,14 +124,10 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// How many log lines may wait for the writer thread; past that, lines are dropped rather
-/// than stall a request behind a slow reader of stderr.
-const LOG_QUEUE_LINES: usize = 64 * 1024;
-
-/// Logs go to stderr, where journald or the terminal takes them. The filter is the flag's,
-/// else `RUST_LOG`'s, else `info`. Lines are written by a thread of their own, many to one
-/// `write`: a request never waits on the pipe. The returned guard flushes them when dropped.
-fn init_logging(format: LogFormat, level: Option<&str>) -> anyhow::Result<WorkerGuard> {
+/// Logs go to stderr, where journald or the terminal takes them, through `log`'s buffer. The
+/// filter is the flag's, else `RUST_LOG`'s, else `info`. The returned flusher writes what is
+/// left when dropped.
+fn init_logging(format: LogFormat, level: Option<&str>) -> anyhow::Result<log::Flusher> {
     use tracing_subscriber::EnvFilter;
     let filter = match level {
         Some(level) => {
@@ -139,14 +135,11 @@ fn init_logging(format: LogFormat, level: Option<&str>) -> anyhow::Result<Worker
         }
         None => EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
     };
-    let (writer, guard) = tracing_appender::non_blocking::NonBlockingBuilder::default()
-        .lossy(true)
-        .buffered_lines_limit(LOG_QUEUE_LINES)
-        .thread_name("petstore-log")
-        .finish(BufWriter::with_capacity(64 * 1024, std::io::stderr()));
+    let (sink, flusher) =
+        log::start(std::io::stderr()).context("starting the log writer thread")?;
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(writer);
+        .with_writer(sink);
     match format {
         LogFormat::Text => builder.with_ansi(std::io::stderr().is_terminal()).init(),
         LogFormat::Json => builder
@@ -155,5 +148,5 @@ fn init_logging(format: LogFormat, level: Option<&str>) -> anyhow::Result<Worker
             .with_current_span(false)
             .init(),
     }
-    Ok(guard)
+    Ok(flusher)
 }
