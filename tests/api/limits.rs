@@ -288,3 +288,46 @@ async fn plain_http_or_random_bytes_on_the_tls_port_are_dropped_quietly() {
         .collect();
     assert!(loud.is_empty(), "{loud:?}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn one_http2_connection_gets_at_most_128_streams_at_once() {
+    // The debug line "request started" counts the requests the server has begun.
+    let server = Server::start_with(with_args(&["--log-level", "info,petstore::service=debug"]));
+    let sender = crate::support::h2_streaming(server.addr).await;
+    let mut bodies = Vec::new();
+    let mut answers = Vec::new();
+    for _ in 0..130 {
+        let (body, channel) = http_body_util::channel::Channel::<Bytes>::new(1);
+        let request =
+            hyper::Request::post(format!("https://localhost:{}/v1/pets", server.addr.port()))
+                .header("authorization", format!("Bearer {DEV_KEY}"))
+                .header("content-type", "application/json")
+                .body(channel)
+                .expect("request");
+        let mut sender = sender.clone();
+        answers.push(tokio::spawn(
+            async move { sender.send_request(request).await },
+        ));
+        bodies.push(body);
+    }
+    server.wait_for_log("request started", 128);
+    // The client holds the rest back because the server said 128; finishing one lets one in.
+    let mut first = bodies.remove(0);
+    first
+        .send_data(Bytes::from_static(br#"{"name":"a","categoryId":1}"#))
+        .await
+        .expect("body");
+    drop(first);
+    server.wait_for_log("request started", 129);
+    let logs = server.logs();
+    assert_eq!(
+        logs.matches("request started").count(),
+        129,
+        "no stream beyond the limit began"
+    );
+    drop(bodies);
+    for answer in answers {
+        answer.abort();
+    }
+    server.stop();
+}
