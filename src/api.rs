@@ -29,8 +29,6 @@ pub struct Reply {
     pub status: StatusCode,
     pub body: Bytes,
     pub headers: Vec<(HeaderName, HeaderValue)>,
-    /// Close the connection after this answer.
-    pub close: bool,
 }
 
 impl Reply {
@@ -39,7 +37,6 @@ impl Reply {
             status: StatusCode::OK,
             body,
             headers: Vec::new(),
-            close: false,
         }
     }
 }
@@ -61,7 +58,7 @@ pub async fn create_pet(
     if !query::is_json(headers.get(CONTENT_TYPE).and_then(|v| v.to_str().ok())) {
         return Err(Error::UnsupportedMediaType);
     }
-    let too_large = Error::PayloadTooLarge {
+    let too_large = || Error::PayloadTooLarge {
         limit_bytes: MAX_BODY_BYTES,
     };
     // A declared length over the limit is refused before a byte of the body is read.
@@ -69,7 +66,7 @@ pub async fn create_pet(
         .get(CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
     if declared.is_some_and(|length| length > MAX_BODY_BYTES as u64) {
-        return Err(too_large);
+        return Err(too_large());
     }
     // A body that trickles or stops holds a connection and a buffer; bound its whole arrival.
     let collected =
@@ -81,9 +78,7 @@ pub async fn create_pet(
     let body = collected
         .map_err(|e| {
             if e.is::<LengthLimitError>() {
-                Error::PayloadTooLarge {
-                    limit_bytes: MAX_BODY_BYTES,
-                }
+                too_large()
             } else {
                 Error::InvalidBody("the request body could not be read".into())
             }
@@ -97,7 +92,6 @@ pub async fn create_pet(
         status: StatusCode::CREATED,
         body: stored.json,
         headers: vec![(LOCATION, location)],
-        close: false,
     })
 }
 

@@ -184,6 +184,8 @@ fn into_response(
     deprecated: bool,
     version: Version,
 ) -> Response<Full<Bytes>> {
+    // HTTP/2 has no Connection header (RFC 9113 8.2.2): each stream stands alone.
+    let close = matches!(&result, Err(e) if e.closes_connection()) && version < Version::HTTP_2;
     let reply = result.unwrap_or_else(|error| {
         let body = serde_json::to_vec(&error.body())
             .expect("an ErrorBody is strings and an integer: it always encodes");
@@ -191,8 +193,6 @@ fn into_response(
             status: error.status(),
             body: Bytes::from(body),
             headers: error.headers().into_iter().collect(),
-            // HTTP/2 has no Connection header (RFC 9113 8.2.2): each stream stands alone.
-            close: error.closes_connection() && version < Version::HTTP_2,
         }
     });
     let mut response = Response::new(Full::new(reply.body));
@@ -203,7 +203,7 @@ fn into_response(
     if deprecated {
         headers.extend(api::deprecation_headers());
     }
-    if reply.close {
+    if close {
         headers.insert(CONNECTION, HeaderValue::from_static("close"));
     }
     response
