@@ -27,13 +27,7 @@ async fn every_pet_acknowledged_before_a_sigkill_survives_and_no_id_is_reused() 
             );
         }
         let mut client = server.h2().await;
-        for (id, pet) in &by_id {
-            assert_eq!(
-                &&client.get(&format!("/v1/pets/{id}")).await.json(),
-                pet,
-                "round {round}"
-            );
-        }
+        client.assert_stored(&pets).await;
         let next = client.create(r#"{"name":"after","categoryId":0}"#).await;
         let highest = by_id.keys().next_back().copied().unwrap_or(0);
         assert!(
@@ -93,12 +87,7 @@ async fn a_write_the_disk_refuses_gets_503_leaves_the_database_as_it_was_and_rea
     // Without the limit, the database holds exactly the acknowledged pets, and takes more.
     let server = Server::start_on(stopped);
     let mut client = server.h2().await;
-    for pet in &acknowledged {
-        assert_eq!(
-            &client.get(&format!("/v1/pets/{}", pet["id"])).await.json(),
-            pet
-        );
-    }
+    client.assert_stored(&acknowledged).await;
     let after = acknowledged.len() + 1;
     assert_eq!(
         client.get(&format!("/v1/pets/{after}")).await.status,

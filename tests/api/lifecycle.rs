@@ -303,12 +303,7 @@ async fn every_create_acknowledged_before_sigterm_is_in_the_database_after() {
     assert!(acknowledged.len() >= 40);
     let server = Server::start_on(stopped);
     let mut client = server.h2().await;
-    for pet in &acknowledged {
-        assert_eq!(
-            &client.get(&format!("/v1/pets/{}", pet["id"])).await.json(),
-            pet
-        );
-    }
+    client.assert_stored(&acknowledged).await;
     let mut ids: Vec<i64> = acknowledged
         .iter()
         .map(|pet| pet["id"].as_i64().expect("id"))

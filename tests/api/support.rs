@@ -557,6 +557,16 @@ impl Client {
         self.send(request, body.to_owned()).await
     }
 
+    /// Asserts that each pet is stored exactly as it was acknowledged.
+    pub async fn assert_stored(&mut self, pets: &[Value]) {
+        for pet in pets {
+            assert_eq!(
+                &self.get(&format!("/v1/pets/{}", pet["id"])).await.json(),
+                pet
+            );
+        }
+    }
+
     /// Creates a pet and returns its JSON, asserting 201.
     pub async fn create(&mut self, body: &str) -> Value {
         let reply = self.post_json("/v1/pets", body).await;
