@@ -198,7 +198,14 @@ async fn a_tls_handshake_that_never_finishes_is_dropped() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn an_idle_keep_alive_connection_is_closed_after_the_idle_timeout() {
-    let server = Server::start_with(with_args(&["--idle-timeout", "1"]));
+    // hyper's head timer also closes idle HTTP/1.1 connections; set it past the test's
+    // deadline so that only the idle timeout can close this one in time.
+    let server = Server::start_with(with_args(&[
+        "--idle-timeout",
+        "1",
+        "--header-timeout",
+        "30",
+    ]));
     let mut tls = raw_tls(server.addr).await;
     tls.write_all(format!("GET /v1/pets HTTP/1.1\r\nHost: x\r\n{}\r\n", auth()).as_bytes())
         .await
