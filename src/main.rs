@@ -8,6 +8,7 @@ mod config;
 mod error;
 mod lifecycle;
 mod log;
+mod log_format;
 mod pet;
 mod query;
 mod server;
@@ -15,7 +16,6 @@ mod service;
 mod store;
 mod tls;
 
-use std::io::IsTerminal;
 use std::process::ExitCode;
 use std::sync::Arc;
 
@@ -137,16 +137,12 @@ fn init_logging(format: LogFormat, level: Option<&str>) -> anyhow::Result<log::F
     };
     let (sink, flusher) =
         log::start(std::io::stderr()).context("starting the log writer thread")?;
-    let builder = tracing_subscriber::fmt()
+    tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(sink);
-    match format {
-        LogFormat::Text => builder.with_ansi(std::io::stderr().is_terminal()).init(),
-        LogFormat::Json => builder
-            .json()
-            .flatten_event(true)
-            .with_current_span(false)
-            .init(),
-    }
+        .with_writer(sink)
+        .event_format(log_format::LineFormat {
+            json: matches!(format, LogFormat::Json),
+        })
+        .init();
     Ok(flusher)
 }

@@ -147,14 +147,17 @@ impl Connection {
             _ = self.stop.wait_for(|stopped| *stopped) => return,
         };
 
+        // Formatted once: the request log line would otherwise format it for every request.
+        let peer_name: Arc<str> = peer.to_string().into();
         let activity = Arc::new(Activity::new());
         let app = self.app;
         let counted = Arc::clone(&activity);
         let service = service_fn(move |request| {
             let app = app.clone();
+            let peer = Arc::clone(&peer_name);
             let in_flight = InFlight::enter(&counted);
             async move {
-                let response = app.handle(request, peer).await;
+                let response = app.handle(request, &peer).await;
                 drop(in_flight);
                 Ok::<_, std::convert::Infallible>(response)
             }
