@@ -6,11 +6,15 @@
 
 use std::fmt;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::thread;
 
 use bytes::{BufMut, Bytes, BytesMut};
-use redb::{Database, ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition};
+use redb::{
+    Database, ReadOnlyTable, ReadableDatabase, ReadableTable, ReadableTableMetadata,
+    TableDefinition,
+};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::pet::{NewPet, PetId, PetStatus};
@@ -39,7 +43,63 @@ const WRITE_QUEUE: usize = 4096;
 #[derive(Clone)]
 pub struct Store {
     db: Arc<Database>,
+    snapshots: Arc<Snapshots>,
     writer: mpsc::Sender<Command>,
+}
+
+/// The tables of one read transaction, shared by every read until the next commit.
+struct Snapshot {
+    pets: ReadOnlyTable<i64, &'static [u8]>,
+    by_status: ReadOnlyTable<(u8, i64), &'static [u8]>,
+}
+
+/// Reads share one snapshot between commits: beginning a read transaction and opening its
+/// tables cost a list of 20 about 4,000 instructions, a twentieth of the request (callgrind).
+/// Invariant: a snapshot is served only while `commits` still holds the count it was taken
+/// under, and the writer counts a commit before it answers any create of it, so a client
+/// always reads its own acknowledged writes.
+#[derive(Default)]
+struct Snapshots {
+    commits: AtomicU64,
+    current: Mutex<Option<(u64, Arc<Snapshot>)>>,
+}
+
+impl Snapshots {
+    fn current(&self) -> std::sync::MutexGuard<'_, Option<(u64, Arc<Snapshot>)>> {
+        self.current.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A snapshot that holds every commit counted so far.
+    fn get(&self, db: &Database) -> Result<Arc<Snapshot>, StoreError> {
+        let commits = self.commits.load(Ordering::Acquire);
+        if let Some((taken, snapshot)) = &*self.current()
+            && *taken == commits
+        {
+            return Ok(Arc::clone(snapshot));
+        }
+        // Begun after `commits` was read, so it holds at least those commits.
+        let txn = db.begin_read().map_err(StoreError::storage)?;
+        let snapshot = Arc::new(Snapshot {
+            pets: txn.open_table(PETS).map_err(StoreError::storage)?,
+            by_status: txn
+                .open_table(PETS_BY_STATUS)
+                .map_err(StoreError::storage)?,
+        });
+        let mut current = self.current();
+        // A commit since `commits` was read makes this one stale to the next reader; keep it
+        // out rather than replace a newer one.
+        if self.commits.load(Ordering::Acquire) == commits {
+            *current = Some((commits, Arc::clone(&snapshot)));
+        }
+        Ok(snapshot)
+    }
+
+    /// Counts a commit and lets go of the old snapshot, whose pages redb may then reuse.
+    fn committed(&self) {
+        self.commits.fetch_add(1, Ordering::Release);
+        let stale = self.current().take();
+        drop(stale);
+    }
 }
 
 /// A pet as the store keeps it: its id and its JSON object.
@@ -113,12 +173,14 @@ impl Store {
             })?;
         let count = prepare(&db)?;
         let db = Arc::new(db);
+        let snapshots = Arc::new(Snapshots::default());
         let (writer, queue) = mpsc::channel(WRITE_QUEUE);
         let writer_db = Arc::clone(&db);
+        let writer_snapshots = Arc::clone(&snapshots);
         thread::Builder::new()
             .name("petstore-writer".into())
             .spawn(move || {
-                let closing = write_loop(&writer_db, queue);
+                let closing = write_loop(&writer_db, &writer_snapshots, queue);
                 // Release the file before saying so, so that `close` can own and close it.
                 drop(writer_db);
                 if let Some(done) = closing {
@@ -126,7 +188,14 @@ impl Store {
                 }
             })
             .map_err(|e| StoreError::storage(redb::StorageError::Io(e)))?;
-        Ok((Store { db, writer }, count))
+        Ok((
+            Store {
+                db,
+                snapshots,
+                writer,
+            },
+            count,
+        ))
     }
 
     /// Adds a pet; resolves once the transaction holding it is durably committed.
@@ -141,10 +210,8 @@ impl Store {
 
     /// The pet with this id, as its JSON object.
     pub async fn get(&self, id: PetId) -> Result<Option<Bytes>, StoreError> {
-        self.read(move |db| {
-            let txn = db.begin_read().map_err(StoreError::storage)?;
-            let pets = txn.open_table(PETS).map_err(StoreError::storage)?;
-            let pet = pets.get(id).map_err(StoreError::storage)?;
+        self.read(move |snapshot| {
+            let pet = snapshot.pets.get(id).map_err(StoreError::storage)?;
             Ok(pet.map(|json| Bytes::copy_from_slice(json.value())))
         })
         .await
@@ -153,13 +220,12 @@ impl Store {
     /// Up to `limit` pets in ascending id order, only those with `status` if one is given, as
     /// one JSON array built from the stored objects without decoding them.
     pub async fn list(&self, status: Option<PetStatus>, limit: usize) -> Result<Bytes, StoreError> {
-        self.read(move |db| {
-            let txn = db.begin_read().map_err(StoreError::storage)?;
+        self.read(move |snapshot| {
             let mut array = JsonArray::new();
             match status {
                 None => {
-                    let pets = txn.open_table(PETS).map_err(StoreError::storage)?;
-                    for entry in pets
+                    for entry in snapshot
+                        .pets
                         .range::<i64>(..)
                         .map_err(StoreError::storage)?
                         .take(limit)
@@ -168,11 +234,9 @@ impl Store {
                     }
                 }
                 Some(status) => {
-                    let index = txn
-                        .open_table(PETS_BY_STATUS)
-                        .map_err(StoreError::storage)?;
                     let code = status.to_code();
-                    let entries = index
+                    let entries = snapshot
+                        .by_status
                         .range((code, i64::MIN)..=(code, i64::MAX))
                         .map_err(StoreError::storage)?;
                     for entry in entries.take(limit) {
@@ -190,13 +254,11 @@ impl Store {
         if self.writer.is_closed() {
             return Err(StoreError::Closed);
         }
-        self.read(|db| {
-            let txn = db.begin_read().map_err(StoreError::storage)?;
-            let meta = txn.open_table(META).map_err(StoreError::storage)?;
-            meta.get(META_NEXT_ID).map_err(StoreError::storage)?;
-            Ok(())
-        })
-        .await
+        // A fresh transaction, not the shared snapshot: this asks whether the file reads now.
+        let txn = self.db.begin_read().map_err(StoreError::storage)?;
+        let meta = txn.open_table(META).map_err(StoreError::storage)?;
+        meta.get(META_NEXT_ID).map_err(StoreError::storage)?;
+        Ok(())
     }
 
     /// Finishes the writes already queued, stops the writer and closes the file. Writes asked
@@ -206,6 +268,8 @@ impl Store {
         if self.writer.send(Command::Close(done)).await.is_ok() {
             let _ = closed.await;
         }
+        // The cached snapshot holds a read transaction open; the file should close without it.
+        drop(self.snapshots.current().take());
         // Reads still running hold their own handle; the file closes when the last one ends.
         if let Some(db) = Arc::into_inner(self.db)
             && let Err(e) = db.close()
@@ -220,9 +284,9 @@ impl Store {
     /// worker for that wait, a trade accepted for a store that fits in memory.
     async fn read<T>(
         &self,
-        work: impl FnOnce(&Database) -> Result<T, StoreError>,
+        work: impl FnOnce(&Snapshot) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
-        work(&self.db)
+        work(&*self.snapshots.get(&self.db)?)
     }
 }
 
@@ -269,7 +333,11 @@ fn create_tables(db: &Database) -> Result<(), StoreError> {
 /// The writer thread: takes every create queued while the last commit ran into one transaction
 /// and one fsync, then answers each. Ends on `Close`, returning its reply, or when every
 /// handle is gone.
-fn write_loop(db: &Database, mut queue: mpsc::Receiver<Command>) -> Option<oneshot::Sender<()>> {
+fn write_loop(
+    db: &Database,
+    snapshots: &Snapshots,
+    mut queue: mpsc::Receiver<Command>,
+) -> Option<oneshot::Sender<()>> {
     let mut batch = Vec::with_capacity(MAX_BATCH);
     let mut stats = WriteStats::default();
     while let Some(first) = queue.blocking_recv() {
@@ -297,7 +365,7 @@ fn write_loop(db: &Database, mut queue: mpsc::Receiver<Command>) -> Option<onesh
         }
         if !batch.is_empty() {
             stats.commits += 1;
-            stats.pets_written += commit_batch(db, &mut batch);
+            stats.pets_written += commit_batch(db, snapshots, &mut batch);
         }
         if closing.is_some() {
             stats.report();
@@ -329,9 +397,11 @@ impl WriteStats {
 type Pending = (NewPet, oneshot::Sender<Result<StoredPet, StoreError>>);
 
 /// Commits a batch and answers each caller; returns how many pets were written.
-fn commit_batch(db: &Database, batch: &mut Vec<Pending>) -> u64 {
+fn commit_batch(db: &Database, snapshots: &Snapshots, batch: &mut Vec<Pending>) -> u64 {
     match write_batch(db, batch.iter().map(|(pet, _)| pet)) {
         Ok(stored) => {
+            // Before any answer: a client that got its 201 must find the pet.
+            snapshots.committed();
             let written = stored.len() as u64;
             for ((_, reply), pet) in batch.drain(..).zip(stored) {
                 let _ = reply.send(Ok(pet));
@@ -470,6 +540,39 @@ mod tests {
             assert_eq!(&store.list(Some(PetStatus::Pending), 20).await.expect("list")[..], b"[]");
             assert!(store.get(2).await.expect("get").is_some());
             assert!(store.get(4).await.expect("get").is_none());
+            store.close().await;
+        });
+    }
+
+    #[test]
+    fn reads_share_a_snapshot_until_a_commit_and_then_see_it() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        runtime().block_on(async {
+            let (store, _) =
+                Store::open(&dir.path().join("pets.redb"), TEST_CACHE_BYTES).expect("open");
+            assert_eq!(&store.list(None, 20).await.expect("list")[..], b"[]");
+            let first = store.snapshots.get(&store.db).expect("snapshot");
+            assert!(Arc::ptr_eq(
+                &first,
+                &store.snapshots.get(&store.db).expect("snapshot")
+            ));
+            for expected in 1..=3 {
+                let pet = store
+                    .create(new_pet("a", Some(PetStatus::Sold)))
+                    .await
+                    .expect("create");
+                assert!(
+                    store.get(pet.id).await.expect("get").is_some(),
+                    "read after the 201"
+                );
+                let sold = store.list(Some(PetStatus::Sold), 20).await.expect("list");
+                let sold: serde_json::Value = serde_json::from_slice(&sold).expect("json");
+                assert_eq!(sold.as_array().map(Vec::len), Some(expected));
+            }
+            assert!(!Arc::ptr_eq(
+                &first,
+                &store.snapshots.get(&store.db).expect("snapshot")
+            ));
             store.close().await;
         });
     }
