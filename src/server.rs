@@ -31,8 +31,9 @@ const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 const MAX_CONCURRENT_STREAMS: u32 = 128;
 /// CVE-2023-44487 (rapid reset): streams a client may open and reset before the server has
 /// handled them, and streams the server may reset for errors, before the connection is
-/// closed with ENHANCE_YOUR_CALM.
-const MAX_PENDING_RESET_STREAMS: usize = 32;
+/// closed with ENHANCE_YOUR_CALM. Both are below h2's defaults (20 and 1024), so that the
+/// settings, and their test, mean something.
+const MAX_PENDING_RESET_STREAMS: usize = 16;
 const MAX_LOCAL_ERROR_RESET_STREAMS: usize = 256;
 /// hyper's own bounds sit above `service`'s header limits, so that a request just over ours
 /// still reaches the service and gets its JSON 431; beyond these hyper answers by itself.

@@ -275,6 +275,146 @@ async fn an_http2_reset_flood_does_not_stop_the_server_serving() {
     server.stop();
 }
 
+/// `MAX_PENDING_RESET_STREAMS` in server.rs: below h2's default of 20, so the flood tests
+/// below tell our setting from the default.
+const MAX_PENDING_RESET_STREAMS: u32 = 16;
+
+/// Opens a raw HTTP/2 connection and, in one write, opens and cancels `streams` streams
+/// before the server can accept any, then pings. Returns the frames the server sent until
+/// the PING's ACK or the end of the connection.
+async fn rapid_reset(server: &Server, streams: u32) -> Vec<raw_h2::Frame> {
+    let config = crate::support::tls_config(b"h2", rustls::DEFAULT_VERSIONS);
+    let mut tls = crate::support::tls_connect(server.addr, config)
+        .await
+        .expect("TLS connects");
+    let mut flood = raw_h2::PREFACE.to_vec();
+    raw_h2::frame(&mut flood, raw_h2::SETTINGS, 0, 0, &[]);
+    for i in 0..streams {
+        let stream = 2 * i + 1;
+        raw_h2::frame(
+            &mut flood,
+            raw_h2::HEADERS,
+            raw_h2::END_HEADERS,
+            stream,
+            &raw_h2::GET_ROOT,
+        );
+        raw_h2::frame(&mut flood, raw_h2::RST_STREAM, 0, stream, &raw_h2::CANCEL);
+    }
+    raw_h2::frame(&mut flood, raw_h2::PING, 0, 0, b"petstore");
+    tls.write_all(&flood).await.expect("the flood is sent");
+    tls.flush().await.expect("flushed");
+    raw_h2::read_until_ping_ack(&mut tls).await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn one_http2_reset_past_the_limit_gets_goaway_enhance_your_calm() {
+    let server = Server::start();
+    let frames = rapid_reset(&server, MAX_PENDING_RESET_STREAMS + 1).await;
+    assert!(
+        frames
+            .iter()
+            .any(|f| f.goaway_code() == Some(raw_h2::ENHANCE_YOUR_CALM)),
+        "GOAWAY ENHANCE_YOUR_CALM: {frames:?}"
+    );
+    assert_eq!(server.h2().await.get("/v1/pets").await.status, 200);
+    server.stop();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn http2_resets_up_to_the_limit_keep_the_connection() {
+    let server = Server::start();
+    let frames = rapid_reset(&server, MAX_PENDING_RESET_STREAMS).await;
+    assert!(
+        frames.last().is_some_and(raw_h2::Frame::is_ping_ack),
+        "the PING is answered: {frames:?}"
+    );
+    assert!(
+        frames.iter().all(|f| f.goaway_code().is_none()),
+        "no GOAWAY: {frames:?}"
+    );
+    server.stop();
+}
+
+/// Just enough HTTP/2 (RFC 9113) framing to send what a client library never would.
+mod raw_h2 {
+    use tokio::io::{AsyncRead, AsyncReadExt};
+
+    pub const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+    pub const HEADERS: u8 = 0x1;
+    pub const RST_STREAM: u8 = 0x3;
+    pub const SETTINGS: u8 = 0x4;
+    pub const PING: u8 = 0x6;
+    pub const GOAWAY: u8 = 0x7;
+    pub const END_HEADERS: u8 = 0x4;
+    pub const ACK: u8 = 0x1;
+    pub const CANCEL: [u8; 4] = 0x8u32.to_be_bytes();
+    pub const ENHANCE_YOUR_CALM: u32 = 0xb;
+    /// HPACK (RFC 7541) with static-table entries only, so every stream may reuse it:
+    /// :method GET, :scheme https, :path /, and :authority localhost as a literal that is
+    /// not indexed.
+    pub const GET_ROOT: [u8; 14] = [
+        0x82, 0x87, 0x84, 0x01, 9, b'l', b'o', b'c', b'a', b'l', b'h', b'o', b's', b't',
+    ];
+
+    #[derive(Debug)]
+    pub struct Frame {
+        pub kind: u8,
+        pub flags: u8,
+        pub payload: Vec<u8>,
+    }
+
+    impl Frame {
+        pub fn goaway_code(&self) -> Option<u32> {
+            let code = self.payload.get(4..8).filter(|_| self.kind == GOAWAY)?;
+            Some(u32::from_be_bytes(code.try_into().expect("four bytes")))
+        }
+
+        pub fn is_ping_ack(&self) -> bool {
+            self.kind == PING && self.flags & ACK != 0
+        }
+    }
+
+    pub fn frame(out: &mut Vec<u8>, kind: u8, flags: u8, stream: u32, payload: &[u8]) {
+        let length = u32::try_from(payload.len()).expect("a small payload");
+        out.extend_from_slice(&length.to_be_bytes()[1..]);
+        out.extend_from_slice(&[kind, flags]);
+        out.extend_from_slice(&stream.to_be_bytes());
+        out.extend_from_slice(payload);
+    }
+
+    /// Reads frames until a PING ACK, the end of the stream, or a deadline (a test failure).
+    pub async fn read_until_ping_ack(stream: &mut (impl AsyncRead + Unpin)) -> Vec<Frame> {
+        let mut frames = Vec::new();
+        let reading = async {
+            loop {
+                let mut head = [0u8; 9];
+                if stream.read_exact(&mut head).await.is_err() {
+                    return;
+                }
+                let length = u32::from_be_bytes([0, head[0], head[1], head[2]]) as usize;
+                let mut payload = vec![0u8; length];
+                if stream.read_exact(&mut payload).await.is_err() {
+                    return;
+                }
+                let frame = Frame {
+                    kind: head[3],
+                    flags: head[4],
+                    payload,
+                };
+                let done = frame.is_ping_ack();
+                frames.push(frame);
+                if done {
+                    return;
+                }
+            }
+        };
+        tokio::time::timeout(std::time::Duration::from_secs(15), reading)
+            .await
+            .expect("a PING ACK or the end of the connection in time");
+        frames
+    }
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn plain_http_or_random_bytes_on_the_tls_port_are_dropped_quietly() {
     let server = Server::start();
