@@ -610,3 +610,378 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Guarded<T> {
         Pin::new(&mut this.inner).poll_shutdown(cx)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::VecDeque;
+    use std::task::Waker;
+
+    use proptest::prelude::*;
+
+    use super::*;
+
+    /// A client's side of the stream: each read yields the next of `chunks` (or as much of it
+    /// as fits), then the end; never pending. Writes are recorded.
+    struct Client {
+        chunks: VecDeque<Vec<u8>>,
+        written: Vec<u8>,
+    }
+
+    impl AsyncRead for Client {
+        fn poll_read(
+            mut self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+            buf: &mut ReadBuf<'_>,
+        ) -> Poll<io::Result<()>> {
+            if let Some(mut chunk) = self.chunks.pop_front() {
+                let length = chunk.len().min(buf.remaining());
+                buf.put_slice(&chunk[..length]);
+                if length < chunk.len() {
+                    chunk.drain(..length);
+                    self.chunks.push_front(chunk);
+                }
+            }
+            Poll::Ready(Ok(()))
+        }
+    }
+
+    impl AsyncWrite for Client {
+        fn poll_write(
+            mut self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+            buf: &[u8],
+        ) -> Poll<io::Result<usize>> {
+            self.written.extend_from_slice(buf);
+            Poll::Ready(Ok(buf.len()))
+        }
+
+        fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+
+        fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+    }
+
+    /// What hyper would see of a connection, and what the guard answered at its end.
+    #[derive(Debug, PartialEq)]
+    struct Seen {
+        released: Vec<u8>,
+        refused: bool,
+        answer: String,
+    }
+
+    /// Plays `chunks` through a guard as hyper would: reads of `read_sizes` (in turn) until
+    /// the end, then a shutdown.
+    fn play(chunks: Vec<Vec<u8>>, read_sizes: &[usize]) -> Seen {
+        let client = Client {
+            chunks: chunks.into(),
+            written: Vec::new(),
+        };
+        let peer = SocketAddr::from(([127, 0, 0, 1], 1));
+        let mut guarded = Guarded::http1(client, peer, Duration::from_secs(10));
+        let mut cx = Context::from_waker(Waker::noop());
+        let mut released = Vec::new();
+        for size in read_sizes.iter().cycle() {
+            let mut space = vec![0; *size];
+            let mut buf = ReadBuf::new(&mut space);
+            match Pin::new(&mut guarded).poll_read(&mut cx, &mut buf) {
+                Poll::Ready(Ok(())) if buf.filled().is_empty() => break,
+                Poll::Ready(Ok(())) => released.extend_from_slice(buf.filled()),
+                other => panic!("the client is never pending: {other:?}"),
+            }
+        }
+        let shut = Pin::new(&mut guarded).poll_shutdown(&mut cx);
+        assert!(matches!(shut, Poll::Ready(Ok(()))), "{shut:?}");
+        Seen {
+            released,
+            refused: guarded.refused.is_some(),
+            answer: String::from_utf8_lossy(&guarded.inner.written).into_owned(),
+        }
+    }
+
+    fn whole(bytes: &[u8]) -> Seen {
+        play(vec![bytes.to_vec()], &[64 * 1024])
+    }
+
+    /// The JSON body of a guard's answer.
+    fn answer_body(seen: &Seen) -> serde_json::Value {
+        let (head, body) = seen.answer.split_once("\r\n\r\n").expect("an answer");
+        assert!(head.contains("\r\nconnection: close"), "{head}");
+        assert!(
+            head.contains("\r\ncontent-type: application/json"),
+            "{head}"
+        );
+        serde_json::from_str(body).expect("a JSON body")
+    }
+
+    fn refused_with(bytes: &[u8], status: u16, message: &str) {
+        let seen = whole(bytes);
+        assert!(seen.refused, "{seen:?}");
+        let body = answer_body(&seen);
+        assert_eq!(
+            (body["status"].as_u64(), body["message"].as_str()),
+            (Some(status.into()), Some(message)),
+            "{seen:?}"
+        );
+        assert!(
+            seen.answer.starts_with(&format!("HTTP/1.1 {status} ")),
+            "{seen:?}"
+        );
+    }
+
+    const GET: &[u8] = b"GET /v1/pets HTTP/1.1\r\nHost: x\r\n\r\n";
+
+    #[test]
+    fn a_head_is_held_until_complete_then_released_whole() {
+        let mut expect = Expect::Preface;
+        let (taken, refusal) = expect.clear(&GET[..20]);
+        assert!(taken == 0 && refusal.is_none());
+        let (taken, refusal) = expect.clear(GET);
+        assert!(taken == GET.len() && refusal.is_none());
+        assert_eq!(expect, Expect::Head);
+        let seen = play(GET.chunks(3).map(<[u8]>::to_vec).collect(), &[5, 4096]);
+        assert_eq!((seen.released.as_slice(), seen.refused), (GET, false));
+    }
+
+    #[test]
+    fn smuggling_shapes_are_refused_with_400() {
+        let cases: [(&[u8], &str); 8] = [
+            (b"POST / HTTP/1.1\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n", BOTH_LENGTHS),
+            (b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\nContent-Length: 4\r\n\r\n", BOTH_LENGTHS),
+            (b"POST / HTTP/1.1\r\nContent-Length: 4\r\nContent-Length: 5\r\n\r\n", "Content-Length must be given at most once"),
+            (b"POST / HTTP/1.1\r\nContent-Length: 4\r\ncontent-length: 4\r\n\r\n", "Content-Length must be given at most once"),
+            (b"POST / HTTP/1.1\r\nContent-Length: 4 4\r\n\r\n", BAD_LENGTH),
+            (b"POST / HTTP/1.1\r\nTransfer-Encoding: gzip, chunked\r\n\r\n", NOT_CHUNKED),
+            (b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n", NOT_CHUNKED),
+            (b"POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n", ENCODING_IN_1_0),
+        ];
+        for (head, message) in cases {
+            refused_with(head, 400, message);
+        }
+    }
+
+    #[test]
+    fn malformed_heads_are_refused_with_400_and_large_ones_with_431() {
+        refused_with(b"GET / HTTP/2.0\r\n\r\n", 400, BAD_VERSION);
+        refused_with(b"G@T / HTTP/1.1\r\n\r\n", 400, BAD_REQUEST_LINE);
+        refused_with(b"GET / HTTP/1.1\r\nNo Colon\r\n\r\n", 400, BAD_HEAD);
+        let too_large = "request headers must be at most 256 fields and 65536 bytes";
+        let many: String = (0..=MAX_HEAD_FIELDS)
+            .map(|i| format!("f{i}: v\r\n"))
+            .collect();
+        refused_with(
+            format!("GET / HTTP/1.1\r\n{many}\r\n").as_bytes(),
+            431,
+            too_large,
+        );
+        refused_with(&vec![b'\n'; MAX_HEAD_BYTES], 431, too_large);
+    }
+
+    #[test]
+    fn a_head_of_exactly_the_bound_passes_and_one_byte_more_does_not() {
+        let head = |length: usize| {
+            let bare = "GET / HTTP/1.1\r\nx: \r\n\r\n".len();
+            format!("GET / HTTP/1.1\r\nx: {}\r\n\r\n", "a".repeat(length - bare)).into_bytes()
+        };
+        let fits = head(MAX_HEAD_BYTES);
+        assert_eq!(whole(&fits).released, fits);
+        assert!(whole(&head(MAX_HEAD_BYTES + 1)).refused);
+    }
+
+    #[test]
+    fn bodies_pass_as_framed_and_the_next_head_is_found_after_them() {
+        // Each body holds what would be a head if it were parsed as one.
+        let pipeline = [
+            &b"POST / HTTP/1.1\r\nContent-Length: 14\r\n\r\nGET / HTTP/1.1"[..],
+            b"POST / HTTP/1.1\r\nTransfer-Encoding: Chunked\r\n\r\n",
+            b"4;a=b;c\r\nGET \r\nA \t;x\r\n/ HTTP/1.1\r\n0\r\nx-sum: 1\r\ny: 2\r\n\r\n",
+            b"POST / HTTP/1.1\r\nContent-Length: 0\r\n\r\n",
+            GET,
+        ]
+        .concat();
+        let seen = play(pipeline.chunks(7).map(<[u8]>::to_vec).collect(), &[3, 100]);
+        assert_eq!((seen.released, seen.refused), (pipeline, false));
+    }
+
+    #[test]
+    fn a_refusal_after_a_good_request_releases_the_good_one_and_answers_last() {
+        let bad = b"GET / HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 1\r\n\r\nx";
+        let seen = whole(&[GET, bad, GET].concat());
+        assert_eq!(seen.released, GET);
+        assert_eq!(answer_body(&seen)["code"], "invalid_request");
+    }
+
+    #[test]
+    fn a_malformed_chunk_ends_the_stream_without_an_answer_of_its_own() {
+        for body in [
+            &b"zz\r\n"[..],
+            b"5\r\nhello0\r\n",
+            b"5 5\r\n",
+            b"5;\n\r\n",
+            b"0\r\nbad\nfield\r\n\r\n",
+        ] {
+            let head = b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n";
+            let seen = whole(&[&head[..], body, GET].concat());
+            assert!(seen.refused, "{body:?}");
+            assert!(
+                seen.released.starts_with(head) && !seen.released.ends_with(GET),
+                "{body:?}"
+            );
+            // The request is hyper's to answer: it sees its body end early.
+            assert_eq!(seen.answer, "", "{body:?}");
+        }
+    }
+
+    #[test]
+    fn http2_s_preface_passes_through_untouched() {
+        let h2 = [
+            H2_PREFACE,
+            &[0, 0, 0, 4, 0, 0, 0, 0, 0],
+            b"\xff\x00 anything",
+        ]
+        .concat();
+        let seen = play(h2.chunks(5).map(<[u8]>::to_vec).collect(), &[24, 7]);
+        assert_eq!((seen.released, seen.refused), (h2, false));
+        // Only as the connection's first bytes.
+        assert!(whole(&[GET, H2_PREFACE].concat()).refused);
+    }
+
+    #[test]
+    fn nothing_is_answered_unless_hyper_read_to_the_refusal() {
+        let client = Client {
+            chunks: vec![b"GET / HTTP/1.1\r\nContent-Length: x\r\n\r\n".to_vec()].into(),
+            written: Vec::new(),
+        };
+        let peer = SocketAddr::from(([127, 0, 0, 1], 1));
+        let mut guarded = Guarded::http1(client, peer, Duration::from_secs(10));
+        let mut cx = Context::from_waker(Waker::noop());
+        let mut space = [0; 64];
+        let mut buf = ReadBuf::new(&mut space);
+        // One read: it finds the refusal but has nothing to give, which hyper takes as the end.
+        assert!(
+            Pin::new(&mut guarded)
+                .poll_read(&mut cx, &mut buf)
+                .is_ready()
+        );
+        assert!(buf.filled().is_empty());
+        let mut unread = Guarded::http1(
+            Client {
+                chunks: vec![b"GET / HTTP/1.1\r\nContent-Length: x\r\n\r\n".to_vec()].into(),
+                written: Vec::new(),
+            },
+            peer,
+            Duration::from_secs(10),
+        );
+        assert!(Pin::new(&mut unread).poll_shutdown(&mut cx).is_ready());
+        assert!(
+            unread.inner.written.is_empty(),
+            "hyper closed before reaching it"
+        );
+        assert!(Pin::new(&mut guarded).poll_shutdown(&mut cx).is_ready());
+        assert!(
+            guarded
+                .inner
+                .written
+                .starts_with(b"HTTP/1.1 400 Bad Request\r\n")
+        );
+    }
+
+    #[test]
+    fn content_length_is_plain_digits_within_hyper_s_bound() {
+        assert_eq!(parse_length(b"0"), Some(0));
+        assert_eq!(parse_length(b"0012"), Some(12));
+        assert_eq!(
+            parse_length(b"18446744073709551613"),
+            Some(MAX_CONTENT_LENGTH)
+        );
+        for bad in [
+            &b""[..],
+            b"18446744073709551614",
+            b"99999999999999999999",
+            b"+1",
+            b"1 ",
+            b"1,1",
+            b"0x1",
+        ] {
+            assert_eq!(parse_length(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn chunk_size_lines_follow_hyper_s_grammar() {
+        assert_eq!(read_chunk_size(b"1f\r\n"), Ok(Some((4, 31))));
+        assert_eq!(read_chunk_size(b"A ; x=\"y\"\r\nrest"), Ok(Some((11, 10))));
+        assert_eq!(
+            read_chunk_size(b"ffffffffffffffff\r\n"),
+            Ok(Some((18, u64::MAX)))
+        );
+        assert_eq!(read_chunk_size(b"1f"), Ok(None));
+        assert_eq!(read_chunk_size(b"1f\r"), Ok(None));
+        for bad in [
+            &b"\r\n"[..],
+            b";x\r\n",
+            b"0x1\r\n",
+            b"1 1\r\n",
+            b"1\r\r\n",
+            b"1\n",
+            b"1;a\nb\r\n",
+            b"10000000000000000\r\n",
+        ] {
+            assert!(read_chunk_size(bad).is_err(), "{bad:?}");
+        }
+        assert!(read_chunk_size(&[b'0'; MAX_CHUNK_LINE_BYTES]).is_err());
+    }
+
+    /// Pieces of HTTP/1.1 requests, good and bad, for the generator to string together.
+    const PIECES: &[&[u8]] = &[
+        b"GET / HTTP/1.1\r\n",
+        b"POST /v1/pets HTTP/1.1\r\n",
+        b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n",
+        b"Host: x\r\n",
+        b"Content-Length: 5\r\n",
+        b"Content-Length: 0\r\n",
+        b"Transfer-Encoding: chunked\r\n",
+        b"\r\n",
+        b"hello",
+        b"5\r\nhello\r\n",
+        b"3;ext=1\r\nabc\r\n",
+        b"0\r\n\r\n",
+        b"0\r\nx: y\r\n\r\n",
+        b"\n",
+        b"\r",
+        b" ",
+    ];
+
+    fn requests() -> impl Strategy<Value = Vec<u8>> {
+        prop_oneof![
+            proptest::collection::vec(any::<u8>(), 0..512),
+            proptest::collection::vec(proptest::sample::select(PIECES), 0..40)
+                .prop_map(|p| p.concat()),
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn any_bytes_split_any_way_give_the_same_release_and_verdict(
+            input in requests(),
+            cuts in proptest::collection::vec(1usize..40, 1..30),
+            read_sizes in proptest::collection::vec(1usize..100, 1..8),
+        ) {
+            let mut chunks = Vec::new();
+            let mut rest = input.as_slice();
+            for cut in cuts.iter().cycle() {
+                if rest.is_empty() {
+                    break;
+                }
+                let (chunk, after) = rest.split_at((*cut).min(rest.len()));
+                chunks.push(chunk.to_vec());
+                rest = after;
+            }
+            let at_once = whole(&input);
+            prop_assert!(input.starts_with(&at_once.released));
+            prop_assert_eq!(play(chunks, &read_sizes), at_once);
+        }
+    }
+}
