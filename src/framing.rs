@@ -850,41 +850,29 @@ mod tests {
 
     #[test]
     fn nothing_is_answered_unless_hyper_read_to_the_refusal() {
+        let bad = b"GET / HTTP/1.1\r\nContent-Length: x\r\n\r\n";
         let client = Client {
-            chunks: vec![b"GET / HTTP/1.1\r\nContent-Length: x\r\n\r\n".to_vec()].into(),
+            chunks: vec![[GET, bad].concat()].into(),
             written: Vec::new(),
         };
         let peer = SocketAddr::from(([127, 0, 0, 1], 1));
         let mut guarded = Guarded::http1(client, peer, Duration::from_secs(10));
         let mut cx = Context::from_waker(Waker::noop());
-        let mut space = [0; 64];
+        let mut space = [0; 1024];
         let mut buf = ReadBuf::new(&mut space);
-        // One read: it finds the refusal but has nothing to give, which hyper takes as the end.
+        // This read finds the refusal behind the good request and gives hyper the request.
         assert!(
             Pin::new(&mut guarded)
                 .poll_read(&mut cx, &mut buf)
                 .is_ready()
         );
-        assert!(buf.filled().is_empty());
-        let mut unread = Guarded::http1(
-            Client {
-                chunks: vec![b"GET / HTTP/1.1\r\nContent-Length: x\r\n\r\n".to_vec()].into(),
-                written: Vec::new(),
-            },
-            peer,
-            Duration::from_secs(10),
-        );
-        assert!(Pin::new(&mut unread).poll_shutdown(&mut cx).is_ready());
-        assert!(
-            unread.inner.written.is_empty(),
-            "hyper closed before reaching it"
-        );
+        assert_eq!(buf.filled(), GET);
+        assert!(guarded.refused.is_some());
+        // hyper shuts down without reading on (its answer said `Connection: close`).
         assert!(Pin::new(&mut guarded).poll_shutdown(&mut cx).is_ready());
         assert!(
-            guarded
-                .inner
-                .written
-                .starts_with(b"HTTP/1.1 400 Bad Request\r\n")
+            guarded.inner.written.is_empty(),
+            "one answer per request at most"
         );
     }
 
