@@ -80,7 +80,9 @@ pub async fn create_pet(
             if e.is::<LengthLimitError>() {
                 too_large()
             } else {
-                Error::InvalidBody("the request body could not be read".into())
+                // A body whose framing broke (a malformed chunk, the stream ending early):
+                // nothing after it on the connection can be trusted.
+                Error::InvalidRequest("the request body could not be read")
             }
         })?
         .to_bytes();

@@ -58,6 +58,10 @@ pub struct ErrorBody<'a> {
 }
 
 impl Error {
+    /// RFC 9110 8.6: a repeated Content-Length, equal or not, leaves the body's end in doubt.
+    pub const REPEATED_CONTENT_LENGTH: Error =
+        Error::InvalidRequest("Content-Length must be given at most once");
+
     pub fn status(&self) -> StatusCode {
         match self {
             Error::InvalidRequest(_) | Error::InvalidParameter(_) | Error::InvalidBody(_) => {
@@ -171,6 +175,12 @@ impl Error {
             status: self.status().as_u16(),
         }
     }
+
+    /// The body as it goes on the wire.
+    pub fn json(&self) -> Vec<u8> {
+        serde_json::to_vec(&self.body())
+            .expect("an ErrorBody is strings and an integer: it always encodes")
+    }
 }
 
 impl From<AuthFailure> for Error {
@@ -262,6 +272,21 @@ mod tests {
             assert!(!body.contains("disk"), "{body}");
             assert_eq!(error.cause(), Some("disk on fire"));
         }
+    }
+
+    #[test]
+    fn the_wire_body_is_the_error_object() {
+        let error = Error::REPEATED_CONTENT_LENGTH;
+        let body: serde_json::Value = serde_json::from_slice(&error.json()).expect("JSON");
+        assert_eq!(
+            body,
+            serde_json::json!({
+                "code": "invalid_request",
+                "message": "Content-Length must be given at most once",
+                "status": 400
+            })
+        );
+        assert!(error.closes_connection());
     }
 
     #[test]

@@ -6,6 +6,7 @@ mod api;
 mod auth;
 mod config;
 mod error;
+mod framing;
 mod lifecycle;
 mod log;
 mod log_format;

@@ -2,7 +2,8 @@
 //! that runs the TLS handshake under a deadline and then serves HTTP/1.1 or HTTP/2, idle
 //! connections closed, and the graceful drain on stop. It knows no routes, pets or keys:
 //! each request goes to `App`. Invariant: the accept loop never waits on a client, and every
-//! wait on a client is bounded (handshake, request head, idleness, drain).
+//! wait on a client is bounded (handshake, request head, idleness, drain). HTTP/1.1 bytes
+//! reach hyper through `framing::Guarded`, which checks each request head first.
 
 use std::future::Future;
 use std::io;
@@ -23,6 +24,7 @@ use tokio::sync::{Semaphore, watch};
 use tokio::time::Instant;
 use tokio_rustls::TlsAcceptor;
 
+use crate::framing::{self, Guarded};
 use crate::service::App;
 
 /// After a failed accept (e.g. out of file descriptors), wait this long before the next.
@@ -31,13 +33,10 @@ const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 const MAX_CONCURRENT_STREAMS: u32 = 128;
 /// CVE-2023-44487 (rapid reset): streams a client may open and reset before the server has
 /// handled them, and streams the server may reset for errors, before the connection is
-/// closed with ENHANCE_YOUR_CALM.
-const MAX_PENDING_RESET_STREAMS: usize = 32;
+/// closed with ENHANCE_YOUR_CALM. Both are below h2's defaults (20 and 1024), so that the
+/// settings, and their test, mean something.
+const MAX_PENDING_RESET_STREAMS: usize = 16;
 const MAX_LOCAL_ERROR_RESET_STREAMS: usize = 256;
-/// hyper's own bounds sit above `service`'s header limits, so that a request just over ours
-/// still reaches the service and gets its JSON 431; beyond these hyper answers by itself.
-const HYPER_MAX_HEADERS: usize = 256;
-const HYPER_MAX_HEADER_BYTES: usize = 64 * 1024;
 
 /// The bounds a client can run into at the connection level.
 #[derive(Clone, Copy, Debug)]
@@ -64,17 +63,27 @@ pub async fn serve(
 ) {
     let acceptor = TlsAcceptor::from(tls);
     let mut http = auto::Builder::new(TokioExecutor::new());
+    // `framing` refuses heads past its bounds before hyper parses them; hyper gets the same
+    // bounds as a backstop. Both sit above `service`'s header limits, so that a request just
+    // over ours still reaches the service and gets its JSON 431.
+    //
+    // Half-close: after a refused head, `framing` ends the stream hyper reads, and hyper must
+    // still answer the requests before it; without this, hyper drops a connection whose read
+    // side ends while a request is in flight. It also lets a client that shuts its sending side
+    // after a request read the answer. The cost: a client that vanishes mid-request is noticed
+    // when the answer is written rather than at once.
     http.http1()
         .timer(TokioTimer::new())
         .header_read_timeout(limits.header_timeout)
-        .max_headers(HYPER_MAX_HEADERS)
-        .max_buf_size(HYPER_MAX_HEADER_BYTES);
+        .half_close(true)
+        .max_headers(framing::MAX_HEAD_FIELDS)
+        .max_buf_size(framing::MAX_HEAD_BYTES);
     http.http2()
         .timer(TokioTimer::new())
         .max_concurrent_streams(MAX_CONCURRENT_STREAMS)
         .max_pending_accept_reset_streams(MAX_PENDING_RESET_STREAMS)
         .max_local_error_reset_streams(MAX_LOCAL_ERROR_RESET_STREAMS)
-        .max_header_list_size(HYPER_MAX_HEADER_BYTES as u32);
+        .max_header_list_size(framing::MAX_HEAD_BYTES as u32);
     let slots = Arc::new(Semaphore::new(limits.max_connections));
     // Every connection task holds a receiver: `closed()` on the sender is the end of the drain.
     let (stopping, stop_seen) = watch::channel(false);
@@ -162,9 +171,15 @@ impl Connection {
                 Ok::<_, std::convert::Infallible>(response)
             }
         });
-        let io = TokioIo::new(Watched {
+        let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2");
+        let watched = Watched {
             inner: tls,
             activity: Arc::clone(&activity),
+        };
+        let io = TokioIo::new(if h2 {
+            Guarded::http2(watched, peer)
+        } else {
+            Guarded::http1(watched, peer, self.limits.header_timeout)
         });
         let connection = self.http.serve_connection(io, service);
         tokio::pin!(connection);

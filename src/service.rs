@@ -213,14 +213,10 @@ fn into_response(
 ) -> Response<Full<Bytes>> {
     // HTTP/2 has no Connection header (RFC 9113 8.2.2): each stream stands alone.
     let close = matches!(&result, Err(e) if e.closes_connection()) && version < Version::HTTP_2;
-    let reply = result.unwrap_or_else(|error| {
-        let body = serde_json::to_vec(&error.body())
-            .expect("an ErrorBody is strings and an integer: it always encodes");
-        Reply {
-            status: error.status(),
-            body: Bytes::from(body),
-            headers: error.headers().into_iter().collect(),
-        }
+    let reply = result.unwrap_or_else(|error| Reply {
+        status: error.status(),
+        body: Bytes::from(error.json()),
+        headers: error.headers().into_iter().collect(),
     });
     let mut response = Response::new(Full::new(reply.body));
     *response.status_mut() = reply.status;
@@ -237,10 +233,9 @@ fn into_response(
 }
 
 /// HTTP's own rules for a request, checked before anything else reads it: RFC 9112 3.2 (an
-/// HTTP/1.1 request has a Host), our bound on header size, and one Content-Length. hyper's
-/// HTTP/1 parser has already settled the smuggling shapes by then: with Transfer-Encoding it
-/// drops Content-Length and closes the connection after the answer, and it refuses differing
-/// Content-Lengths itself; the check here covers HTTP/2, where a repeat reaches us.
+/// HTTP/1.1 request has a Host), our bound on header size, and one Content-Length. Over
+/// HTTP/1.1, `framing` has refused the smuggling shapes before hyper parsed the head; the
+/// Content-Length check here covers HTTP/2, where a repeat reaches us.
 fn check_framing(parts: &Parts) -> Result<(), Error> {
     let headers = &parts.headers;
     let bytes: usize = headers
@@ -259,9 +254,7 @@ fn check_framing(parts: &Parts) -> Result<(), Error> {
         ));
     }
     if headers.get_all(CONTENT_LENGTH).iter().count() > 1 {
-        return Err(Error::InvalidRequest(
-            "Content-Length must be given at most once",
-        ));
+        return Err(Error::REPEATED_CONTENT_LENGTH);
     }
     Ok(())
 }
