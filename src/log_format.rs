@@ -118,12 +118,9 @@ impl<W: Write> Visit for TextFields<'_, W> {
     fn record_str(&mut self, field: &Field, value: &str) {
         self.field(field, |out| {
             // A path or label comes from a client: quote anything that could end the line or
-            // pass for a second field.
-            if value.is_empty()
-                || value
-                    .chars()
-                    .any(|c| c.is_whitespace() || c.is_control() || c == '"')
-            {
+            // pass for a second field. Bytes, not chars: any non-ASCII is quoted too, and the
+            // common all-ASCII value costs a byte compare each.
+            if value.is_empty() || value.bytes().any(|b| b <= b' ' || b == b'"' || b >= 0x7f) {
                 write!(out, "{value:?}")
             } else {
                 out.write_str(value)
