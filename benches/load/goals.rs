@@ -14,27 +14,24 @@ pub fn add(
     clean_start: Option<Duration>,
     crash_start: Option<Duration>,
 ) {
-    let ratio = |report: &Report, scenario: &str| {
-        report
-            .find(scenario, Kind::Petstore, Some(READ_STORE))
-            .and_then(|row| report.ratio(row))
-    };
-    for scenario in ["list20", "list20-h2", "get-one"] {
-        let value = ratio(report, scenario);
-        report.goal(
-            &format!("{scenario}: req/s/core vs baseline"),
-            value,
-            ">= 0.80",
-            |v| v >= 0.80,
-        );
+    for (scenario, goal, want) in [
+        ("list20", 0.80, ">= 0.80"),
+        ("list20-h2", 0.80, ">= 0.80"),
+        ("get-one", 0.80, ">= 0.80"),
+        ("status-filter", 0.75, ">= 0.75"),
+    ] {
+        let (name, value) = match report.median_ratio(scenario, READ_STORE) {
+            Some((median, rounds)) => (
+                format!(
+                    "{scenario} at 100k: req/s/core vs baseline, median of {}",
+                    rounds_text(&rounds)
+                ),
+                Some(median),
+            ),
+            None => (format!("{scenario} at 100k: req/s/core vs baseline"), None),
+        };
+        report.goal(&name, value, want, |v| v >= goal);
     }
-    let value = ratio(report, "status-filter");
-    report.goal(
-        "status-filter at 100k: req/s/core vs baseline",
-        value,
-        ">= 0.75",
-        |v| v >= 0.75,
-    );
     let per_core = |report: &Report, pets: u64| {
         report
             .find("scale status-filter", Kind::Petstore, Some(pets))
@@ -58,22 +55,38 @@ pub fn add(
         ">= 30,000",
         |v| v >= 30_000.0,
     );
-    let value = ratio(report, "handshake");
-    report.goal("handshake: req/s/core vs baseline", value, ">= 0.95", |v| {
-        v >= 0.95
-    });
+    let (name, value) = match report.median_ratio("handshake", READ_STORE) {
+        Some((median, rounds)) => (
+            format!(
+                "handshake: req/s/core vs baseline, median of {}",
+                rounds_text(&rounds)
+            ),
+            Some(median),
+        ),
+        None => ("handshake: req/s/core vs baseline".to_owned(), None),
+    };
+    report.goal(&name, value, ">= 0.95", |v| v >= 0.95);
     report.goal(
         "peak RSS on the 100k store, MiB",
         Some(read_rss_kib as f64 / 1024.0),
         "<= 24",
         |v| v <= 24.0,
     );
-    for (what, took) in [("clean stop", clean_start), ("crash", crash_start)] {
-        report.goal(
-            &format!("start-up at 1M after a {what}, ms"),
-            took.map(|t| t.as_secs_f64() * 1000.0),
-            "< 100",
-            |v| v < 100.0,
-        );
-    }
+    report.goal(
+        "start-up at 1M after a clean stop, ms",
+        clean_start.map(|t| t.as_secs_f64() * 1000.0),
+        "< 100",
+        |v| v < 100.0,
+    );
+    // The issue asks only that this one be reported.
+    report.report_only(
+        "start-up at 1M after a crash, ms",
+        crash_start.map(|t| t.as_secs_f64() * 1000.0),
+    );
+}
+
+/// "3 rounds (0.79 0.82 0.85)".
+fn rounds_text(ratios: &[f64]) -> String {
+    let each: Vec<String> = ratios.iter().map(|r| format!("{r:.2}")).collect();
+    format!("{} rounds ({})", ratios.len(), each.join(" "))
 }

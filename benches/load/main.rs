@@ -144,6 +144,8 @@ struct Spec<'a> {
     pick: Pick,
     expect: Expect,
     window: Duration,
+    /// Which back-to-back pair this run belongs to (see `Settings::rounds`).
+    round: usize,
 }
 
 impl Spec<'_> {
@@ -155,6 +157,7 @@ impl Spec<'_> {
             pick: Pick::Create,
             expect: Expect::Created,
             window,
+            round: 0,
         }
     }
 }
@@ -205,6 +208,7 @@ impl Bench<'_> {
             scenario: spec.scenario.to_owned(),
             kind,
             pets,
+            round: spec.round,
             rss_kib: server.peak_rss_kib(),
             check: verdict,
             outcome,
@@ -251,6 +255,7 @@ impl Bench<'_> {
                 pick,
                 expect,
                 window,
+                round: 0,
             };
             self.measure(&spec, server, Kind::Petstore, Some(pets))
                 .await;
@@ -357,9 +362,12 @@ impl Bench<'_> {
 
 async fn bench(settings: &Settings) -> Report {
     println!(
-        "petstore load benchmark: warm-up {} s, window {} s (scaling runs {} s), {CLIENTS} clients",
+        "petstore load benchmark: warm-up {} s, window {} s (read scenarios: {} back-to-back \
+         pairs of {:.1} s; scaling runs {} s), {CLIENTS} clients",
         settings.warmup.as_secs_f64(),
         settings.window.as_secs_f64(),
+        settings.rounds,
+        settings.window.as_secs_f64() / settings.rounds as f64,
         settings.scale_window.as_secs_f64()
     );
     println!("{LEGEND}");
@@ -391,20 +399,23 @@ async fn bench(settings: &Settings) -> Report {
             continue;
         }
         // Back to back, so both servers see the same machine noise; the baseline first, so
-        // petstore's line can show the ratio.
-        for (target, kind, pets) in [
-            (&baseline, Kind::Baseline, None),
-            (&server, Kind::Petstore, Some(READ_STORE)),
-        ] {
-            let spec = Spec {
-                scenario,
-                protocol,
-                clients: CLIENTS,
-                pick,
-                expect,
-                window: settings.window,
-            };
-            bench.measure(&spec, target, kind, pets).await;
+        // petstore's line can show the ratio. Several short pairs rather than one long one.
+        for round in 0..settings.rounds {
+            for (target, kind, pets) in [
+                (&baseline, Kind::Baseline, None),
+                (&server, Kind::Petstore, Some(READ_STORE)),
+            ] {
+                let spec = Spec {
+                    scenario,
+                    protocol,
+                    clients: CLIENTS,
+                    pick,
+                    expect,
+                    window: settings.window.div_f64(settings.rounds as f64),
+                    round,
+                };
+                bench.measure(&spec, target, kind, pets).await;
+            }
         }
     }
     let read_rss_kib = server.peak_rss_kib();

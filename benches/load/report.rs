@@ -29,6 +29,8 @@ pub struct Row {
     pub kind: Kind,
     /// Pets in the store; `None` for the baseline, which has none.
     pub pets: Option<u64>,
+    /// Which back-to-back pair of a read scenario this is; 0 for single runs.
+    pub round: usize,
     pub outcome: Outcome,
     pub rss_kib: u64,
     pub check: Result<(), String>,
@@ -121,14 +123,37 @@ impl Report {
         })
     }
 
-    /// petstore's requests per core over the baseline's, for the same scenario.
+    /// petstore's requests per core over the baseline's, for the same scenario and round.
     pub fn ratio(&self, row: &Row) -> Option<f64> {
         if row.kind != Kind::Petstore {
             return None;
         }
-        let base = self.find(&row.scenario, Kind::Baseline, None)?;
+        let base = self.rows.iter().find(|base| {
+            base.kind == Kind::Baseline && base.scenario == row.scenario && base.round == row.round
+        })?;
         let base = base.outcome.per_core();
         (base > 0.0).then(|| row.outcome.per_core() / base)
+    }
+
+    /// The median over rounds of petstore's ratio for `scenario` at `pets`, with every
+    /// round's ratio in run order.
+    pub fn median_ratio(&self, scenario: &str, pets: u64) -> Option<(f64, Vec<f64>)> {
+        let ratios: Vec<f64> = self
+            .rows
+            .iter()
+            .filter(|row| {
+                row.scenario == scenario && row.kind == Kind::Petstore && row.pets == Some(pets)
+            })
+            .filter_map(|row| self.ratio(row))
+            .collect();
+        let mut sorted = ratios.clone();
+        sorted.sort_by(f64::total_cmp);
+        let median = match sorted.len() {
+            0 => return None,
+            n if n % 2 == 1 => sorted[n / 2],
+            n => (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0,
+        };
+        Some((median, ratios))
     }
 
     fn cells(&self, row: &Row) -> Vec<String> {
@@ -161,8 +186,17 @@ impl Report {
             None => ("not measured".to_owned(), None),
         };
         self.goals.push(Goal {
-            text: format!("{name:<52} {shown:>12}  (want {want})"),
+            text: format!("{name:<80} {shown:>8}  (want {want})"),
             met,
+        });
+    }
+
+    /// Records a figure that has no target, shown among the goals.
+    pub fn report_only(&mut self, name: &str, value: Option<f64>) {
+        let shown = value.map_or("not measured".to_owned(), format_value);
+        self.goals.push(Goal {
+            text: format!("{name:<80} {shown:>8}  (reported, no target)"),
+            met: None,
         });
     }
 

@@ -5,13 +5,17 @@
 use std::time::Duration;
 
 /// Knobs from the environment, so a quick iteration needs no edit: BENCH_SECONDS, BENCH_WARMUP,
-/// BENCH_SCALE_SECONDS, BENCH_SKIP_1M=1, BENCH_ONLY=list20,get-one,scale,create,1m and
+/// BENCH_SCALE_SECONDS, BENCH_ROUNDS, BENCH_SKIP_1M=1, BENCH_ONLY=list20,get-one,scale,create,1m and
 /// BENCH_PETSTORE_ARGS="--log-level info,petstore::service=warn" (a diagnostic: the real
 /// figures use none; the `listening on` line must stay, so the filter keeps `info`).
 pub struct Settings {
     pub warmup: Duration,
     pub window: Duration,
     pub scale_window: Duration,
+    /// Read scenarios run as this many back-to-back pairs (baseline, petstore), each with a
+    /// share of the window; their goal is the median of the pairs' ratios, so a burst of host
+    /// noise in one window moves one pair, not the verdict.
+    pub rounds: usize,
     pub skip_1m: bool,
     /// Parts to run (read scenario names, `scale`, `create`, `1m`); all when empty.
     pub only: Vec<String>,
@@ -33,6 +37,11 @@ impl Settings {
             warmup: seconds("BENCH_WARMUP", 2.0),
             window: seconds("BENCH_SECONDS", 10.0),
             scale_window: seconds("BENCH_SCALE_SECONDS", 5.0),
+            rounds: std::env::var("BENCH_ROUNDS")
+                .ok()
+                .and_then(|v| v.parse::<usize>().ok())
+                .unwrap_or(3)
+                .max(1),
             skip_1m: std::env::var("BENCH_SKIP_1M").is_ok_and(|v| !v.is_empty() && v != "0"),
             only: words("BENCH_ONLY", ','),
             petstore_args: words("BENCH_PETSTORE_ARGS", ' '),
