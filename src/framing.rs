@@ -199,7 +199,16 @@ fn read_head(pending: &[u8]) -> Result<Option<(usize, Expect)>, Error> {
         window,
         &mut fields,
     ) {
-        Ok(httparse::Status::Complete(length)) => Ok(Some((length, body_after(&request)?))),
+        Ok(httparse::Status::Complete(length)) => {
+            // hyper parses the target again with `http::Uri`, which takes less than httparse
+            // does (a broken authority, say); refuse here what it would refuse, so that the
+            // answer is our JSON and not hyper's empty 400.
+            let target = request.path.unwrap_or_default();
+            if http::Uri::try_from(target).is_err() {
+                return Err(Error::InvalidRequest(BAD_REQUEST_LINE));
+            }
+            Ok(Some((length, body_after(&request)?)))
+        }
         Ok(httparse::Status::Partial) if window.len() < MAX_HEAD_BYTES => Ok(None),
         Ok(httparse::Status::Partial) | Err(httparse::Error::TooManyHeaders) => Err(too_large),
         Err(httparse::Error::Version) => Err(Error::InvalidRequest(BAD_VERSION)),
@@ -766,6 +775,7 @@ mod tests {
     fn malformed_heads_are_refused_with_400_and_large_ones_with_431() {
         refused_with(b"GET / HTTP/2.0\r\n\r\n", 400, BAD_VERSION);
         refused_with(b"G@T / HTTP/1.1\r\n\r\n", 400, BAD_REQUEST_LINE);
+        refused_with(b"GET http://[::1/ HTTP/1.1\r\n\r\n", 400, BAD_REQUEST_LINE);
         refused_with(b"GET / HTTP/1.1\r\nNo Colon\r\n\r\n", 400, BAD_HEAD);
         let too_large = "request headers must be at most 256 fields and 65536 bytes";
         let many: String = (0..=MAX_HEAD_FIELDS)
