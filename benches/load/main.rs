@@ -42,6 +42,8 @@ const NEW_PET: &str = r#"{"name":"bench","categoryId":1,"status":"available"}"#;
 pub const READ_STORE: u64 = 100_000;
 pub const SCALE_STEPS: [u64; 3] = [10_000, 100_000, 1_000_000];
 /// How long the creates run before the crash's SIGKILL, and in all.
+/// The name petstore gives its redb writer thread (src/store.rs).
+const WRITER_THREAD: &str = "petstore-writer";
 const CRASH_AFTER: Duration = Duration::from_secs(1);
 const CRASH_LOAD: Duration = Duration::from_secs(3);
 /// A start-up that takes longer than this is reported as not answering.
@@ -278,7 +280,27 @@ impl Bench<'_> {
         let server = Server::petstore(&dir.path().join("pets.redb"), &self.settings.petstore_args);
         let scenario = format!("create-{clients}");
         let spec = Spec::create(&scenario, clients, self.settings.window);
+        let before = process::ticks_by_thread(server.pid, WRITER_THREAD);
         let (answered, load_time) = self.measure(&spec, &server, Kind::Petstore, Some(0)).await;
+        let after = process::ticks_by_thread(server.pid, WRITER_THREAD);
+        if let (Some(before), Some(after)) = (before, after) {
+            // Where a create's CPU goes: the writer thread (redb, fsync) or the request
+            // threads (TLS, HTTP, JSON, the hand-off), each split into user and kernel time.
+            let per_create = |after: u64, before: u64| {
+                (after - before) as f64 * 1e6 / process::CLK_TCK / answered.max(1) as f64
+            };
+            let [(w_user, w_sys), (r_user, r_sys)] = [0, 1].map(|i| {
+                (
+                    per_create(after[i].0, before[i].0),
+                    per_create(after[i].1, before[i].1),
+                )
+            });
+            self.report.note(format!(
+                "{scenario}: CPU per create {:.1} us: writer thread {w_user:.1} user + {w_sys:.1} kernel, \
+                 request threads {r_user:.1} user + {r_sys:.1} kernel",
+                w_user + w_sys + r_user + r_sys
+            ));
+        }
         let Some(closed) = self.stop(server, &scenario).await else {
             self.report
                 .fail(format!("{scenario}: no `store closed` line in the log"));

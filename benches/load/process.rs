@@ -271,6 +271,26 @@ pub fn cpu_ticks(pid: u32) -> Option<u64> {
     Some(utime + stime)
 }
 
+/// CPU ticks of a process split by thread: (user, system) of the threads named `name` and
+/// of all the others, from /proc/<pid>/task/*/stat. Threads that ended are not counted.
+pub fn ticks_by_thread(pid: u32, name: &str) -> Option<[(u64, u64); 2]> {
+    let mut split = [(0, 0); 2];
+    for task in std::fs::read_dir(format!("/proc/{pid}/task")).ok()? {
+        let Ok(stat) = std::fs::read_to_string(task.ok()?.path().join("stat")) else {
+            continue;
+        };
+        let (head, rest) = stat.rsplit_once(')')?;
+        let comm = head.split_once('(')?.1;
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        let (user, system): (u64, u64) =
+            (fields.get(11)?.parse().ok()?, fields.get(12)?.parse().ok()?);
+        let slot = &mut split[usize::from(comm != name)];
+        slot.0 += user;
+        slot.1 += system;
+    }
+    Some(split)
+}
+
 /// Ticks the hypervisor took from the two benchmark CPUs (the `steal` column of /proc/stat),
 /// which shows a window the host disturbed: a VM's CPU can be taken for another guest.
 pub fn steal_ticks() -> Option<u64> {
