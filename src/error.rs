@@ -194,9 +194,10 @@ impl From<StoreError> for Error {
         match e {
             // A failed commit or a store that is stopping leaves the data as it was: the
             // request may be retried, so say so rather than claim a fault.
-            StoreError::Write(_) | StoreError::Closed | StoreError::IdsExhausted => {
-                Error::Unavailable(e.to_string())
-            }
+            StoreError::Write(_)
+            | StoreError::Closed
+            | StoreError::IdsExhausted
+            | StoreError::Reopening => Error::Unavailable(e.to_string()),
             StoreError::Locked | StoreError::NewerSchema { .. } | StoreError::Storage(_) => {
                 Error::Internal(e.to_string())
             }
