@@ -725,6 +725,111 @@ mod tests {
     }
 
     #[test]
+    fn a_reopen_keeps_every_pet_serves_a_fresh_snapshot_and_ids_go_on() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("pets.redb");
+        runtime().block_on(async {
+            let (store, _) = Store::open(&path, TEST_CACHE_BYTES).expect("open");
+            for name in ["a", "b"] {
+                store.create(new_pet(name, None)).await.expect("create");
+            }
+            let before = snapshot(&store);
+            // The writer thread is idle between creates, so this stands in for it.
+            Writer {
+                shared: Arc::clone(&store.shared),
+                path: path.clone(),
+                cache_bytes: TEST_CACHE_BYTES,
+                failed_reopens: 0,
+            }
+            .reopen();
+            assert!(
+                !Arc::ptr_eq(&before, &snapshot(&store)),
+                "no snapshot of the old database"
+            );
+            drop(before);
+            let all: serde_json::Value =
+                serde_json::from_slice(&store.list(None, 20).await.expect("list")).expect("json");
+            assert_eq!(all.as_array().map(Vec::len), Some(2), "{all}");
+            assert_eq!(
+                store.create(new_pet("c", None)).await.expect("create").id,
+                3
+            );
+            assert!(store.check().await.is_ok());
+            store.close().await;
+        });
+    }
+
+    #[test]
+    fn a_failed_reopen_refuses_reads_and_writes_until_the_next_create_retries_it() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("pets.redb");
+        runtime().block_on(async {
+            let (store, _) = Store::open(&path, TEST_CACHE_BYTES).expect("open");
+            store.create(new_pet("a", None)).await.expect("create");
+            // As a failed reopen leaves it: the database out, and the file not openable (here
+            // held by another handle, as a disk still failing would refuse it).
+            if let Some(db) = store.shared.take_db() {
+                db.close().expect("close");
+            }
+            let blocker = Database::create(&path).expect("hold the file");
+            assert!(matches!(
+                store.create(new_pet("b", None)).await,
+                Err(StoreError::Reopening)
+            ));
+            assert!(matches!(store.get(1).await, Err(StoreError::Reopening)));
+            assert!(matches!(store.check().await, Err(StoreError::Reopening)));
+            drop(blocker);
+            assert_eq!(
+                store.create(new_pet("c", None)).await.expect("create").id,
+                2
+            );
+            assert!(store.get(1).await.expect("get").is_some());
+            store.close().await;
+        });
+    }
+
+    #[test]
+    fn ids_exhausted_leaves_the_database_open() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("pets.redb");
+        runtime().block_on(async {
+            let (store, _) = Store::open(&path, TEST_CACHE_BYTES).expect("open");
+            store.close().await;
+        });
+        {
+            let db = Database::create(&path).expect("open");
+            let txn = db.begin_write().expect("write");
+            txn.open_table(META)
+                .expect("meta")
+                .insert(META_NEXT_ID, i64::MAX as u64 + 1)
+                .expect("insert");
+            txn.commit().expect("commit");
+        }
+        runtime().block_on(async {
+            let (store, _) = Store::open(&path, TEST_CACHE_BYTES).expect("open");
+            let before = snapshot(&store);
+            assert!(matches!(
+                store.create(new_pet("a", None)).await,
+                Err(StoreError::IdsExhausted)
+            ));
+            assert!(Arc::ptr_eq(&before, &snapshot(&store)), "not reopened");
+            drop(before);
+            store.close().await;
+        });
+    }
+
+    #[test]
+    fn only_a_write_that_failed_on_io_asks_for_a_reopen() {
+        let io = || std::io::Error::other("disk on fire");
+        assert!(StoreError::write(io()).is_io_failure());
+        assert!(StoreError::write(redb::StorageError::PreviousIo).is_io_failure());
+        assert!(!StoreError::write(redb::StorageError::ValueTooLarge(1)).is_io_failure());
+        assert!(!StoreError::storage(io()).is_io_failure());
+        assert!(!StoreError::IdsExhausted.is_io_failure());
+        assert!(!StoreError::Reopening.is_io_failure());
+    }
+
+    #[test]
     fn writes_after_close_fail() {
         let dir = tempfile::tempdir().expect("temp dir");
         runtime().block_on(async {
