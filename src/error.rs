@@ -45,7 +45,8 @@ pub enum Error {
     UnsupportedMediaType,
     /// A fault of ours; the cause is for the log only.
     Internal(String),
-    /// We cannot take this request now (the store refuses writes); the cause is for the log.
+    /// We cannot take this request now (a write failed, the store is reopening its file or
+    /// stopping); the cause is for the log.
     Unavailable(String),
 }
 
@@ -192,11 +193,12 @@ impl From<AuthFailure> for Error {
 impl From<StoreError> for Error {
     fn from(e: StoreError) -> Error {
         match e {
-            // A failed commit or a store that is stopping leaves the data as it was: the
-            // request may be retried, so say so rather than claim a fault.
-            StoreError::Write(_) | StoreError::Closed | StoreError::IdsExhausted => {
-                Error::Unavailable(e.to_string())
-            }
+            // A failed commit, a reopen after one or a store that is stopping leaves the data as
+            // it was: the request may be retried, so say so rather than claim a fault.
+            StoreError::Write(_)
+            | StoreError::Closed
+            | StoreError::IdsExhausted
+            | StoreError::Reopening => Error::Unavailable(e.to_string()),
             StoreError::Locked | StoreError::NewerSchema { .. } | StoreError::Storage(_) => {
                 Error::Internal(e.to_string())
             }

@@ -2,12 +2,13 @@
 //! checks, and the three operations `create`, `get` and `list`. It knows pets and bytes, never
 //! HTTP. Invariants: every write goes through the one writer thread, which commits durably
 //! before it answers; ids start at 1, only grow, and the next id is committed with the pets it
-//! follows, so no id is reused even after a crash.
+//! follows, so no acknowledged id is reused even after a crash. A write that fails on I/O makes
+//! the writer close and reopen the file in place, so writes resume once the disk recovers.
 
 use std::fmt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::thread;
 
 use bytes::{BufMut, Bytes, BytesMut};
@@ -42,9 +43,42 @@ const WRITE_QUEUE: usize = 4096;
 /// A handle to the open database; cheap to clone, shared by every connection.
 #[derive(Clone)]
 pub struct Store {
-    db: Arc<Database>,
-    snapshots: Arc<Snapshots>,
+    shared: Arc<Shared>,
     writer: mpsc::Sender<Command>,
+}
+
+/// What the writer thread shares with reads: the database it has open and the snapshot of it
+/// that reads share.
+struct Shared {
+    /// `None` from a write that failed on I/O until the reopen succeeds, and after `close`.
+    /// Reads hold the read lock for as long as they use the database, so the writer's write
+    /// lock waits them out: no read ever runs on a database being closed.
+    db: RwLock<Option<Database>>,
+    snapshots: Snapshots,
+}
+
+impl Shared {
+    fn db(&self) -> RwLockReadGuard<'_, Option<Database>> {
+        self.db.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Takes the database out, for the caller to close; reads get `Reopening` or `Closed` until
+    /// one is put back.
+    fn take_db(&self) -> Option<Database> {
+        let mut db = self.db_mut();
+        // Counted like a commit, under the write lock: no read is running, and none can cache
+        // a snapshot of the old database after this, so none is served again.
+        self.snapshots.committed();
+        db.take()
+    }
+
+    fn put_db(&self, db: Database) {
+        *self.db_mut() = Some(db);
+    }
+
+    fn db_mut(&self) -> RwLockWriteGuard<'_, Option<Database>> {
+        self.db.write().unwrap_or_else(PoisonError::into_inner)
+    }
 }
 
 /// The tables of one read transaction, shared by every read until the next commit.
@@ -94,7 +128,8 @@ impl Snapshots {
         Ok(snapshot)
     }
 
-    /// Counts a commit and lets go of the old snapshot, whose pages redb may then reuse.
+    /// Counts a commit (or a reopen) and lets go of the old snapshot, whose pages redb may then
+    /// reuse.
     fn committed(&self) {
         self.commits.fetch_add(1, Ordering::Release);
         let stale = self.current().take();
@@ -120,6 +155,9 @@ pub enum StoreError {
     Closed,
     /// Every int64 id has been used.
     IdsExhausted,
+    /// A write failed on I/O and the database is not open again yet; the writer retries the
+    /// reopen at the next create.
+    Reopening,
     /// A write transaction failed; nothing of it was committed.
     Write(Arc<redb::Error>),
     /// Opening or reading failed.
@@ -136,6 +174,9 @@ impl fmt::Display for StoreError {
             ),
             StoreError::Closed => f.write_str("the store is closed"),
             StoreError::IdsExhausted => f.write_str("every pet id has been used"),
+            StoreError::Reopening => {
+                f.write_str("the database is being reopened after a failed write")
+            }
             StoreError::Write(e) => write!(f, "write failed: {e}"),
             StoreError::Storage(e) => write!(f, "storage error: {e}"),
         }
@@ -152,6 +193,12 @@ impl StoreError {
     fn write(e: impl Into<redb::Error>) -> StoreError {
         StoreError::Write(Arc::new(e.into()))
     }
+
+    /// Whether this write failed on I/O. redb then refuses every later write (`PreviousIo`,
+    /// also what a read that failed on I/O leaves behind) until the database is reopened.
+    fn is_io_failure(&self) -> bool {
+        matches!(self, StoreError::Write(e) if matches!(**e, redb::Error::Io(_) | redb::Error::PreviousIo))
+    }
 }
 
 enum Command {
@@ -164,38 +211,27 @@ impl Store {
     /// checks its schema version and starts the writer. Returns the store and the number of
     /// pets it holds.
     pub fn open(path: &Path, cache_bytes: usize) -> Result<(Store, u64), StoreError> {
-        let db = Database::builder()
-            .set_cache_size(cache_bytes)
-            .create(path)
-            .map_err(|e| match e {
-                redb::DatabaseError::DatabaseAlreadyOpen => StoreError::Locked,
-                e => StoreError::storage(e),
-            })?;
-        let count = prepare(&db)?;
-        let db = Arc::new(db);
-        let snapshots = Arc::new(Snapshots::default());
+        let (db, count) = open_database(path, cache_bytes)?;
+        let shared = Arc::new(Shared {
+            db: RwLock::new(Some(db)),
+            snapshots: Snapshots::default(),
+        });
         let (writer, queue) = mpsc::channel(WRITE_QUEUE);
-        let writer_db = Arc::clone(&db);
-        let writer_snapshots = Arc::clone(&snapshots);
+        let mut thread_writer = Writer {
+            shared: Arc::clone(&shared),
+            path: path.to_owned(),
+            cache_bytes,
+            failed_reopens: 0,
+        };
         thread::Builder::new()
             .name("petstore-writer".into())
             .spawn(move || {
-                let closing = write_loop(&writer_db, &writer_snapshots, queue);
-                // Release the file before saying so, so that `close` can own and close it.
-                drop(writer_db);
-                if let Some(done) = closing {
+                if let Some(done) = write_loop(&mut thread_writer, queue) {
                     let _ = done.send(());
                 }
             })
             .map_err(|e| StoreError::storage(redb::StorageError::Io(e)))?;
-        Ok((
-            Store {
-                db,
-                snapshots,
-                writer,
-            },
-            count,
-        ))
+        Ok((Store { shared, writer }, count))
     }
 
     /// Adds a pet; resolves once the transaction holding it is durably committed.
@@ -254,24 +290,23 @@ impl Store {
         if self.writer.is_closed() {
             return Err(StoreError::Closed);
         }
+        let db = self.shared.db();
+        let db = db.as_ref().ok_or(StoreError::Reopening)?;
         // A fresh transaction, not the shared snapshot: this asks whether the file reads now.
-        let txn = self.db.begin_read().map_err(StoreError::storage)?;
+        let txn = db.begin_read().map_err(StoreError::storage)?;
         let meta = txn.open_table(META).map_err(StoreError::storage)?;
         meta.get(META_NEXT_ID).map_err(StoreError::storage)?;
         Ok(())
     }
 
-    /// Finishes the writes already queued, stops the writer and closes the file. Writes asked
-    /// for afterwards fail with `Closed`.
+    /// Finishes the writes already queued, stops the writer and closes the file. Writes and
+    /// reads asked for afterwards fail with `Closed`.
     pub async fn close(self) {
         let (done, closed) = oneshot::channel();
         if self.writer.send(Command::Close(done)).await.is_ok() {
             let _ = closed.await;
         }
-        // The cached snapshot holds a read transaction open; the file should close without it.
-        drop(self.snapshots.current().take());
-        // Reads still running hold their own handle; the file closes when the last one ends.
-        if let Some(db) = Arc::into_inner(self.db)
+        if let Some(db) = self.shared.take_db()
             && let Err(e) = db.close()
         {
             tracing::warn!(error = %e, "closing the database failed");
@@ -286,8 +321,31 @@ impl Store {
         &self,
         work: impl FnOnce(&Snapshot) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
-        work(&*self.snapshots.get(&self.db)?)
+        // Held until the work is done, so that a reopen waits for this read to end.
+        let db = self.shared.db();
+        let Some(db) = db.as_ref() else {
+            return Err(if self.writer.is_closed() {
+                StoreError::Closed
+            } else {
+                StoreError::Reopening
+            });
+        };
+        work(&*self.shared.snapshots.get(db)?)
     }
+}
+
+/// Opens (or creates) the database file and prepares it; returns it and its number of pets.
+/// A file left mid-commit (a crash, a failed write) is repaired by redb as it opens.
+fn open_database(path: &Path, cache_bytes: usize) -> Result<(Database, u64), StoreError> {
+    let db = Database::builder()
+        .set_cache_size(cache_bytes)
+        .create(path)
+        .map_err(|e| match e {
+            redb::DatabaseError::DatabaseAlreadyOpen => StoreError::Locked,
+            e => StoreError::storage(e),
+        })?;
+    let count = prepare(&db)?;
+    Ok((db, count))
 }
 
 /// Creates the tables on a new file, refuses a newer schema, and counts the pets. A file that
@@ -330,12 +388,22 @@ fn create_tables(db: &Database) -> Result<(), StoreError> {
     txn.commit().map_err(StoreError::storage)
 }
 
+/// What the writer thread keeps: it alone writes, and while it runs it alone takes the
+/// database out of `Shared` and puts one back.
+struct Writer {
+    shared: Arc<Shared>,
+    /// Where to open the file again after a write fails on I/O, with the same cache size.
+    path: PathBuf,
+    cache_bytes: usize,
+    /// Reopens that failed since the database was last open, so a lasting fault logs one error.
+    failed_reopens: u64,
+}
+
 /// The writer thread: takes every create queued while the last commit ran into one transaction
 /// and one fsync, then answers each. Ends on `Close`, returning its reply, or when every
 /// handle is gone.
 fn write_loop(
-    db: &Database,
-    snapshots: &Snapshots,
+    writer: &mut Writer,
     mut queue: mpsc::Receiver<Command>,
 ) -> Option<oneshot::Sender<()>> {
     let mut batch = Vec::with_capacity(MAX_BATCH);
@@ -365,7 +433,7 @@ fn write_loop(
         }
         if !batch.is_empty() {
             stats.commits += 1;
-            stats.pets_written += commit_batch(db, snapshots, &mut batch);
+            stats.pets_written += writer.commit_batch(&mut batch);
         }
         if closing.is_some() {
             stats.report();
@@ -374,6 +442,76 @@ fn write_loop(
     }
     stats.report();
     None
+}
+
+type Pending = (NewPet, oneshot::Sender<Result<StoredPet, StoreError>>);
+
+impl Writer {
+    /// Commits a batch and answers each caller; returns how many pets were written.
+    fn commit_batch(&mut self, batch: &mut Vec<Pending>) -> u64 {
+        // A reopen that failed is retried here, at the next create, never in a loop of its own.
+        if self.shared.db().is_none() {
+            self.reopen();
+        }
+        // The read guard lives to the end of this statement: `reopen` below takes the write lock.
+        let result = match self.shared.db().as_ref() {
+            Some(db) => write_batch(db, batch.iter().map(|(pet, _)| pet)),
+            None => Err(StoreError::Reopening),
+        };
+        match result {
+            Ok(stored) => {
+                // Before any answer: a client that got its 201 must find the pet.
+                self.shared.snapshots.committed();
+                let written = stored.len() as u64;
+                for ((_, reply), pet) in batch.drain(..).zip(stored) {
+                    let _ = reply.send(Ok(pet));
+                }
+                written
+            }
+            Err(e) => {
+                if !matches!(e, StoreError::Reopening) {
+                    tracing::error!(error = %e, pets = batch.len(), "write transaction failed");
+                }
+                // Reopened before the 503s leave, so a client that got one reads from a working
+                // database. Other failures (ids exhausted, a value redb refuses) leave it usable.
+                if e.is_io_failure() {
+                    self.reopen();
+                }
+                for (_, reply) in batch.drain(..) {
+                    let _ = reply.send(Err(e.clone()));
+                }
+                0
+            }
+        }
+    }
+
+    /// Closes the database and opens the file again, after a write failed on I/O. redb repairs
+    /// what the failed commit left. `next_id` is read from the file at the next write:
+    /// the pets of the failed batch got 503, never a 201, so their ids may be given again.
+    fn reopen(&mut self) {
+        // One `Database` per file per process: the old one must be closed before the file is
+        // opened again. Its close fails with the I/O error it latched; that is already logged.
+        if let Some(old) = self.shared.take_db() {
+            let _ = old.close();
+        }
+        match open_database(&self.path, self.cache_bytes) {
+            Ok((db, pets)) => {
+                self.shared.put_db(db);
+                tracing::info!(
+                    pets,
+                    failed_reopens = self.failed_reopens,
+                    "database reopened after a write failure"
+                );
+                self.failed_reopens = 0;
+            }
+            Err(e) => {
+                if self.failed_reopens == 0 {
+                    tracing::error!(error = %e, "reopening the database failed; retrying at the next create");
+                }
+                self.failed_reopens += 1;
+            }
+        }
+    }
 }
 
 /// What the writer did in its life, logged when it ends: with the run's length it gives the
@@ -391,30 +529,6 @@ impl WriteStats {
             pets_written = self.pets_written,
             "store closed"
         );
-    }
-}
-
-type Pending = (NewPet, oneshot::Sender<Result<StoredPet, StoreError>>);
-
-/// Commits a batch and answers each caller; returns how many pets were written.
-fn commit_batch(db: &Database, snapshots: &Snapshots, batch: &mut Vec<Pending>) -> u64 {
-    match write_batch(db, batch.iter().map(|(pet, _)| pet)) {
-        Ok(stored) => {
-            // Before any answer: a client that got its 201 must find the pet.
-            snapshots.committed();
-            let written = stored.len() as u64;
-            for ((_, reply), pet) in batch.drain(..).zip(stored) {
-                let _ = reply.send(Ok(pet));
-            }
-            written
-        }
-        Err(e) => {
-            tracing::error!(error = %e, pets = batch.len(), "write transaction failed");
-            for (_, reply) in batch.drain(..) {
-                let _ = reply.send(Err(e.clone()));
-            }
-            0
-        }
     }
 }
 
@@ -491,6 +605,12 @@ mod tests {
         }
     }
 
+    fn snapshot(store: &Store) -> Arc<Snapshot> {
+        let db = store.shared.db();
+        let db = db.as_ref().expect("the database is open");
+        store.shared.snapshots.get(db).expect("snapshot")
+    }
+
     fn runtime() -> tokio::runtime::Runtime {
         tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -551,11 +671,8 @@ mod tests {
             let (store, _) =
                 Store::open(&dir.path().join("pets.redb"), TEST_CACHE_BYTES).expect("open");
             assert_eq!(&store.list(None, 20).await.expect("list")[..], b"[]");
-            let first = store.snapshots.get(&store.db).expect("snapshot");
-            assert!(Arc::ptr_eq(
-                &first,
-                &store.snapshots.get(&store.db).expect("snapshot")
-            ));
+            let first = snapshot(&store);
+            assert!(Arc::ptr_eq(&first, &snapshot(&store)));
             for expected in 1..=3 {
                 let pet = store
                     .create(new_pet("a", Some(PetStatus::Sold)))
@@ -569,10 +686,7 @@ mod tests {
                 let sold: serde_json::Value = serde_json::from_slice(&sold).expect("json");
                 assert_eq!(sold.as_array().map(Vec::len), Some(expected));
             }
-            assert!(!Arc::ptr_eq(
-                &first,
-                &store.snapshots.get(&store.db).expect("snapshot")
-            ));
+            assert!(!Arc::ptr_eq(&first, &snapshot(&store)));
             store.close().await;
         });
     }
@@ -608,6 +722,111 @@ mod tests {
             Store::open(&path, TEST_CACHE_BYTES),
             Err(StoreError::NewerSchema { found: 2 })
         ));
+    }
+
+    #[test]
+    fn a_reopen_keeps_every_pet_serves_a_fresh_snapshot_and_ids_go_on() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("pets.redb");
+        runtime().block_on(async {
+            let (store, _) = Store::open(&path, TEST_CACHE_BYTES).expect("open");
+            for name in ["a", "b"] {
+                store.create(new_pet(name, None)).await.expect("create");
+            }
+            let before = snapshot(&store);
+            // The writer thread is idle between creates, so this stands in for it.
+            Writer {
+                shared: Arc::clone(&store.shared),
+                path: path.clone(),
+                cache_bytes: TEST_CACHE_BYTES,
+                failed_reopens: 0,
+            }
+            .reopen();
+            assert!(
+                !Arc::ptr_eq(&before, &snapshot(&store)),
+                "no snapshot of the old database"
+            );
+            drop(before);
+            let all: serde_json::Value =
+                serde_json::from_slice(&store.list(None, 20).await.expect("list")).expect("json");
+            assert_eq!(all.as_array().map(Vec::len), Some(2), "{all}");
+            assert_eq!(
+                store.create(new_pet("c", None)).await.expect("create").id,
+                3
+            );
+            assert!(store.check().await.is_ok());
+            store.close().await;
+        });
+    }
+
+    #[test]
+    fn a_failed_reopen_refuses_reads_and_writes_until_the_next_create_retries_it() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("pets.redb");
+        runtime().block_on(async {
+            let (store, _) = Store::open(&path, TEST_CACHE_BYTES).expect("open");
+            store.create(new_pet("a", None)).await.expect("create");
+            // As a failed reopen leaves it: the database out, and the file not openable (here
+            // held by another handle, as a disk still failing would refuse it).
+            if let Some(db) = store.shared.take_db() {
+                db.close().expect("close");
+            }
+            let blocker = Database::create(&path).expect("hold the file");
+            assert!(matches!(
+                store.create(new_pet("b", None)).await,
+                Err(StoreError::Reopening)
+            ));
+            assert!(matches!(store.get(1).await, Err(StoreError::Reopening)));
+            assert!(matches!(store.check().await, Err(StoreError::Reopening)));
+            drop(blocker);
+            assert_eq!(
+                store.create(new_pet("c", None)).await.expect("create").id,
+                2
+            );
+            assert!(store.get(1).await.expect("get").is_some());
+            store.close().await;
+        });
+    }
+
+    #[test]
+    fn ids_exhausted_leaves_the_database_open() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("pets.redb");
+        runtime().block_on(async {
+            let (store, _) = Store::open(&path, TEST_CACHE_BYTES).expect("open");
+            store.close().await;
+        });
+        {
+            let db = Database::create(&path).expect("open");
+            let txn = db.begin_write().expect("write");
+            txn.open_table(META)
+                .expect("meta")
+                .insert(META_NEXT_ID, i64::MAX as u64 + 1)
+                .expect("insert");
+            txn.commit().expect("commit");
+        }
+        runtime().block_on(async {
+            let (store, _) = Store::open(&path, TEST_CACHE_BYTES).expect("open");
+            let before = snapshot(&store);
+            assert!(matches!(
+                store.create(new_pet("a", None)).await,
+                Err(StoreError::IdsExhausted)
+            ));
+            assert!(Arc::ptr_eq(&before, &snapshot(&store)), "not reopened");
+            drop(before);
+            store.close().await;
+        });
+    }
+
+    #[test]
+    fn only_a_write_that_failed_on_io_asks_for_a_reopen() {
+        let io = || std::io::Error::other("disk on fire");
+        assert!(StoreError::write(io()).is_io_failure());
+        assert!(StoreError::write(redb::StorageError::PreviousIo).is_io_failure());
+        assert!(!StoreError::write(redb::StorageError::ValueTooLarge(1)).is_io_failure());
+        assert!(!StoreError::storage(io()).is_io_failure());
+        assert!(!StoreError::IdsExhausted.is_io_failure());
+        assert!(!StoreError::Reopening.is_io_failure());
     }
 
     #[test]

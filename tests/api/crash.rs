@@ -1,6 +1,6 @@
 //! Crash safety: a pet acknowledged with 201 survives SIGKILL unchanged and its id is never
 //! given again; a write the disk refuses gets 503, leaves the database as it was, and reads go
-//! on.
+//! on; once the disk takes writes again, creates resume without a restart.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -98,5 +98,78 @@ async fn a_write_the_disk_refuses_gets_503_leaves_the_database_as_it_was_and_rea
         client.create(r#"{"name":"more","categoryId":2}"#).await["id"],
         after
     );
+    server.stop();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn writes_resume_without_a_restart_once_the_disk_takes_them_again() {
+    // Only the soft limit: raising a hard limit needs a privilege the operator has, not a test.
+    let server = Server::start_with(Options {
+        wrapper: ["prlimit", "--fsize=1200000:unlimited", "--"]
+            .map(String::from)
+            .to_vec(),
+        ..Options::default()
+    });
+    let mut client = server.h1().await;
+    let body = format!(r#"{{"name":"{}","categoryId":1}}"#, "x".repeat(2000));
+    let mut acknowledged = Vec::new();
+    let refused = loop {
+        let reply = client.post_json("/v1/pets", &body).await;
+        match reply.status {
+            201 => acknowledged.push(reply.json()),
+            _ => break reply,
+        }
+        assert!(acknowledged.len() < 5000, "the file limit never bit");
+    };
+    refused.assert_error(
+        503,
+        "unavailable",
+        "the service cannot take this request now; try again later",
+    );
+    client.assert_stored(&acknowledged).await;
+    assert_eq!(
+        client.post_json("/v1/pets", &body).await.status,
+        503,
+        "still refused while the limit holds"
+    );
+
+    // The operator frees space: the running process may grow its file again.
+    let lifted = std::process::Command::new("prlimit")
+        .arg(format!("--pid={}", server.pid()))
+        .arg("--fsize=unlimited:unlimited")
+        .status()
+        .expect("prlimit runs");
+    assert!(lifted.success(), "prlimit --pid failed");
+    let highest = acknowledged
+        .iter()
+        .map(|pet| pet["id"].as_i64().expect("id"))
+        .max()
+        .expect("a pet");
+    // The first create after the lift may be the one whose failure triggers the reopen.
+    let mut resumed = None;
+    for _ in 0..3 {
+        let reply = client.post_json("/v1/pets", &body).await;
+        if reply.status == 201 {
+            resumed = Some(reply.json());
+            break;
+        }
+    }
+    let resumed = resumed.expect("a create succeeds again without a restart");
+    assert!(
+        resumed["id"].as_i64().expect("id") > highest,
+        "a new id after {highest}: {resumed}"
+    );
+    acknowledged.push(resumed);
+    client.assert_stored(&acknowledged).await;
+    server.wait_for_log("database reopened after a write failure", 1);
+
+    let server = Server::start_on(server.stop());
+    let mut client = server.h2().await;
+    client.assert_stored(&acknowledged).await;
+    let next = client.create(r#"{"name":"more","categoryId":2}"#).await;
+    let resumed_id = acknowledged.last().expect("a pet")["id"]
+        .as_i64()
+        .expect("id");
+    assert!(next["id"].as_i64().expect("id") > resumed_id, "{next}");
     server.stop();
 }
