@@ -199,6 +199,9 @@ impl From<StoreError> for Error {
             | StoreError::Closed
             | StoreError::IdsExhausted
             | StoreError::Reopening => Error::Unavailable(e.to_string()),
+            // A read that met a disk error (or redb's mark of one, until the writer reopens the
+            // file) is the disk's state, not a bug: 503 like the write it usually follows.
+            StoreError::Storage(_) if e.is_disk_failure() => Error::Unavailable(e.to_string()),
             StoreError::Locked | StoreError::NewerSchema { .. } | StoreError::Storage(_) => {
                 Error::Internal(e.to_string())
             }
@@ -289,6 +292,20 @@ mod tests {
             })
         );
         assert!(error.closes_connection());
+    }
+
+    #[test]
+    fn a_disk_failure_on_a_read_is_503_and_other_storage_errors_500() {
+        let storage = |e: redb::Error| StoreError::Storage(std::sync::Arc::new(e));
+        let io = || redb::Error::Io(std::io::Error::other("EIO"));
+        for read in [storage(io()), storage(redb::Error::PreviousIo)] {
+            assert_eq!(Error::from(read).status(), StatusCode::SERVICE_UNAVAILABLE);
+        }
+        let corrupt = storage(redb::Error::Corrupted("bad page".into()));
+        assert_eq!(
+            Error::from(corrupt).status(),
+            StatusCode::INTERNAL_SERVER_ERROR
+        );
     }
 
     #[test]

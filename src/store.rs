@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::thread;
+use std::time::{Duration, Instant};
 
 use bytes::{BufMut, Bytes, BytesMut};
 use redb::{
@@ -37,6 +38,10 @@ const SCHEMA_VERSION: u64 = 1;
 
 /// How many queued creates one transaction may take; bounds the latency of the batch.
 const MAX_BATCH: usize = 1024;
+/// After a reopen, the next waits this long. A disk that stays full fails every batch, and
+/// each reopen repairs the file while reads get 503: between reopens, creates fail at once
+/// (redb still refuses them) and reads go on from the database as it was.
+const REOPEN_INTERVAL: Duration = Duration::from_secs(1);
 /// Creates waiting for the writer before callers wait to enqueue.
 const WRITE_QUEUE: usize = 4096;
 
@@ -199,6 +204,12 @@ impl StoreError {
     fn is_io_failure(&self) -> bool {
         matches!(self, StoreError::Write(e) if matches!(**e, redb::Error::Io(_) | redb::Error::PreviousIo))
     }
+
+    /// Whether a read failed because the disk did (an I/O error now, or one a failed write
+    /// left behind until the reopen): a condition to retry, not a fault in the data.
+    pub fn is_disk_failure(&self) -> bool {
+        matches!(self, StoreError::Storage(e) if matches!(**e, redb::Error::Io(_) | redb::Error::PreviousIo))
+    }
 }
 
 enum Command {
@@ -222,6 +233,7 @@ impl Store {
             path: path.to_owned(),
             cache_bytes,
             failed_reopens: 0,
+            next_reopen: Instant::now(),
         };
         thread::Builder::new()
             .name("petstore-writer".into())
@@ -397,6 +409,8 @@ struct Writer {
     cache_bytes: usize,
     /// Reopens that failed since the database was last open, so a lasting fault logs one error.
     failed_reopens: u64,
+    /// No reopen before this: see `REOPEN_INTERVAL`.
+    next_reopen: Instant,
 }
 
 /// The writer thread: takes every create queued while the last commit ran into one transaction
@@ -450,7 +464,7 @@ impl Writer {
     /// Commits a batch and answers each caller; returns how many pets were written.
     fn commit_batch(&mut self, batch: &mut Vec<Pending>) -> u64 {
         // A reopen that failed is retried here, at the next create, never in a loop of its own.
-        if self.shared.db().is_none() {
+        if self.shared.db().is_none() && Instant::now() >= self.next_reopen {
             self.reopen();
         }
         // The read guard lives to the end of this statement: `reopen` below takes the write lock.
@@ -474,7 +488,7 @@ impl Writer {
                 }
                 // Reopened before the 503s leave, so a client that got one reads from a working
                 // database. Other failures (ids exhausted, a value redb refuses) leave it usable.
-                if e.is_io_failure() {
+                if e.is_io_failure() && Instant::now() >= self.next_reopen {
                     self.reopen();
                 }
                 for (_, reply) in batch.drain(..) {
@@ -489,6 +503,7 @@ impl Writer {
     /// what the failed commit left. `next_id` is read from the file at the next write:
     /// the pets of the failed batch got 503, never a 201, so their ids may be given again.
     fn reopen(&mut self) {
+        self.next_reopen = Instant::now() + REOPEN_INTERVAL;
         // One `Database` per file per process: the old one must be closed before the file is
         // opened again. Its close fails with the I/O error it latched; that is already logged.
         if let Some(old) = self.shared.take_db() {
@@ -740,6 +755,7 @@ mod tests {
                 path: path.clone(),
                 cache_bytes: TEST_CACHE_BYTES,
                 failed_reopens: 0,
+                next_reopen: Instant::now(),
             }
             .reopen();
             assert!(
@@ -779,6 +795,7 @@ mod tests {
             assert!(matches!(store.get(1).await, Err(StoreError::Reopening)));
             assert!(matches!(store.check().await, Err(StoreError::Reopening)));
             drop(blocker);
+            std::thread::sleep(REOPEN_INTERVAL);
             assert_eq!(
                 store.create(new_pet("c", None)).await.expect("create").id,
                 2
