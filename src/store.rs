@@ -4,22 +4,25 @@
 //! before it answers; ids start at 1, only grow, and the next id is committed with the pets it
 //! follows, so no acknowledged id is reused even after a crash. A write that fails on I/O makes
 //! the writer close and reopen the file in place, so writes resume once the disk recovers.
+//! The writer thread lives in `store/writer.rs`, the snapshot reads share in
+//! `store/snapshot.rs`.
 
 use std::fmt;
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::path::Path;
+use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::thread;
-use std::time::{Duration, Instant};
 
 use bytes::{BufMut, Bytes, BytesMut};
-use redb::{
-    Database, ReadOnlyTable, ReadableDatabase, ReadableTable, ReadableTableMetadata,
-    TableDefinition,
-};
+use redb::{Database, ReadableDatabase, ReadableTableMetadata, TableDefinition};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::pet::{NewPet, PetId, PetStatus};
+
+mod snapshot;
+mod writer;
+
+use snapshot::{Snapshot, Snapshots};
+use writer::{Writer, write_loop};
 
 /// Pet id to the pet's JSON object, exactly as the API sends it.
 const PETS: TableDefinition<i64, &[u8]> = TableDefinition::new("pets");
@@ -36,12 +39,6 @@ const META_NEXT_ID: &str = "next_id";
 /// The layout of the tables above; a file from a newer layout is refused, not misread.
 const SCHEMA_VERSION: u64 = 1;
 
-/// How many queued creates one transaction may take; bounds the latency of the batch.
-const MAX_BATCH: usize = 1024;
-/// After a reopen, the next waits this long. A disk that stays full fails every batch, and
-/// each reopen repairs the file while reads get 503: between reopens, creates fail at once
-/// (redb still refuses them) and reads go on from the database as it was.
-const REOPEN_INTERVAL: Duration = Duration::from_secs(1);
 /// Creates waiting for the writer before callers wait to enqueue.
 const WRITE_QUEUE: usize = 4096;
 
@@ -83,62 +80,6 @@ impl Shared {
 
     fn db_mut(&self) -> RwLockWriteGuard<'_, Option<Database>> {
         self.db.write().unwrap_or_else(PoisonError::into_inner)
-    }
-}
-
-/// The tables of one read transaction, shared by every read until the next commit.
-struct Snapshot {
-    pets: ReadOnlyTable<i64, &'static [u8]>,
-    by_status: ReadOnlyTable<(u8, i64), &'static [u8]>,
-}
-
-/// Reads share one snapshot between commits: beginning a read transaction and opening its
-/// tables cost a list of 20 about 4,000 instructions, a twentieth of the request (callgrind).
-/// Invariant: a snapshot is served only while `commits` still holds the count it was taken
-/// under, and the writer counts a commit before it answers any create of it, so a client
-/// always reads its own acknowledged writes.
-#[derive(Default)]
-struct Snapshots {
-    commits: AtomicU64,
-    current: Mutex<Option<(u64, Arc<Snapshot>)>>,
-}
-
-impl Snapshots {
-    fn current(&self) -> std::sync::MutexGuard<'_, Option<(u64, Arc<Snapshot>)>> {
-        self.current.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// A snapshot that holds every commit counted so far.
-    fn get(&self, db: &Database) -> Result<Arc<Snapshot>, StoreError> {
-        let commits = self.commits.load(Ordering::Acquire);
-        if let Some((taken, snapshot)) = &*self.current()
-            && *taken == commits
-        {
-            return Ok(Arc::clone(snapshot));
-        }
-        // Begun after `commits` was read, so it holds at least those commits.
-        let txn = db.begin_read().map_err(StoreError::storage)?;
-        let snapshot = Arc::new(Snapshot {
-            pets: txn.open_table(PETS).map_err(StoreError::storage)?,
-            by_status: txn
-                .open_table(PETS_BY_STATUS)
-                .map_err(StoreError::storage)?,
-        });
-        let mut current = self.current();
-        // A commit since `commits` was read makes this one stale to the next reader; keep it
-        // out rather than replace a newer one.
-        if self.commits.load(Ordering::Acquire) == commits {
-            *current = Some((commits, Arc::clone(&snapshot)));
-        }
-        Ok(snapshot)
-    }
-
-    /// Counts a commit (or a reopen) and lets go of the old snapshot, whose pages redb may then
-    /// reuse.
-    fn committed(&self) {
-        self.commits.fetch_add(1, Ordering::Release);
-        let stale = self.current().take();
-        drop(stale);
     }
 }
 
@@ -228,13 +169,7 @@ impl Store {
             snapshots: Snapshots::default(),
         });
         let (writer, queue) = mpsc::channel(WRITE_QUEUE);
-        let mut thread_writer = Writer {
-            shared: Arc::clone(&shared),
-            path: path.to_owned(),
-            cache_bytes,
-            failed_reopens: 0,
-            next_reopen: Instant::now(),
-        };
+        let mut thread_writer = Writer::new(Arc::clone(&shared), path, cache_bytes);
         thread::Builder::new()
             .name("petstore-writer".into())
             .spawn(move || {
@@ -398,189 +333,6 @@ fn create_tables(db: &Database) -> Result<(), StoreError> {
         txn.open_table(PETS).map_err(StoreError::storage)?;
     }
     txn.commit().map_err(StoreError::storage)
-}
-
-/// What the writer thread keeps: it alone writes, and while it runs it alone takes the
-/// database out of `Shared` and puts one back.
-struct Writer {
-    shared: Arc<Shared>,
-    /// Where to open the file again after a write fails on I/O, with the same cache size.
-    path: PathBuf,
-    cache_bytes: usize,
-    /// Reopens that failed since the database was last open, so a lasting fault logs one error.
-    failed_reopens: u64,
-    /// No reopen before this: see `REOPEN_INTERVAL`.
-    next_reopen: Instant,
-}
-
-/// The writer thread: takes every create queued while the last commit ran into one transaction
-/// and one fsync, then answers each. Ends on `Close`, returning its reply, or when every
-/// handle is gone.
-fn write_loop(
-    writer: &mut Writer,
-    mut queue: mpsc::Receiver<Command>,
-) -> Option<oneshot::Sender<()>> {
-    let mut batch = Vec::with_capacity(MAX_BATCH);
-    let mut stats = WriteStats::default();
-    while let Some(first) = queue.blocking_recv() {
-        let mut closing = None;
-        let mut next = Some(first);
-        while let Some(command) = next.take() {
-            match command {
-                Command::Create(pet, reply) => batch.push((pet, reply)),
-                Command::Close(done) => {
-                    closing = Some(done);
-                    break;
-                }
-            }
-            if batch.len() < MAX_BATCH {
-                next = queue.try_recv().ok();
-            }
-        }
-        if closing.is_some() {
-            // Creates already queued behind the close were accepted by a caller that is
-            // waiting: write them too rather than drop them.
-            while let Ok(Command::Create(pet, reply)) = queue.try_recv() {
-                batch.push((pet, reply));
-            }
-            queue.close();
-        }
-        if !batch.is_empty() {
-            stats.commits += 1;
-            stats.pets_written += writer.commit_batch(&mut batch);
-        }
-        if closing.is_some() {
-            stats.report();
-            return closing;
-        }
-    }
-    stats.report();
-    None
-}
-
-type Pending = (NewPet, oneshot::Sender<Result<StoredPet, StoreError>>);
-
-impl Writer {
-    /// Commits a batch and answers each caller; returns how many pets were written.
-    fn commit_batch(&mut self, batch: &mut Vec<Pending>) -> u64 {
-        // A reopen that failed is retried here, at the next create, never in a loop of its own.
-        if self.shared.db().is_none() && Instant::now() >= self.next_reopen {
-            self.reopen();
-        }
-        // The read guard lives to the end of this statement: `reopen` below takes the write lock.
-        let result = match self.shared.db().as_ref() {
-            Some(db) => write_batch(db, batch.iter().map(|(pet, _)| pet)),
-            None => Err(StoreError::Reopening),
-        };
-        match result {
-            Ok(stored) => {
-                // Before any answer: a client that got its 201 must find the pet.
-                self.shared.snapshots.committed();
-                let written = stored.len() as u64;
-                for ((_, reply), pet) in batch.drain(..).zip(stored) {
-                    let _ = reply.send(Ok(pet));
-                }
-                written
-            }
-            Err(e) => {
-                if !matches!(e, StoreError::Reopening) {
-                    tracing::error!(error = %e, pets = batch.len(), "write transaction failed");
-                }
-                // Reopened before the 503s leave, so a client that got one reads from a working
-                // database. Other failures (ids exhausted, a value redb refuses) leave it usable.
-                if e.is_io_failure() && Instant::now() >= self.next_reopen {
-                    self.reopen();
-                }
-                for (_, reply) in batch.drain(..) {
-                    let _ = reply.send(Err(e.clone()));
-                }
-                0
-            }
-        }
-    }
-
-    /// Closes the database and opens the file again, after a write failed on I/O. redb repairs
-    /// what the failed commit left. `next_id` is read from the file at the next write:
-    /// the pets of the failed batch got 503, never a 201, so their ids may be given again.
-    fn reopen(&mut self) {
-        self.next_reopen = Instant::now() + REOPEN_INTERVAL;
-        // One `Database` per file per process: the old one must be closed before the file is
-        // opened again. Its close fails with the I/O error it latched; that is already logged.
-        if let Some(old) = self.shared.take_db() {
-            let _ = old.close();
-        }
-        match open_database(&self.path, self.cache_bytes) {
-            Ok((db, pets)) => {
-                self.shared.put_db(db);
-                tracing::info!(
-                    pets,
-                    failed_reopens = self.failed_reopens,
-                    "database reopened after a write failure"
-                );
-                self.failed_reopens = 0;
-            }
-            Err(e) => {
-                if self.failed_reopens == 0 {
-                    tracing::error!(error = %e, "reopening the database failed; retrying at the next create");
-                }
-                self.failed_reopens += 1;
-            }
-        }
-    }
-}
-
-/// What the writer did in its life, logged when it ends: with the run's length it gives the
-/// mean batch size and the commit (fsync) rate.
-#[derive(Default)]
-struct WriteStats {
-    commits: u64,
-    pets_written: u64,
-}
-
-impl WriteStats {
-    fn report(&self) {
-        tracing::info!(
-            commits = self.commits,
-            pets_written = self.pets_written,
-            "store closed"
-        );
-    }
-}
-
-/// The one write path: all pets of a batch, their index entries and the next id, committed
-/// together or not at all.
-fn write_batch<'a>(
-    db: &Database,
-    pets: impl ExactSizeIterator<Item = &'a NewPet>,
-) -> Result<Vec<StoredPet>, StoreError> {
-    let mut stored = Vec::with_capacity(pets.len());
-    let txn = db.begin_write().map_err(StoreError::write)?;
-    {
-        let mut meta = txn.open_table(META).map_err(StoreError::write)?;
-        let mut table = txn.open_table(PETS).map_err(StoreError::write)?;
-        let mut index = txn.open_table(PETS_BY_STATUS).map_err(StoreError::write)?;
-        let mut next_id = meta
-            .get(META_NEXT_ID)
-            .map_err(StoreError::write)?
-            .map_or(1, |v| v.value());
-        for pet in pets {
-            let id = PetId::try_from(next_id).map_err(|_| StoreError::IdsExhausted)?;
-            let json = Bytes::from(pet.clone().into_pet(id).to_json());
-            table.insert(id, json.as_ref()).map_err(StoreError::write)?;
-            if let Some(status) = pet.status {
-                index
-                    .insert((status.to_code(), id), json.as_ref())
-                    .map_err(StoreError::write)?;
-            }
-            stored.push(StoredPet { id, json });
-            next_id += 1;
-        }
-        meta.insert(META_NEXT_ID, next_id)
-            .map_err(StoreError::write)?;
-    }
-    // Durability::Immediate is redb's default: commit returns after the fsync.
-    txn.commit().map_err(StoreError::write)?;
-    Ok(stored)
 }
 
 /// A JSON array assembled from already-encoded objects.
@@ -750,14 +502,7 @@ mod tests {
             }
             let before = snapshot(&store);
             // The writer thread is idle between creates, so this stands in for it.
-            Writer {
-                shared: Arc::clone(&store.shared),
-                path: path.clone(),
-                cache_bytes: TEST_CACHE_BYTES,
-                failed_reopens: 0,
-                next_reopen: Instant::now(),
-            }
-            .reopen();
+            Writer::new(Arc::clone(&store.shared), &path, TEST_CACHE_BYTES).reopen();
             assert!(
                 !Arc::ptr_eq(&before, &snapshot(&store)),
                 "no snapshot of the old database"
@@ -795,7 +540,7 @@ mod tests {
             assert!(matches!(store.get(1).await, Err(StoreError::Reopening)));
             assert!(matches!(store.check().await, Err(StoreError::Reopening)));
             drop(blocker);
-            std::thread::sleep(REOPEN_INTERVAL);
+            std::thread::sleep(writer::REOPEN_INTERVAL);
             assert_eq!(
                 store.create(new_pet("c", None)).await.expect("create").id,
                 2

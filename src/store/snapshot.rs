@@ -1,0 +1,67 @@
+//! The read snapshot that every read shares between two commits: one read transaction and its
+//! open tables. It exists for speed (see `Snapshots`); `store` decides when reads use it and
+//! the writer says when a commit makes it stale. Invariant: a snapshot taken before a commit
+//! is never served after the writer has counted that commit.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use redb::{Database, ReadOnlyTable, ReadableDatabase};
+
+use super::{PETS, PETS_BY_STATUS, StoreError};
+
+/// The tables of one read transaction, shared by every read until the next commit.
+pub(super) struct Snapshot {
+    pub(super) pets: ReadOnlyTable<i64, &'static [u8]>,
+    pub(super) by_status: ReadOnlyTable<(u8, i64), &'static [u8]>,
+}
+
+/// Reads share one snapshot between commits: beginning a read transaction and opening its
+/// tables cost a list of 20 about 4,000 instructions, a twentieth of the request (callgrind).
+/// Invariant: a snapshot is served only while `commits` still holds the count it was taken
+/// under, and the writer counts a commit before it answers any create of it, so a client
+/// always reads its own acknowledged writes.
+#[derive(Default)]
+pub(super) struct Snapshots {
+    commits: AtomicU64,
+    current: Mutex<Option<(u64, Arc<Snapshot>)>>,
+}
+
+impl Snapshots {
+    pub(super) fn current(&self) -> MutexGuard<'_, Option<(u64, Arc<Snapshot>)>> {
+        self.current.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A snapshot that holds every commit counted so far.
+    pub(super) fn get(&self, db: &Database) -> Result<Arc<Snapshot>, StoreError> {
+        let commits = self.commits.load(Ordering::Acquire);
+        if let Some((taken, snapshot)) = &*self.current()
+            && *taken == commits
+        {
+            return Ok(Arc::clone(snapshot));
+        }
+        // Begun after `commits` was read, so it holds at least those commits.
+        let txn = db.begin_read().map_err(StoreError::storage)?;
+        let snapshot = Arc::new(Snapshot {
+            pets: txn.open_table(PETS).map_err(StoreError::storage)?,
+            by_status: txn
+                .open_table(PETS_BY_STATUS)
+                .map_err(StoreError::storage)?,
+        });
+        let mut current = self.current();
+        // A commit since `commits` was read makes this one stale to the next reader; keep it
+        // out rather than replace a newer one.
+        if self.commits.load(Ordering::Acquire) == commits {
+            *current = Some((commits, Arc::clone(&snapshot)));
+        }
+        Ok(snapshot)
+    }
+
+    /// Counts a commit (or a reopen) and lets go of the old snapshot, whose pages redb may then
+    /// reuse.
+    pub(super) fn committed(&self) {
+        self.commits.fetch_add(1, Ordering::Release);
+        let stale = self.current().take();
+        drop(stale);
+    }
+}
