@@ -40,7 +40,7 @@ impl Settings {
             rounds: std::env::var("BENCH_ROUNDS")
                 .ok()
                 .and_then(|v| v.parse::<usize>().ok())
-                .unwrap_or(3)
+                .unwrap_or(5)
                 .max(1),
             skip_1m: std::env::var("BENCH_SKIP_1M").is_ok_and(|v| !v.is_empty() && v != "0"),
             only: words("BENCH_ONLY", ','),
