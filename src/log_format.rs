@@ -6,6 +6,7 @@
 //! Invariant: every event is exactly one line: text values that could break a line or be
 //! mistaken for another field are quoted, and JSON strings are escaped.
 
+use std::cell::RefCell;
 use std::fmt::{self, Write};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -29,19 +30,49 @@ where
     fn format_event(
         &self,
         _ctx: &FmtContext<'_, S, N>,
-        writer: Writer<'_>,
+        mut writer: Writer<'_>,
         event: &Event<'_>,
     ) -> fmt::Result {
         let metadata = event.metadata();
-        write_line(
-            writer,
-            self.json,
-            SystemTime::now(),
-            metadata.level(),
-            metadata.target(),
-            |visitor| event.record(visitor),
-        )
+        let format = |out: &mut String| {
+            write_line(
+                out,
+                self.json,
+                SystemTime::now(),
+                metadata.level(),
+                metadata.target(),
+                |visitor| event.record(visitor),
+            )
+        };
+        // The line is built in a `String` of our own, where each small write is an inlined
+        // push, and handed over in one piece: through `Writer`, every write is a dynamic call
+        // (callgrind: the request line went from about 3,800 instructions to 2,900).
+        LINE.with(|line| match line.try_borrow_mut() {
+            Ok(mut line) => {
+                line.clear();
+                format(&mut line)?;
+                let written = writer.write_str(&line);
+                // One huge event (a long error chain) should not keep its buffer per thread.
+                if line.capacity() > MAX_KEPT_LINE_BYTES {
+                    *line = String::new();
+                }
+                written
+            }
+            // A field's own formatting logged an event: give that one a buffer of its own.
+            Err(_) => {
+                let mut line = String::new();
+                format(&mut line)?;
+                writer.write_str(&line)
+            }
+        })
     }
+}
+
+/// A line buffer larger than this is let go after its line rather than kept for the next.
+const MAX_KEPT_LINE_BYTES: usize = 16 * 1024;
+
+thread_local! {
+    static LINE: RefCell<String> = RefCell::new(String::with_capacity(512));
 }
 
 /// Writes one line; `record` feeds the event's fields to the visitor it is given.
