@@ -20,15 +20,23 @@ use crate::error::Error;
 
 mod grammar;
 
-use grammar::{Expect, Refusal};
+use grammar::{Expect, Fault, Refusal};
 
-/// Header fields a request head may have, and its size in bytes. Past these the head is
-/// refused with 431 and the connection closes. hyper gets the same bounds (server.rs) as a
-/// backstop; `service` applies its own, lower, limits to the heads that pass.
-pub const MAX_HEAD_FIELDS: usize = 256;
-pub const MAX_HEAD_BYTES: usize = 64 * 1024;
+pub use grammar::{MAX_HEAD_BYTES, MAX_HEAD_FIELDS};
 /// How much the buffer for a unit that spans reads grows at a time.
 const HOLD_STEP_BYTES: usize = 8 * 1024;
+
+/// The JSON Error for what `grammar` found wrong.
+fn error_for(fault: Fault) -> Error {
+    match fault {
+        Fault::Malformed(message) => Error::InvalidRequest(message),
+        Fault::RepeatedLength => Error::REPEATED_CONTENT_LENGTH,
+        Fault::TooLarge => Error::HeadersTooLarge {
+            max_fields: MAX_HEAD_FIELDS,
+            max_bytes: MAX_HEAD_BYTES,
+        },
+    }
+}
 
 /// The whole HTTP/1.1 answer to a refused head: the same JSON Error as every other answer.
 fn response(error: &Error) -> Vec<u8> {
@@ -144,9 +152,10 @@ impl<T> Guarded<T> {
 
     fn refuse(&mut self, refusal: Refusal) {
         let Refusal {
-            error,
+            fault,
             answered_here,
         } = refusal;
+        let error = error_for(fault);
         let status = error.status().as_u16();
         if answered_here {
             tracing::debug!(peer = %self.peer, status, reason = %error.message(), "request head refused");

@@ -2,13 +2,17 @@
 //! counted by Content-Length, or chunked framing (size lines, data, trailers). Pure: it sees
 //! bytes and says how many may go to hyper, or why the connection stops; `framing` does the
 //! I/O. Invariant: it frames exactly as hyper does, refusing the heads on which two parsers
-//! could disagree, so both find the next request at the same byte.
+//! could disagree, so both find the next request at the same byte. It names its verdicts
+//! (`Fault`) and `framing` turns them into the JSON Error, so this file stands alone and
+//! `tests/fuzz` compiles it as it is.
 
 use std::mem::MaybeUninit;
 
-use super::{MAX_HEAD_BYTES, MAX_HEAD_FIELDS};
-use crate::error::Error;
-
+/// Header fields a request head may have, and its size in bytes. Past these the head is
+/// refused with 431 and the connection closes. hyper gets the same bounds (server.rs) as a
+/// backstop; `service` applies its own, lower, limits to the heads that pass.
+pub const MAX_HEAD_FIELDS: usize = 256;
+pub const MAX_HEAD_BYTES: usize = 64 * 1024;
 /// One chunk-size line, extensions included (hyper allows 16 KiB of extensions per body).
 pub(super) const MAX_CHUNK_LINE_BYTES: usize = 4 * 1024;
 /// A chunked body's trailer section: hyper's own bound for it.
@@ -54,25 +58,36 @@ pub(super) enum Step {
     Refuse(Refusal),
 }
 
+/// What is wrong with the bytes; `framing` answers 400 or 431 for it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Fault {
+    /// 400 `invalid_request`, with this message.
+    Malformed(&'static str),
+    /// 400 `invalid_request`: RFC 9110 8.6, a repeated Content-Length.
+    RepeatedLength,
+    /// 431: past `MAX_HEAD_FIELDS` or `MAX_HEAD_BYTES`.
+    TooLarge,
+}
+
 /// Why the connection stops here.
 #[derive(Debug)]
 pub(super) struct Refusal {
-    pub(super) error: Error,
+    pub(super) fault: Fault,
     /// False in a body: hyper is already answering that request, and sees its body end early.
     pub(super) answered_here: bool,
 }
 
 impl Refusal {
-    fn head(error: Error) -> Refusal {
+    fn head(fault: Fault) -> Refusal {
         Refusal {
-            error,
+            fault,
             answered_here: true,
         }
     }
 
     fn body(reason: &'static str) -> Refusal {
         Refusal {
-            error: Error::InvalidRequest(reason),
+            fault: Fault::Malformed(reason),
             answered_here: false,
         }
     }
@@ -170,14 +185,10 @@ impl Expect {
 /// httparse is hyper's own parser, with hyper's default settings, so the two agree on where
 /// the head ends. Only the first `MAX_HEAD_BYTES` are looked at, so that the verdict never
 /// depends on how the bytes were split into reads.
-pub(super) fn read_head(pending: &[u8]) -> Result<Option<(usize, Expect)>, Error> {
+pub(super) fn read_head(pending: &[u8]) -> Result<Option<(usize, Expect)>, Fault> {
     let window = &pending[..pending.len().min(MAX_HEAD_BYTES)];
     let mut fields = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_HEAD_FIELDS];
     let mut request = httparse::Request::new(&mut []);
-    let too_large = Error::HeadersTooLarge {
-        max_fields: MAX_HEAD_FIELDS,
-        max_bytes: MAX_HEAD_BYTES,
-    };
     match httparse::ParserConfig::default().parse_request_with_uninit_headers(
         &mut request,
         window,
@@ -189,22 +200,24 @@ pub(super) fn read_head(pending: &[u8]) -> Result<Option<(usize, Expect)>, Error
             // answer is our JSON and not hyper's empty 400.
             let target = request.path.unwrap_or_default();
             if http::Uri::try_from(target).is_err() {
-                return Err(Error::InvalidRequest(BAD_REQUEST_LINE));
+                return Err(Fault::Malformed(BAD_REQUEST_LINE));
             }
             Ok(Some((length, body_after(&request)?)))
         }
         Ok(httparse::Status::Partial) if window.len() < MAX_HEAD_BYTES => Ok(None),
-        Ok(httparse::Status::Partial) | Err(httparse::Error::TooManyHeaders) => Err(too_large),
-        Err(httparse::Error::Version) => Err(Error::InvalidRequest(BAD_VERSION)),
-        Err(httparse::Error::Token) => Err(Error::InvalidRequest(BAD_REQUEST_LINE)),
-        Err(_) => Err(Error::InvalidRequest(BAD_HEAD)),
+        Ok(httparse::Status::Partial) | Err(httparse::Error::TooManyHeaders) => {
+            Err(Fault::TooLarge)
+        }
+        Err(httparse::Error::Version) => Err(Fault::Malformed(BAD_VERSION)),
+        Err(httparse::Error::Token) => Err(Fault::Malformed(BAD_REQUEST_LINE)),
+        Err(_) => Err(Fault::Malformed(BAD_HEAD)),
     }
 }
 
 /// How the body after this head is framed (RFC 9112 6), refusing every head on which another
 /// parser could frame it differently: hyper would take some of these (it frames by
 /// Transfer-Encoding when both are given, and by the last coding), a proxy in front might not.
-pub(super) fn body_after(request: &httparse::Request<'_, '_>) -> Result<Expect, Error> {
+pub(super) fn body_after(request: &httparse::Request<'_, '_>) -> Result<Expect, Fault> {
     let (mut lengths, mut length, mut encodings, mut chunked) = (0, None, 0, false);
     for field in request.headers.iter() {
         if field.name.eq_ignore_ascii_case("content-length") {
@@ -220,22 +233,22 @@ pub(super) fn body_after(request: &httparse::Request<'_, '_>) -> Result<Expect, 
     if lengths > 0 && encodings > 0 {
         // RFC 9112 6.3 lets a server frame by Transfer-Encoding, but the sender is a smuggling
         // attempt or a broken intermediary either way; refusing is the safe answer it allows.
-        return Err(Error::InvalidRequest(BOTH_LENGTHS));
+        return Err(Fault::Malformed(BOTH_LENGTHS));
     }
     if lengths > 1 {
-        return Err(Error::REPEATED_CONTENT_LENGTH);
+        return Err(Fault::RepeatedLength);
     }
     if encodings > 1 || (encodings == 1 && !chunked) {
-        return Err(Error::InvalidRequest(NOT_CHUNKED));
+        return Err(Fault::Malformed(NOT_CHUNKED));
     }
     if encodings == 1 && request.version == Some(0) {
-        return Err(Error::InvalidRequest(ENCODING_IN_1_0));
+        return Err(Fault::Malformed(ENCODING_IN_1_0));
     }
     match (chunked, lengths, length) {
         (true, _, _) => Ok(Expect::ChunkSize),
         (false, 0, _) | (false, _, Some(0)) => Ok(Expect::Head),
         (false, _, Some(length)) => Ok(Expect::Length(length)),
-        (false, _, None) => Err(Error::InvalidRequest(BAD_LENGTH)),
+        (false, _, None) => Err(Fault::Malformed(BAD_LENGTH)),
     }
 }
 
