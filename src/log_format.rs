@@ -92,8 +92,9 @@ fn write_line<W: Write>(
         out.write_str("\",\"level\":\"")?;
         out.write_str(level.as_str())?;
         out.write_char('"')?;
-        let mut fields = JsonFields {
+        let mut fields = Fields {
             out: &mut out,
+            json,
             result: Ok(()),
         };
         record(&mut fields);
@@ -113,8 +114,9 @@ fn write_line<W: Write>(
         })?;
         out.write_str(target)?;
         out.write_char(':')?;
-        let mut fields = TextFields {
+        let mut fields = Fields {
             out: &mut out,
+            json,
             result: Ok(()),
         };
         record(&mut fields);
@@ -123,31 +125,42 @@ fn write_line<W: Write>(
     }
 }
 
-/// `key=value` pairs after the message; the message itself bare.
-struct TextFields<'a, W> {
+/// The event's fields: in text, ` key=value` pairs after the bare message; in JSON,
+/// `,"key":value` members, the message under `"message"`.
+struct Fields<'a, W> {
     out: &'a mut W,
+    json: bool,
     result: fmt::Result,
 }
 
-impl<W: Write> TextFields<'_, W> {
-    fn field(&mut self, field: &Field, value: impl FnOnce(&mut W) -> fmt::Result) {
+impl<W: Write> Fields<'_, W> {
+    fn field(&mut self, field: &Field, value: impl FnOnce(&mut W, bool) -> fmt::Result) {
         if self.result.is_err() {
             return;
         }
         self.result = (|| {
-            self.out.write_char(' ')?;
-            if field.name() != "message" {
-                self.out.write_str(field.name())?;
-                self.out.write_char('=')?;
+            if self.json {
+                self.out.write_char(',')?;
+                write_json_str(self.out, field.name())?;
+                self.out.write_char(':')?;
+            } else {
+                self.out.write_char(' ')?;
+                if field.name() != "message" {
+                    self.out.write_str(field.name())?;
+                    self.out.write_char('=')?;
+                }
             }
-            value(self.out)
+            value(self.out, self.json)
         })();
     }
 }
 
-impl<W: Write> Visit for TextFields<'_, W> {
+impl<W: Write> Visit for Fields<'_, W> {
     fn record_str(&mut self, field: &Field, value: &str) {
-        self.field(field, |out| {
+        self.field(field, |out, json| {
+            if json {
+                return write_json_str(out, value);
+            }
             // A path or label comes from a client: quote anything that could end the line or
             // pass for a second field. Bytes, not chars: any non-ASCII is quoted too, and the
             // common all-ASCII value costs a byte compare each.
@@ -160,65 +173,24 @@ impl<W: Write> Visit for TextFields<'_, W> {
     }
 
     fn record_u64(&mut self, field: &Field, value: u64) {
-        self.field(field, |out| out.write_str(Digits::of(value).as_str()));
+        self.field(field, |out, _| out.write_str(Digits::of(value).as_str()));
     }
 
     fn record_i64(&mut self, field: &Field, value: i64) {
-        self.field(field, |out| write_i64(out, value));
+        self.field(field, |out, _| write_i64(out, value));
     }
 
     fn record_bool(&mut self, field: &Field, value: bool) {
-        self.field(field, |out| {
+        self.field(field, |out, _| {
             out.write_str(if value { "true" } else { "false" })
         });
     }
 
     fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
-        self.field(field, |out| write!(out, "{value:?}"));
-    }
-}
-
-/// `,"key":value` members, the message under `"message"`.
-struct JsonFields<'a, W> {
-    out: &'a mut W,
-    result: fmt::Result,
-}
-
-impl<W: Write> JsonFields<'_, W> {
-    fn field(&mut self, field: &Field, value: impl FnOnce(&mut W) -> fmt::Result) {
-        if self.result.is_err() {
-            return;
-        }
-        self.result = (|| {
-            self.out.write_char(',')?;
-            write_json_str(self.out, field.name())?;
-            self.out.write_char(':')?;
-            value(self.out)
-        })();
-    }
-}
-
-impl<W: Write> Visit for JsonFields<'_, W> {
-    fn record_str(&mut self, field: &Field, value: &str) {
-        self.field(field, |out| write_json_str(out, value));
-    }
-
-    fn record_u64(&mut self, field: &Field, value: u64) {
-        self.field(field, |out| out.write_str(Digits::of(value).as_str()));
-    }
-
-    fn record_i64(&mut self, field: &Field, value: i64) {
-        self.field(field, |out| write_i64(out, value));
-    }
-
-    fn record_bool(&mut self, field: &Field, value: bool) {
-        self.field(field, |out| {
-            out.write_str(if value { "true" } else { "false" })
-        });
-    }
-
-    fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
-        self.field(field, |out| {
+        self.field(field, |out, json| {
+            if !json {
+                return write!(out, "{value:?}");
+            }
             out.write_char('"')?;
             write!(JsonEscaped(&mut *out), "{value:?}")?;
             out.write_char('"')

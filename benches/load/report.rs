@@ -77,13 +77,7 @@ const PROGRESS_WIDTHS: [usize; 15] = [19, 8, 9, 7, 4, 10, 7, 6, 6, 7, 6, 7, 10, 
 impl Report {
     /// Prints the column names above the lines `push` prints.
     pub fn print_header(&self) {
-        let cells: Vec<String> = HEADER
-            .iter()
-            .zip(PROGRESS_WIDTHS)
-            .enumerate()
-            .map(|(c, (cell, width))| align(c, cell, width))
-            .collect();
-        println!("{}", cells.join("  ").trim_end());
+        print_progress(HEADER.iter().copied());
     }
 
     /// Adds a row and prints it at once, so a long run shows its progress.
@@ -95,14 +89,7 @@ impl Report {
                 row.kind.name()
             );
         }
-        let cells: Vec<String> = self
-            .cells(&row)
-            .iter()
-            .zip(PROGRESS_WIDTHS)
-            .enumerate()
-            .map(|(c, (cell, width))| align(c, cell, width))
-            .collect();
-        println!("{}", cells.join("  ").trim_end());
+        print_progress(self.cells(&row).iter().map(String::as_str));
         self.rows.push(row);
     }
 
@@ -255,6 +242,16 @@ impl Report {
         }
         out
     }
+}
+
+/// One line as runs end, in the fixed widths of `PROGRESS_WIDTHS`.
+fn print_progress<'a>(cells: impl Iterator<Item = &'a str>) {
+    let cells: Vec<String> = cells
+        .zip(PROGRESS_WIDTHS)
+        .enumerate()
+        .map(|(c, (cell, width))| align(c, cell, width))
+        .collect();
+    println!("{}", cells.join("  ").trim_end());
 }
 
 /// Text columns (scenario, server, check) to the left, numbers to the right.

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
-use crate::support::{Options, Server, create_until_broken};
+use crate::support::{Client, Options, Server, create_until_broken};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn every_pet_acknowledged_before_a_sigkill_survives_and_no_id_is_reused() {
@@ -42,34 +42,9 @@ async fn every_pet_acknowledged_before_a_sigkill_survives_and_no_id_is_reused() 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_write_the_disk_refuses_gets_503_leaves_the_database_as_it_was_and_reads_go_on() {
     // The file may not grow past its first size plus a little: a full disk, for this process.
-    let server = Server::start_with(Options {
-        wrapper: ["prlimit", "--fsize=1200000", "--"]
-            .map(String::from)
-            .to_vec(),
-        ..Options::default()
-    });
+    let server = under_file_limit("--fsize=1200000");
     let mut client = server.h1().await;
-    let name = "x".repeat(2000);
-    let mut acknowledged = Vec::new();
-    let refused = loop {
-        let reply = client
-            .post_json(
-                "/v1/pets",
-                &format!(r#"{{"name":"{name}","categoryId":1}}"#),
-            )
-            .await;
-        match reply.status {
-            201 => acknowledged.push(reply.json()),
-            _ => break reply,
-        }
-        assert!(acknowledged.len() < 5000, "the file limit never bit");
-    };
-    refused.assert_error(
-        503,
-        "unavailable",
-        "the service cannot take this request now; try again later",
-    );
-    assert!(!acknowledged.is_empty());
+    let acknowledged = create_until_refused(&mut client).await;
     let last = acknowledged.last().expect("a pet");
     assert_eq!(
         &client.get(&format!("/v1/pets/{}", last["id"])).await.json(),
@@ -104,28 +79,10 @@ async fn a_write_the_disk_refuses_gets_503_leaves_the_database_as_it_was_and_rea
 #[tokio::test(flavor = "multi_thread")]
 async fn writes_resume_without_a_restart_once_the_disk_takes_them_again() {
     // Only the soft limit: raising a hard limit needs a privilege the operator has, not a test.
-    let server = Server::start_with(Options {
-        wrapper: ["prlimit", "--fsize=1200000:unlimited", "--"]
-            .map(String::from)
-            .to_vec(),
-        ..Options::default()
-    });
+    let server = under_file_limit("--fsize=1200000:unlimited");
     let mut client = server.h1().await;
-    let body = format!(r#"{{"name":"{}","categoryId":1}}"#, "x".repeat(2000));
-    let mut acknowledged = Vec::new();
-    let refused = loop {
-        let reply = client.post_json("/v1/pets", &body).await;
-        match reply.status {
-            201 => acknowledged.push(reply.json()),
-            _ => break reply,
-        }
-        assert!(acknowledged.len() < 5000, "the file limit never bit");
-    };
-    refused.assert_error(
-        503,
-        "unavailable",
-        "the service cannot take this request now; try again later",
-    );
+    let body = big_pet();
+    let mut acknowledged = create_until_refused(&mut client).await;
     client.assert_stored(&acknowledged).await;
     assert_eq!(
         client.post_json("/v1/pets", &body).await.status,
@@ -175,4 +132,39 @@ async fn writes_resume_without_a_restart_once_the_disk_takes_them_again() {
         .expect("id");
     assert!(next["id"].as_i64().expect("id") > resumed_id, "{next}");
     server.stop();
+}
+
+/// A server whose file may not grow past `limit` (a `prlimit` option): a full disk for it.
+fn under_file_limit(limit: &str) -> Server {
+    Server::start_with(Options {
+        wrapper: ["prlimit", limit, "--"].map(String::from).to_vec(),
+        ..Options::default()
+    })
+}
+
+/// A pet large enough that a few hundred of them reach the file limit.
+fn big_pet() -> String {
+    format!(r#"{{"name":"{}","categoryId":1}}"#, "x".repeat(2000))
+}
+
+/// Creates big pets until one is refused, checks that the refusal is the 503 of a failed
+/// write, and returns the pets that were acknowledged (at least one).
+async fn create_until_refused(client: &mut Client) -> Vec<serde_json::Value> {
+    let body = big_pet();
+    let mut acknowledged = Vec::new();
+    let refused = loop {
+        let reply = client.post_json("/v1/pets", &body).await;
+        match reply.status {
+            201 => acknowledged.push(reply.json()),
+            _ => break reply,
+        }
+        assert!(acknowledged.len() < 5000, "the file limit never bit");
+    };
+    refused.assert_error(
+        503,
+        "unavailable",
+        "the service cannot take this request now; try again later",
+    );
+    assert!(!acknowledged.is_empty(), "the limit bit before any create");
+    acknowledged
 }
