@@ -417,8 +417,8 @@ impl Writers {
     async fn walk(&self, client: &mut Client, first: &str) -> Vec<Value> {
         let mut progress = self.count.subscribe();
         let mut pets: Vec<Value> = Vec::new();
-        let mut next = Some(first.to_owned());
-        while let Some(path) = next {
+        let mut path = first.to_owned();
+        loop {
             let reply = client.get(&path).await;
             assert_eq!(reply.status, 200, "{path}: {:?}", reply.body);
             for pet in reply.pets() {
@@ -430,7 +430,9 @@ impl Writers {
                 }
                 pets.push(pet);
             }
-            next = reply.next_link();
+            let Some(next) = reply.next_link() else {
+                return pets;
+            };
             let seen = *progress.borrow_and_update();
             tokio::time::timeout(
                 Duration::from_secs(30),
@@ -439,8 +441,8 @@ impl Writers {
             .await
             .expect("the writers go on writing")
             .expect("the writers' counter lives");
+            path = next;
         }
-        pets
     }
 
     /// Stops the writers and waits for them, failing on any write that failed.
@@ -474,7 +476,6 @@ async fn a_walk_while_others_create_patch_and_delete_sees_every_lasting_pet_once
     writers.spawn(server.h2().await, |i| (i < 600).then(|| Write::create(i)));
     // Deletes jump around the store so that some land behind the walk and some ahead of it.
     writers.spawn(server.h2().await, move |i| {
-        let doomed = &doomed;
         let at = (i as usize * 37) % doomed.len();
         (i < doomed.len() as u64).then(|| Write::delete(doomed[at]))
     });
