@@ -23,9 +23,20 @@ async fn create_rex(client: &mut Client) -> Reply {
     reply
 }
 
-/// PATCH `path` as merge-patch JSON with one more header.
-async fn patch_if(client: &mut Client, path: &str, header: (&str, &str), body: &str) -> Reply {
-    let headers = [("content-type", "application/merge-patch+json"), header];
+/// PATCH `path` as merge-patch JSON with `If-Match: if_match`.
+async fn patch_if_match(client: &mut Client, path: &str, if_match: &str, body: &str) -> Reply {
+    let headers = [
+        ("content-type", "application/merge-patch+json"),
+        ("if-match", if_match),
+    ];
+    client
+        .send_with(Method::PATCH, path, &headers, body.to_owned())
+        .await
+}
+
+/// PATCH `path` with the given Content-Type.
+async fn patch_as(client: &mut Client, path: &str, content_type: &str, body: &str) -> Reply {
+    let headers = [("content-type", content_type)];
     client
         .send_with(Method::PATCH, path, &headers, body.to_owned())
         .await
@@ -97,10 +108,10 @@ async fn application_json_and_media_type_parameters_are_accepted() {
     .into_iter()
     .enumerate()
     {
-        let reply = patch_if(
+        let reply = patch_as(
             &mut client,
             "/v1/pets/1",
-            ("content-type", content_type),
+            content_type,
             &format!(r#"{{"categoryId":{i}}}"#),
         )
         .await;
@@ -302,28 +313,27 @@ async fn patch_checks_the_id_then_the_body_then_the_pet_then_if_match() {
     let server = Server::start();
     let mut client = server.h1().await;
     create_rex(&mut client).await;
-    let text = ("content-type", "text/plain");
-    patch_if(&mut client, "/v1/pets/abc", text, "x")
+    patch_as(&mut client, "/v1/pets/abc", "text/plain", "x")
         .await
         .assert_error(
             400,
             "invalid_parameter",
             "petId must be a decimal integer within int64",
         );
-    patch_if(&mut client, "/v1/pets/9", text, r#"{"name":"x"}"#)
+    patch_as(&mut client, "/v1/pets/9", "text/plain", r#"{"name":"x"}"#)
         .await
         .assert_error(415, "unsupported_media_type", MEDIA_TYPE);
-    let stale = ("if-match", r#""not-the-tag""#);
-    patch_if(&mut client, "/v1/pets/9", stale, r#"{"name":7}"#)
+    let stale = r#""not-the-tag""#;
+    patch_if_match(&mut client, "/v1/pets/9", stale, r#"{"name":7}"#)
         .await
         .assert_error(400, "invalid_body", "name must be a string");
-    patch_if(&mut client, "/v1/pets/9", stale, r#"{"name":"x"}"#)
+    patch_if_match(&mut client, "/v1/pets/9", stale, r#"{"name":"x"}"#)
         .await
         .assert_error(404, "not_found", "no pet has id 9");
-    patch_if(&mut client, "/v1/pets/1", stale, r#"{"name":7}"#)
+    patch_if_match(&mut client, "/v1/pets/1", stale, r#"{"name":7}"#)
         .await
         .assert_error(400, "invalid_body", "name must be a string");
-    patch_if(&mut client, "/v1/pets/1", stale, r#"{"name":"x"}"#)
+    patch_if_match(&mut client, "/v1/pets/1", stale, r#"{"name":"x"}"#)
         .await
         .assert_error(412, "precondition_failed", STALE);
     server.stop();
@@ -425,14 +435,9 @@ async fn if_match_without_the_current_strong_tag_gets_412_and_changes_nothing() 
         r#""""#.to_owned(),
         current.trim_matches('"').to_owned(),
     ] {
-        patch_if(
-            &mut client,
-            "/v1/pets/1",
-            ("if-match", &if_match),
-            r#"{"name":"X"}"#,
-        )
-        .await
-        .assert_error(412, "precondition_failed", STALE);
+        patch_if_match(&mut client, "/v1/pets/1", &if_match, r#"{"name":"X"}"#)
+            .await
+            .assert_error(412, "precondition_failed", STALE);
         client
             .send_with(
                 Method::DELETE,
@@ -459,10 +464,10 @@ async fn if_match_with_the_current_tag_or_star_lets_patch_and_delete_through() {
         let if_match = if_match
             .replace("{current}", &current)
             .replace("{stale}", &stale);
-        let reply = patch_if(
+        let reply = patch_if_match(
             &mut client,
             "/v1/pets/1",
-            ("if-match", &if_match),
+            &if_match,
             &format!(r#"{{"categoryId":{i}}}"#),
         )
         .await;
