@@ -49,6 +49,30 @@ async fn next_cursor(client: &mut Client, path: &str, limit: u32, status: Option
     cursor_of(&link, limit, status)
 }
 
+/// Asserts that listing with each of `queries` gets 400 `invalid_cursor` with `message`.
+async fn assert_cursor_refused(
+    client: &mut Client,
+    queries: impl IntoIterator<Item = impl AsRef<str>>,
+    message: &str,
+) {
+    for query in queries {
+        let path = format!("/v1/pets?{}", query.as_ref());
+        client
+            .get(&path)
+            .await
+            .assert_error(400, "invalid_cursor", message);
+    }
+}
+
+/// A server holding three pets, a client, and the cursor after the first pet (limit 1).
+async fn three_pets_and_a_cursor() -> (Server, Client, String) {
+    let server = Server::start();
+    create_many(&server, 3, |_| None).await;
+    let mut client = server.h1().await;
+    let cursor = next_cursor(&mut client, "/v1/pets?limit=1", 1, None).await;
+    (server, client, cursor)
+}
+
 fn assert_last_page(reply: &Reply, ids: &[i64]) {
     assert_eq!((reply.status, reply.ids()), (200, ids.to_vec()));
     assert_eq!(reply.header("link"), None, "the last page has no Link");
@@ -183,7 +207,7 @@ async fn a_cursor_not_made_by_the_server_gets_400_invalid_cursor() {
     let server = Server::start();
     create_many(&server, 3, |_| Some("sold")).await;
     let mut client = server.h1().await;
-    for query in [
+    let queries = [
         "cursor=",
         "cursor=abc",
         "cursor=%21%21",
@@ -192,53 +216,34 @@ async fn a_cursor_not_made_by_the_server_gets_400_invalid_cursor() {
         "limit=2&cursor=",
         "status=sold&cursor=",
         "status=sold&cursor=abc",
-    ] {
-        client.get(&format!("/v1/pets?{query}")).await.assert_error(
-            400,
-            "invalid_cursor",
-            MALFORMED,
-        );
-    }
+    ];
+    assert_cursor_refused(&mut client, queries, MALFORMED).await;
     server.stop();
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_cursor_changed_by_the_client_gets_400_invalid_cursor() {
-    let server = Server::start();
-    create_many(&server, 3, |_| None).await;
-    let mut client = server.h1().await;
-    let cursor = next_cursor(&mut client, "/v1/pets?limit=1", 1, None).await;
+    let (server, mut client, cursor) = three_pets_and_a_cursor().await;
     let first = if cursor.starts_with('A') { "B" } else { "A" };
-    for changed in [
+    let queries = [
         format!("{first}{}", &cursor[1..]),
         cursor[..cursor.len() - 1].to_owned(),
         format!("{cursor}{cursor}"),
-    ] {
-        client
-            .get(&format!("/v1/pets?limit=1&cursor={changed}"))
-            .await
-            .assert_error(400, "invalid_cursor", MALFORMED);
-    }
+    ]
+    .map(|changed| format!("limit=1&cursor={changed}"));
+    assert_cursor_refused(&mut client, queries, MALFORMED).await;
     server.stop();
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_repeated_cursor_gets_400_invalid_cursor() {
-    let server = Server::start();
-    create_many(&server, 3, |_| None).await;
-    let mut client = server.h1().await;
-    let cursor = next_cursor(&mut client, "/v1/pets?limit=1", 1, None).await;
-    for query in [
+    let (server, mut client, cursor) = three_pets_and_a_cursor().await;
+    let queries = [
         "cursor=a&cursor=b".to_owned(),
         "cursor=&cursor=".to_owned(),
         format!("limit=1&cursor={cursor}&cursor={cursor}"),
-    ] {
-        client.get(&format!("/v1/pets?{query}")).await.assert_error(
-            400,
-            "invalid_cursor",
-            REPEATED,
-        );
-    }
+    ];
+    assert_cursor_refused(&mut client, queries, REPEATED).await;
     server.stop();
 }
 
@@ -249,25 +254,18 @@ async fn a_cursor_used_with_another_status_filter_gets_400_invalid_cursor() {
     let mut client = server.h1().await;
     let unfiltered = next_cursor(&mut client, "/v1/pets?limit=1", 1, None).await;
     let sold = next_cursor(&mut client, "/v1/pets?limit=1&status=sold", 1, Some("sold")).await;
-    for query in [
+    let queries = [
         format!("limit=1&status=sold&cursor={unfiltered}"),
         format!("limit=1&cursor={sold}"),
         format!("limit=1&status=pending&cursor={sold}"),
-    ] {
-        client
-            .get(&format!("/v1/pets?{query}"))
-            .await
-            .assert_error(400, "invalid_cursor", FOREIGN);
-    }
+    ];
+    assert_cursor_refused(&mut client, queries, FOREIGN).await;
     server.stop();
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_bad_limit_or_status_is_reported_before_a_bad_cursor() {
-    let server = Server::start();
-    create_many(&server, 3, |_| None).await;
-    let mut client = server.h1().await;
-    let unfiltered = next_cursor(&mut client, "/v1/pets?limit=1", 1, None).await;
+    let (server, mut client, unfiltered) = three_pets_and_a_cursor().await;
     let limit = "limit must be an integer from 1 to 100";
     let status = "status must be one of available, pending, sold";
     for (query, message) in [
@@ -287,13 +285,13 @@ async fn a_bad_limit_or_status_is_reported_before_a_bad_cursor() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_cursor_past_the_end_gives_an_empty_page_without_link() {
-    let server = Server::start();
-    create_many(&server, 3, |_| None).await;
-    let mut client = server.h1().await;
-    let cursor = next_cursor(&mut client, "/v1/pets?limit=2", 2, None).await;
-    assert_eq!(client.delete("/v1/pets/3").await.status, 204);
+    let (server, mut client, cursor) = three_pets_and_a_cursor().await;
+    for id in [2, 3] {
+        let reply = client.delete(&format!("/v1/pets/{id}")).await;
+        assert_eq!(reply.status, 204);
+    }
     let reply = client
-        .get(&format!("/v1/pets?limit=2&cursor={cursor}"))
+        .get(&format!("/v1/pets?limit=1&cursor={cursor}"))
         .await;
     assert_eq!((reply.status, &reply.body[..]), (200, &b"[]"[..]));
     assert_eq!(reply.header("link"), None);

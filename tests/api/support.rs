@@ -471,6 +471,21 @@ impl Reply {
         }
     }
 
+    /// Asserts an Error body whose message starts with `prefix` (the rest names a detail,
+    /// such as a parser's position, that the test does not pin).
+    pub fn assert_error_prefix(&self, status: u16, code: &str, prefix: &str) {
+        let error = self.json();
+        assert_eq!(
+            (self.status, &error["code"], &error["status"]),
+            (status, &Value::from(code), &Value::from(status)),
+            "{error}"
+        );
+        let message = error["message"].as_str().expect("a message");
+        assert!(message.starts_with(prefix), "{error}");
+        assert_eq!(error.as_object().map(|e| e.len()), Some(3), "{error}");
+        assert_eq!(self.header("content-type"), Some("application/json"));
+    }
+
     /// The ids of a Pets array body.
     pub fn ids(&self) -> Vec<i64> {
         let body = self.json();
