@@ -114,6 +114,9 @@ pub async fn create_pet(
         ),
         None => None,
     };
+    if claim.is_some() {
+        tracing::debug!("idempotency key claimed");
+    }
     let body = read_body(headers, body, body_timeout).await?;
     if !query::is_json(content_type(headers)) {
         return Err(Error::UnsupportedMediaType);

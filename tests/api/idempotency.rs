@@ -294,9 +294,9 @@ async fn after_the_ttl_the_same_key_creates_a_new_pet() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_retry_while_the_first_request_is_in_flight_gets_409_with_retry_after() {
-    // The debug line "request started" shows the server holds the first request.
+    // The debug line "idempotency key claimed" shows the server holds the first request's key.
     let server = Server::start_with(Options {
-        args: vec!["--log-level".into(), "info,petstore::service=debug".into()],
+        args: vec!["--log-level".into(), "info,petstore::api=debug".into()],
         ..Options::default()
     });
     let (mut body, answer) =
@@ -304,7 +304,7 @@ async fn a_retry_while_the_first_request_is_in_flight_gets_409_with_retry_after(
     body.send_data(Bytes::from_static(br#"{"name":"Rex","#))
         .await
         .expect("first half");
-    server.wait_for_log("request started method=POST path=/v1/pets", 1);
+    server.wait_for_log("idempotency key claimed", 1);
 
     let mut client = server.h1().await;
     let retry = post_keyed(&mut client, "slow", REX).await;
