@@ -240,19 +240,16 @@ impl From<StoreError> for Error {
             StoreError::PreconditionFailed => Error::PreconditionFailed,
             StoreError::IdempotencyKeyInFlight => Error::IdempotencyKeyInFlight,
             StoreError::IdempotencyKeyReused => Error::IdempotencyKeyReused,
-            // A failed commit, a reopen after one or a store that is stopping leaves the data as
-            // it was: the request may be retried, so say so rather than claim a fault.
-            StoreError::Write(_)
+            // A failed commit, a medium that failed, a reopen after one or a store that is
+            // stopping leaves the data as it was: the request may be retried, so say so rather
+            // than claim a fault.
+            StoreError::Io(_)
             | StoreError::Closed
             | StoreError::IdsExhausted
             | StoreError::Reopening => Error::Unavailable(e.to_string()),
-            // A read that met a disk error (or redb's mark of one, until the writer reopens the
-            // file) is the disk's state, not a bug: 503 like the write it usually follows.
-            StoreError::Storage(_) if e.is_disk_failure() => Error::Unavailable(e.to_string()),
-            StoreError::Locked
-            | StoreError::NewerSchema { .. }
-            | StoreError::Corrupt(_)
-            | StoreError::Storage(_) => Error::Internal(e.to_string()),
+            StoreError::Locked | StoreError::NewerSchema { .. } | StoreError::Corrupt(_) => {
+                Error::Internal(e.to_string())
+            }
         }
     }
 }
@@ -355,17 +352,21 @@ mod tests {
     }
 
     #[test]
-    fn a_disk_failure_on_a_read_is_503_and_other_storage_errors_500() {
-        let storage = |e: redb::Error| StoreError::Storage(std::sync::Arc::new(e));
-        let io = || redb::Error::Io(std::io::Error::other("EIO"));
-        for read in [storage(io()), storage(redb::Error::PreviousIo)] {
-            assert_eq!(Error::from(read).status(), StatusCode::SERVICE_UNAVAILABLE);
+    fn store_errors_map_by_meaning() {
+        let status = |e: StoreError| Error::from(e).status().as_u16();
+        assert_eq!(status(StoreError::NotFound(7)), 404);
+        assert_eq!(status(StoreError::PreconditionFailed), 412);
+        assert_eq!(status(StoreError::IdempotencyKeyInFlight), 409);
+        assert_eq!(status(StoreError::IdempotencyKeyReused), 422);
+        for unavailable in [
+            StoreError::Io("EIO".into()),
+            StoreError::Closed,
+            StoreError::IdsExhausted,
+            StoreError::Reopening,
+        ] {
+            assert_eq!(status(unavailable), 503);
         }
-        let corrupt = storage(redb::Error::Corrupted("bad page".into()));
-        assert_eq!(
-            Error::from(corrupt).status(),
-            StatusCode::INTERNAL_SERVER_ERROR
-        );
+        assert_eq!(status(StoreError::Corrupt("bad page".into())), 500);
     }
 
     #[test]

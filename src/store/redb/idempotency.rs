@@ -1,20 +1,19 @@
 //! Idempotency records: for each (API key, Idempotency-Key) scope, the create it answered, so
 //! a retry gets that answer again. The records live in two tables written in the create's own
-//! transaction (`store/writer.rs`), the claims on keys in flight live in memory, and expired
-//! records are purged in small batches by a background task. Invariant: a live record always
+//! transaction (`redb/writer.rs`), and expired records are purged in small batches by a
+//! background task. Invariant: a live record always
 //! names a pet that was committed with it; an expired one answers nothing, purged or not.
 
-use std::collections::HashSet;
-use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use redb::{ReadableTable, Table, TableDefinition, WriteTransaction};
 use tokio::sync::{mpsc, oneshot};
 
+use super::Command;
 use super::writer::{Pending, Write};
-use super::{Command, Created, StoreError, StoredPet};
 use crate::pet::PetId;
+use crate::store::{Created, IdempotencyKey, StoreError, StoredPet};
 
 /// Scope to record: see `encode` for the record's layout.
 pub(super) const IDEMPOTENCY: TableDefinition<[u8; 32], &[u8]> =
@@ -32,22 +31,6 @@ pub(super) const PURGE_BATCH: usize = 1000;
 
 /// fingerprint (32 bytes), expiry (u64), pet id (i64), then the pet's JSON as first answered.
 const RECORD_HEAD: usize = 32 + 8 + 8;
-
-/// An Idempotency-Key as the store sees it: its claim (so only one create runs with it at a
-/// time) and what it was sent with.
-#[derive(Debug)]
-pub struct IdempotencyKey {
-    claim: KeyClaim,
-    /// A digest of the pet the request asks for: a retry must ask for the same one.
-    fingerprint: [u8; 32],
-}
-
-impl IdempotencyKey {
-    /// The record's key: a digest of the API key and the Idempotency-Key.
-    fn scope(&self) -> [u8; 32] {
-        self.claim.scope
-    }
-}
 
 /// A key with the expiry its record gets if the create goes ahead.
 pub(super) struct Keyed {
@@ -69,7 +52,7 @@ pub(super) fn find(
     if record.expires_at <= now {
         return Ok(None);
     }
-    if record.fingerprint != key.fingerprint {
+    if record.fingerprint != key.fingerprint() {
         return Ok(Some(Err(StoreError::IdempotencyKeyReused)));
     }
     Ok(Some(Ok(Created {
@@ -114,7 +97,7 @@ pub(super) fn insert(
     pet: &StoredPet,
 ) -> Result<(), StoreError> {
     let mut bytes = Vec::with_capacity(RECORD_HEAD + pet.json.len());
-    bytes.extend_from_slice(&keyed.key.fingerprint);
+    bytes.extend_from_slice(&keyed.key.fingerprint());
     bytes.extend_from_slice(&keyed.expires_at.to_be_bytes());
     bytes.extend_from_slice(&pet.id.to_be_bytes());
     bytes.extend_from_slice(&pet.json);
@@ -168,51 +151,6 @@ pub(super) fn now() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |elapsed| elapsed.as_secs())
-}
-
-/// The scopes whose create is in flight in this process.
-#[derive(Debug, Default)]
-pub(super) struct Claims(Mutex<HashSet<[u8; 32]>>);
-
-/// A scope claimed from before the request's body is read until the write that uses it is
-/// answered, or until the request is dropped without one. While it is held, another request
-/// with the same key gets `IdempotencyKeyInFlight`.
-#[derive(Debug)]
-pub struct KeyClaim {
-    claims: Arc<Claims>,
-    scope: [u8; 32],
-}
-
-impl KeyClaim {
-    /// The key for a create of the pet whose digest is `fingerprint`.
-    pub fn for_pet(self, fingerprint: [u8; 32]) -> IdempotencyKey {
-        IdempotencyKey {
-            claim: self,
-            fingerprint,
-        }
-    }
-}
-
-impl Claims {
-    /// Claims `scope`, or `None` while another request holds it.
-    pub(super) fn claim(self: &Arc<Claims>, scope: [u8; 32]) -> Option<KeyClaim> {
-        // The lock is let go before a `KeyClaim` exists: dropping one takes it again.
-        let claimed = self.set().insert(scope);
-        claimed.then(|| KeyClaim {
-            claims: Arc::clone(self),
-            scope,
-        })
-    }
-
-    fn set(&self) -> std::sync::MutexGuard<'_, HashSet<[u8; 32]>> {
-        self.0.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-}
-
-impl Drop for KeyClaim {
-    fn drop(&mut self) {
-        self.claims.set().remove(&self.scope);
-    }
 }
 
 /// Purges expired records every `PURGE_INTERVAL`, one batch per write transaction, until none

@@ -189,7 +189,9 @@ impl Writer {
                 }
                 // Reopened before the 503s leave, so a client that got one reads from a working
                 // database. Other failures (a value redb refuses) leave it usable.
-                if e.is_io_failure() && Instant::now() >= self.next_reopen {
+                // A write that failed on I/O leaves redb refusing every later one (its
+                // `PreviousIo`) until the database is reopened.
+                if matches!(e, StoreError::Io(_)) && Instant::now() >= self.next_reopen {
                     self.reopen();
                 }
                 for write in batch.drain(..) {

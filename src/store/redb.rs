@@ -1,13 +1,10 @@
-//! The pet database: the redb tables, opening and version checks, and the operations the API
-//! needs (`create`, `get`, `list`, `patch`, `delete`, idempotency records, `check`). It knows
-//! pets and bytes, never HTTP. Invariants: every write goes through the one writer thread,
-//! which commits durably before it answers; ids start at 1, only grow, and the next id is
-//! committed with the pets it follows, so no acknowledged id is reused even after a crash; a
-//! pet, its index entry, its revision and its idempotency record change in one transaction.
-//! The writer thread lives in `store/writer.rs`, the snapshot reads share in
-//! `store/snapshot.rs`, idempotency records in `store/idempotency.rs`.
+//! The embedded backend: one redb file with its tables, opening and version checks, and the
+//! store's operations on it. Every write goes through the one writer thread, which commits
+//! durably before it answers; ids start at 1, only grow, and the next id is committed with the
+//! pets it follows, so no acknowledged id is reused even after a crash. The writer thread
+//! lives in `redb/writer.rs`, the snapshot reads share in `redb/snapshot.rs`, idempotency
+//! records in `redb/idempotency.rs`. No redb type leaves this module and its children.
 
-use std::fmt;
 use std::path::Path;
 use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::thread;
@@ -17,14 +14,15 @@ use bytes::{BufMut, Bytes, BytesMut};
 use redb::{Database, ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition};
 use tokio::sync::{mpsc, oneshot};
 
+use super::claims::Claims;
+use super::{Created, IdempotencyKey, KeyClaim, Page, Precondition, StoreError, StoredPet};
 use crate::pet::{NewPet, PetId, PetPatch, PetStatus};
 
 mod idempotency;
 mod snapshot;
 mod writer;
 
-use idempotency::{Claims, Keyed};
-pub use idempotency::{IdempotencyKey, KeyClaim};
+use idempotency::Keyed;
 use snapshot::{Snapshot, Snapshots};
 use writer::{Pending, Write, Writer, write_loop};
 
@@ -52,7 +50,7 @@ const WRITE_QUEUE: usize = 4096;
 
 /// A handle to the open database; cheap to clone, shared by every connection.
 #[derive(Clone)]
-pub struct Store {
+pub(super) struct RedbStore {
     shared: Arc<Shared>,
     writer: mpsc::Sender<Command>,
     /// How long an idempotency record answers for its key.
@@ -95,129 +93,22 @@ impl Shared {
     }
 }
 
-/// A pet as the store keeps it: its id, its revision (1 at creation, one more with every
-/// change) and its JSON object.
-#[derive(Clone, Debug)]
-pub struct StoredPet {
-    pub id: PetId,
-    pub revision: u64,
-    pub json: Bytes,
-}
-
-/// A create's outcome: the pet, and whether it was made by an earlier request with the same
-/// idempotency key (then `pet` is that request's answer, as it was then).
-#[derive(Clone, Debug)]
-pub struct Created {
-    pub pet: StoredPet,
-    pub replayed: bool,
-}
-
-/// One page of a list: the pets as one JSON array, the id of the last one, and whether at
-/// least one more pet matched when the page was read.
-#[derive(Debug)]
-pub struct Page {
-    pub json: Bytes,
-    pub last_id: Option<PetId>,
-    pub more: bool,
-}
-
-/// What a change requires of the pet's current revision.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Precondition {
-    /// Any revision: the pet only has to exist.
-    None,
-    /// One of these revisions (none at all: never).
-    RevisionIn(Vec<u64>),
-}
-
-impl Precondition {
-    fn allows(&self, revision: u64) -> bool {
-        match self {
-            Precondition::None => true,
-            Precondition::RevisionIn(revisions) => revisions.contains(&revision),
-        }
-    }
-}
-
-/// Why the store could not do what was asked.
-#[derive(Clone, Debug)]
-pub enum StoreError {
-    /// No pet has this id.
-    NotFound(PetId),
-    /// The pet is not at a revision the precondition allows; nothing was changed.
-    PreconditionFailed,
-    /// The idempotency key answered a create with another pet.
-    IdempotencyKeyReused,
-    /// A create with this idempotency key has not finished yet.
-    IdempotencyKeyInFlight,
-    /// Another process has the file open.
-    Locked,
-    /// The file was written by a newer petstore.
-    NewerSchema { found: u64 },
-    /// The store is shutting down and takes no more writes.
-    Closed,
-    /// Every int64 id has been used.
-    IdsExhausted,
-    /// A write failed on I/O and the database is not open again yet; the writer retries the
-    /// reopen at the next write.
-    Reopening,
-    /// Stored bytes that do not read back as what was written there.
-    Corrupt(String),
-    /// A write transaction failed; nothing of it was committed.
-    Write(Arc<redb::Error>),
-    /// Opening or reading failed.
-    Storage(Arc<redb::Error>),
-}
-
-impl fmt::Display for StoreError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            StoreError::NotFound(id) => write!(f, "no pet has id {id}"),
-            StoreError::PreconditionFailed => f.write_str("the pet is at another revision"),
-            StoreError::IdempotencyKeyReused => {
-                f.write_str("the idempotency key was used for another pet")
-            }
-            StoreError::IdempotencyKeyInFlight => {
-                f.write_str("a create with this idempotency key is in flight")
-            }
-            StoreError::Locked => f.write_str("the database is in use by another process"),
-            StoreError::NewerSchema { found } => write!(
-                f,
-                "the database has schema version {found}, newer than the {SCHEMA_VERSION} this petstore understands"
-            ),
-            StoreError::Closed => f.write_str("the store is closed"),
-            StoreError::IdsExhausted => f.write_str("every pet id has been used"),
-            StoreError::Reopening => {
-                f.write_str("the database is being reopened after a failed write")
-            }
-            StoreError::Corrupt(what) => write!(f, "stored data is corrupt: {what}"),
-            StoreError::Write(e) => write!(f, "write failed: {e}"),
-            StoreError::Storage(e) => write!(f, "storage error: {e}"),
-        }
-    }
-}
-
-impl std::error::Error for StoreError {}
-
 impl StoreError {
+    /// A redb failure, by meaning: the medium's (I/O now, or the mark an earlier one left until
+    /// the reopen) is `Io`, anything else a fault of the data or the engine.
     fn storage(e: impl Into<redb::Error>) -> StoreError {
-        StoreError::Storage(Arc::new(e.into()))
+        match e.into() {
+            redb::Error::Io(e) => StoreError::Io(e.to_string()),
+            redb::Error::PreviousIo => {
+                StoreError::Io("an earlier I/O error left the database read-only".into())
+            }
+            e => StoreError::Corrupt(e.to_string()),
+        }
     }
 
+    /// A failure in a write transaction; the same meanings as a read's.
     fn write(e: impl Into<redb::Error>) -> StoreError {
-        StoreError::Write(Arc::new(e.into()))
-    }
-
-    /// Whether this write failed on I/O. redb then refuses every later write (`PreviousIo`,
-    /// also what a read that failed on I/O leaves behind) until the database is reopened.
-    fn is_io_failure(&self) -> bool {
-        matches!(self, StoreError::Write(e) if matches!(**e, redb::Error::Io(_) | redb::Error::PreviousIo))
-    }
-
-    /// Whether a read failed because the disk did (an I/O error now, or one a failed write
-    /// left behind until the reopen): a condition to retry, not a fault in the data.
-    pub fn is_disk_failure(&self) -> bool {
-        matches!(self, StoreError::Storage(e) if matches!(**e, redb::Error::Io(_) | redb::Error::PreviousIo))
+        StoreError::storage(e)
     }
 }
 
@@ -226,16 +117,16 @@ enum Command {
     Close(oneshot::Sender<()>),
 }
 
-impl Store {
+impl RedbStore {
     /// Opens (or creates) the database at `path` with a page cache of at most `cache_bytes`,
     /// checks its schema version and starts the writer; idempotency records answer for
     /// `idempotency_ttl`. Returns the store and the number of pets it holds. Inside a tokio
     /// runtime it also starts the purge of expired idempotency records.
-    pub fn open(
+    pub(super) fn open(
         path: &Path,
         cache_bytes: usize,
         idempotency_ttl: Duration,
-    ) -> Result<(Store, u64), StoreError> {
+    ) -> Result<(RedbStore, u64), StoreError> {
         let (db, count) = open_database(path, cache_bytes)?;
         let shared = Arc::new(Shared {
             db: RwLock::new(Some(db)),
@@ -255,7 +146,7 @@ impl Store {
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             runtime.spawn(idempotency::purge_loop(writer.downgrade()));
         }
-        let store = Store {
+        let store = RedbStore {
             shared,
             writer,
             idempotency_ttl,
@@ -266,7 +157,7 @@ impl Store {
     /// Claims an idempotency scope for one request, or `IdempotencyKeyInFlight` while another
     /// request holds it. Claimed before the request's body is read, so a retry sent while the
     /// first request is still arriving is told so.
-    pub fn claim_key(&self, scope: [u8; 32]) -> Result<KeyClaim, StoreError> {
+    pub(super) fn claim_key(&self, scope: [u8; 32]) -> Result<KeyClaim, StoreError> {
         self.shared
             .claims
             .claim(scope)
@@ -276,7 +167,7 @@ impl Store {
     /// Adds a pet; resolves once the transaction holding it is durably committed. With an
     /// idempotency key, a live record for the key answers instead (`replayed`), and a record
     /// for another pet is `IdempotencyKeyReused`; the record is written with the pet.
-    pub async fn create(
+    pub(super) async fn create(
         &self,
         pet: NewPet,
         key: Option<IdempotencyKey>,
@@ -304,7 +195,7 @@ impl Store {
 
     /// Applies `patch` to the pet `id` if its revision meets `precondition`; returns the pet
     /// at its new revision.
-    pub async fn patch(
+    pub(super) async fn patch(
         &self,
         id: PetId,
         patch: PetPatch,
@@ -315,13 +206,17 @@ impl Store {
     }
 
     /// Removes the pet `id` if its revision meets `precondition`.
-    pub async fn delete(&self, id: PetId, precondition: Precondition) -> Result<(), StoreError> {
+    pub(super) async fn delete(
+        &self,
+        id: PetId,
+        precondition: Precondition,
+    ) -> Result<(), StoreError> {
         self.write(|reply| Write::Delete(id, precondition, Pending::new(reply)))
             .await
     }
 
     /// The pet with this id.
-    pub async fn get(&self, id: PetId) -> Result<Option<StoredPet>, StoreError> {
+    pub(super) async fn get(&self, id: PetId) -> Result<Option<StoredPet>, StoreError> {
         self.read(move |snapshot| {
             let Some(json) = snapshot.pets.get(id).map_err(StoreError::storage)? else {
                 return Ok(None);
@@ -343,7 +238,7 @@ impl Store {
     /// `status` if one is given, as one JSON array built from the stored objects without
     /// decoding them. One more pet is read to tell whether another page follows; where the page
     /// starts costs nothing, since both tables are ordered by id within a status.
-    pub async fn list(
+    pub(super) async fn list(
         &self,
         status: Option<PetStatus>,
         after: Option<PetId>,
@@ -383,7 +278,7 @@ impl Store {
     }
 
     /// Whether the store can serve: the writer is running and the database answers a read.
-    pub async fn check(&self) -> Result<(), StoreError> {
+    pub(super) async fn check(&self) -> Result<(), StoreError> {
         if self.writer.is_closed() {
             return Err(StoreError::Closed);
         }
@@ -398,7 +293,7 @@ impl Store {
 
     /// Finishes the writes already queued, stops the writer and closes the file. Writes and
     /// reads asked for afterwards fail with `Closed`.
-    pub async fn close(self) {
+    pub(super) async fn close(self) {
         let (done, closed) = oneshot::channel();
         if self.writer.send(Command::Close(done)).await.is_ok() {
             let _ = closed.await;
@@ -473,7 +368,12 @@ fn prepare(db: &Database) -> Result<u64, StoreError> {
         Err(e) => return Err(StoreError::storage(e)),
     };
     match version {
-        Some(found) if found > SCHEMA_VERSION => return Err(StoreError::NewerSchema { found }),
+        Some(found) if found > SCHEMA_VERSION => {
+            return Err(StoreError::NewerSchema {
+                found,
+                supported: SCHEMA_VERSION,
+            });
+        }
         Some(SCHEMA_VERSION) => {}
         Some(_) | None => {
             drop(txn);
@@ -571,6 +471,7 @@ impl Page {
 
 #[cfg(test)]
 mod tests {
+    use super::RedbStore as Store;
     use super::*;
     use crate::pet::PetPatch;
 
@@ -707,7 +608,7 @@ mod tests {
         }
         assert!(matches!(
             Store::open(&path, TEST_CACHE_BYTES, TTL),
-            Err(StoreError::NewerSchema { found }) if found == SCHEMA_VERSION + 1
+            Err(StoreError::NewerSchema { found, supported: SCHEMA_VERSION }) if found == SCHEMA_VERSION + 1
         ));
     }
 
@@ -795,14 +696,21 @@ mod tests {
     }
 
     #[test]
-    fn only_a_write_that_failed_on_io_asks_for_a_reopen() {
+    fn redb_failures_are_io_when_the_medium_failed_and_corrupt_otherwise() {
         let io = || std::io::Error::other("disk on fire");
-        assert!(StoreError::write(io()).is_io_failure());
-        assert!(StoreError::write(redb::StorageError::PreviousIo).is_io_failure());
-        assert!(!StoreError::write(redb::StorageError::ValueTooLarge(1)).is_io_failure());
-        assert!(!StoreError::storage(io()).is_io_failure());
-        assert!(!StoreError::IdsExhausted.is_io_failure());
-        assert!(!StoreError::Reopening.is_io_failure());
+        assert!(matches!(StoreError::write(io()), StoreError::Io(_)));
+        assert!(matches!(
+            StoreError::write(redb::StorageError::PreviousIo),
+            StoreError::Io(_)
+        ));
+        assert!(matches!(
+            StoreError::write(redb::StorageError::ValueTooLarge(1)),
+            StoreError::Corrupt(_)
+        ));
+        assert!(matches!(
+            StoreError::storage(redb::StorageError::Corrupted("bad page".into())),
+            StoreError::Corrupt(_)
+        ));
     }
 
     #[test]
