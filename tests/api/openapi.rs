@@ -238,6 +238,16 @@ fn paging_versions_and_retries_are_documented() {
     assert_eq!(schema["properties"]["status"]["nullable"], true);
     assert_eq!(header(&doc, patch, "415", "Accept-Patch")["required"], true);
 
+    // Links carry the id and the ETag of an answer into the next request's If-Match.
+    for (operation, status) in [(create, "201"), (get, "200"), (patch, "200")] {
+        for (name, id) in [("PatchPet", "patchPet"), ("DeletePet", "deletePet")] {
+            let link = &operation["responses"][status]["links"][name];
+            assert_eq!(link["operationId"], id, "{status} {name}");
+            assert_eq!(link["parameters"]["petId"], "$response.body#/id");
+            assert_eq!(link["parameters"]["If-Match"], "$response.header.ETag");
+        }
+    }
+
     // Idempotency: the key, the replay marker and Retry-After.
     let key = parameter(&doc, create, "header", "Idempotency-Key");
     assert_eq!(key["required"], false);
