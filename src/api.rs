@@ -1,7 +1,8 @@
-//! The operations of the spec: `list_pets`, `create_pet`, `get_pet`, plus the OpenAPI
-//! document and the health probe. Each checks its input (with `query` and `pet`), calls the
-//! store and builds a `Reply` with the operation's own headers. It knows no connections, TLS
-//! or tables. Invariant: input is fully checked before the store is touched.
+//! The operations: the spec's `list_pets`, `create_pet`, `get_pet`, this server's
+//! `patch_pet` and `delete_pet`, plus the OpenAPI document and the health probe. Each checks
+//! its input (with `query`, `conditional` and `pet`), calls the store and builds a `Reply` with
+//! the operation's own headers (Link, Location, ETag). It knows no connections, TLS or tables.
+//! Invariant: input is fully checked before the store is touched.
 
 use std::time::Duration;
 
@@ -10,18 +11,28 @@ use http_body_util::{BodyExt, LengthLimitError, Limited};
 use hyper::StatusCode;
 use hyper::body::Incoming;
 use hyper::header::{
-    CONTENT_LENGTH, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue, LINK, LOCATION,
+    CONTENT_LENGTH, CONTENT_TYPE, ETAG, HeaderMap, HeaderName, HeaderValue, IF_MATCH,
+    IF_NONE_MATCH, LINK, LOCATION,
 };
+use sha2::{Digest, Sha256};
 
+use crate::auth::Caller;
+use crate::conditional::{self, IfMatch};
 use crate::error::Error;
-use crate::pet::NewPet;
-use crate::query::{self, ListQuery};
-use crate::store::Store;
+use crate::pet::{NewPet, PetId, PetPatch};
+use crate::query::{self, InvalidQuery, ListQuery};
+use crate::store::{IdempotencyKey, Precondition, Store, StoredPet};
 
 /// Bodies larger than this are refused with 413.
 pub const MAX_BODY_BYTES: usize = 64 * 1024;
 
 const OPENAPI: &str = include_str!("openapi.json");
+
+/// draft-ietf-httpapi-idempotency-key-header-07.
+const IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("idempotency-key");
+/// Tells a client that a 201 answers an earlier request with its Idempotency-Key, as Stripe's
+/// `Idempotent-Replayed` does.
+const IDEMPOTENT_REPLAYED: HeaderName = HeaderName::from_static("idempotent-replayed");
 
 /// A successful answer: status, JSON body and the operation's extra headers.
 #[derive(Debug)]
@@ -39,25 +50,179 @@ impl Reply {
             headers: Vec::new(),
         }
     }
+
+    /// A 200 (or `status`) carrying one pet, with its ETag.
+    fn pet(status: StatusCode, pet: StoredPet) -> Reply {
+        Reply {
+            status,
+            headers: vec![(ETAG, etag(&pet))],
+            body: pet.json,
+        }
+    }
+
+    /// An answer without content: 204, or 304 with the headers of the 200 it stands for.
+    fn empty(status: StatusCode, headers: Vec<(HeaderName, HeaderValue)>) -> Reply {
+        Reply {
+            status,
+            body: Bytes::new(),
+            headers,
+        }
+    }
 }
 
-/// `GET /v1/pets` (listPets).
+/// `GET /v1/pets` (listPets): a page, and a `Link` to the next one when more pets matched.
 pub async fn list_pets(store: &Store, query: Option<&str>) -> Result<Reply, Error> {
-    let query =
-        ListQuery::parse(query.unwrap_or_default()).map_err(|e| Error::InvalidParameter(e.0))?;
-    Ok(Reply::ok(store.list(query.status, query.limit).await?))
+    let query = ListQuery::parse(query.unwrap_or_default()).map_err(|e| match e {
+        InvalidQuery::Parameter(e) => Error::InvalidParameter(e.0),
+        InvalidQuery::Cursor(problem) => Error::InvalidCursor(problem),
+    })?;
+    let page = store.list(query.status, query.after, query.limit).await?;
+    let mut reply = Reply::ok(page.json);
+    if page.more
+        && let Some(last_id) = page.last_id
+    {
+        // RFC 8288; the target is relative to the server, as Location is.
+        let link = format!("</v1/pets?{}>; rel=\"next\"", query.next(last_id));
+        let link = HeaderValue::try_from(link)
+            .expect("a link of digits, names and base64url characters is a valid header value");
+        reply.headers.push((LINK, link));
+    }
+    Ok(reply)
 }
 
-/// `POST /v1/pets` (createPet): 201 with the stored pet, once it is durably committed.
+/// `POST /v1/pets` (createPet): 201 with the stored pet, once it is durably committed; with
+/// an Idempotency-Key, the first answer again for a retry.
 pub async fn create_pet(
     store: &Store,
+    caller: &Caller,
     headers: &HeaderMap,
     body: Incoming,
     body_timeout: Duration,
 ) -> Result<Reply, Error> {
-    if !query::is_json(headers.get(CONTENT_TYPE).and_then(|v| v.to_str().ok())) {
+    let idempotency_key = idempotency_key(headers)?;
+    let body = read_body(headers, body, body_timeout).await?;
+    if !query::is_json(content_type(headers)) {
         return Err(Error::UnsupportedMediaType);
     }
+    let pet = NewPet::from_json(&body).map_err(|e| Error::InvalidBody(e.0))?;
+    let key = idempotency_key.map(|key| IdempotencyKey {
+        // Scoped per API key: another client's identical key is another record.
+        scope: Sha256::new()
+            .chain_update(caller.key_hash)
+            .chain_update(key.as_bytes())
+            .finalize()
+            .into(),
+        // Decision: the same pet is the same request, however its JSON was written.
+        fingerprint: Sha256::digest(pet.canonical_json()).into(),
+    });
+    let created = store.create(pet, key).await?;
+    let location = HeaderValue::try_from(format!("/v1/pets/{}", created.pet.id))
+        .expect("a path of digits is a valid header value");
+    let mut reply = Reply::pet(StatusCode::CREATED, created.pet);
+    reply.headers.push((LOCATION, location));
+    if created.replayed {
+        reply
+            .headers
+            .push((IDEMPOTENT_REPLAYED, HeaderValue::from_static("true")));
+    }
+    Ok(reply)
+}
+
+/// `GET /v1/pets/{petId}` (getPet, deprecated): the pet with its ETag, or 304 when
+/// `If-None-Match` names the current one. The caller adds `deprecation_headers`.
+pub async fn get_pet(store: &Store, raw_id: &str, headers: &HeaderMap) -> Result<Reply, Error> {
+    let id = pet_id(raw_id)?;
+    let pet = store.get(id).await?.ok_or_else(|| not_found(id))?;
+    let sent = headers
+        .get_all(IF_NONE_MATCH)
+        .iter()
+        .map(HeaderValue::as_bytes);
+    if conditional::none_match(sent, id, pet.revision) {
+        // RFC 9110 15.4.5: a 304 carries the ETag the 200 would have.
+        return Ok(Reply::empty(
+            StatusCode::NOT_MODIFIED,
+            vec![(ETAG, etag(&pet))],
+        ));
+    }
+    Ok(Reply::pet(StatusCode::OK, pet))
+}
+
+/// `PATCH /v1/pets/{petId}` (patchPet): applies a JSON Merge Patch, if `If-Match` allows;
+/// 200 with the changed pet and its new ETag.
+pub async fn patch_pet(
+    store: &Store,
+    raw_id: &str,
+    headers: &HeaderMap,
+    body: Incoming,
+    body_timeout: Duration,
+) -> Result<Reply, Error> {
+    let id = pet_id(raw_id)?;
+    let body = read_body(headers, body, body_timeout).await?;
+    if !query::is_merge_patch(content_type(headers)) {
+        return Err(Error::UnsupportedPatchType);
+    }
+    let patch = PetPatch::from_json(&body).map_err(|e| Error::InvalidBody(e.0))?;
+    let pet = store.patch(id, patch, precondition(headers, id)).await?;
+    Ok(Reply::pet(StatusCode::OK, pet))
+}
+
+/// `DELETE /v1/pets/{petId}` (deletePet): 204 once the pet is gone, if `If-Match` allows.
+pub async fn delete_pet(store: &Store, raw_id: &str, headers: &HeaderMap) -> Result<Reply, Error> {
+    let id = pet_id(raw_id)?;
+    store.delete(id, precondition(headers, id)).await?;
+    Ok(Reply::empty(StatusCode::NO_CONTENT, Vec::new()))
+}
+
+fn pet_id(raw_id: &str) -> Result<PetId, Error> {
+    query::parse_pet_id(raw_id).map_err(|e| Error::InvalidParameter(e.0))
+}
+
+fn not_found(id: PetId) -> Error {
+    Error::NotFound(format!("no pet has id {id}"))
+}
+
+fn etag(pet: &StoredPet) -> HeaderValue {
+    HeaderValue::try_from(conditional::etag(pet.id, pet.revision))
+        .expect("a quoted id and revision is a valid header value")
+}
+
+/// What `If-Match` asks of the pet, in the store's terms.
+fn precondition(headers: &HeaderMap, id: PetId) -> Precondition {
+    let sent = headers.get_all(IF_MATCH).iter().map(HeaderValue::as_bytes);
+    match conditional::if_match(sent, id) {
+        // `*` asks that the pet exist, which every change asks anyway.
+        IfMatch::Any => Precondition::None,
+        IfMatch::Revisions(revisions) => Precondition::RevisionIn(revisions),
+    }
+}
+
+fn content_type(headers: &HeaderMap) -> Option<&str> {
+    headers.get(CONTENT_TYPE).and_then(|v| v.to_str().ok())
+}
+
+/// The request's Idempotency-Key, if it sent one.
+fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, Error> {
+    let mut values = headers.get_all(IDEMPOTENCY_KEY).iter();
+    let Some(value) = values.next() else {
+        return Ok(None);
+    };
+    if values.next().is_some() {
+        return Err(Error::InvalidIdempotencyKey(
+            "Idempotency-Key must be given at most once",
+        ));
+    }
+    query::parse_idempotency_key(value.as_bytes())
+        .map(Some)
+        .map_err(Error::InvalidIdempotencyKey)
+}
+
+/// Reads a request body whole, within `MAX_BODY_BYTES` and `body_timeout`. An empty body is
+/// refused here, whatever its Content-Type says: there is nothing to be of a wrong type.
+async fn read_body(
+    headers: &HeaderMap,
+    body: Incoming,
+    body_timeout: Duration,
+) -> Result<Bytes, Error> {
     let too_large = || Error::PayloadTooLarge {
         limit_bytes: MAX_BODY_BYTES,
     };
@@ -86,24 +251,12 @@ pub async fn create_pet(
             }
         })?
         .to_bytes();
-    let pet = NewPet::from_json(&body).map_err(|e| Error::InvalidBody(e.0))?;
-    let stored = store.create(pet).await?;
-    let location = HeaderValue::try_from(format!("/v1/pets/{}", stored.id))
-        .expect("a path of digits is a valid header value");
-    Ok(Reply {
-        status: StatusCode::CREATED,
-        body: stored.json,
-        headers: vec![(LOCATION, location)],
-    })
-}
-
-/// `GET /v1/pets/{petId}` (getPet, deprecated). The caller adds `deprecation_headers`.
-pub async fn get_pet(store: &Store, raw_id: &str) -> Result<Reply, Error> {
-    let id = query::parse_pet_id(raw_id).map_err(|e| Error::InvalidParameter(e.0))?;
-    match store.get(id).await? {
-        Some(json) => Ok(Reply::ok(json)),
-        None => Err(Error::NotFound(format!("no pet has id {id}"))),
+    if body.is_empty() {
+        return Err(Error::InvalidBody(
+            "request body is required: a JSON object".into(),
+        ));
     }
+    Ok(body)
 }
 
 /// `GET /healthz`: 200 while the store answers a read, 503 otherwise.
@@ -154,7 +307,12 @@ mod tests {
             .build()
             .expect("runtime");
         runtime.block_on(async {
-            let (store, _) = Store::open(&dir.path().join("pets.redb"), 1 << 20).expect("open");
+            let (store, _) = Store::open(
+                &dir.path().join("pets.redb"),
+                1 << 20,
+                Duration::from_secs(60),
+            )
+            .expect("open");
             let ok = healthz(&store).await.expect("healthy");
             assert_eq!(
                 (ok.status, &ok.body[..]),

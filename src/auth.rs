@@ -50,17 +50,29 @@ impl Keys {
         self.set().len()
     }
 
-    /// Checks an `Authorization` header (all of its values) and returns the key's label.
-    pub fn check<'a>(
-        &self,
-        values: impl Iterator<Item = &'a [u8]>,
-    ) -> Result<Arc<str>, AuthFailure> {
-        self.set().check(values).map(Arc::clone)
+    /// Checks an `Authorization` header (all of its values) and returns who sent it.
+    pub fn check<'a>(&self, values: impl Iterator<Item = &'a [u8]>) -> Result<Caller, AuthFailure> {
+        let set = self.set();
+        let (label, key_hash) = set.check(values)?;
+        Ok(Caller {
+            label: Arc::clone(label),
+            key_hash,
+        })
     }
 
     fn set(&self) -> Arc<KeySet> {
         Arc::clone(&self.current.read().unwrap_or_else(PoisonError::into_inner))
     }
+}
+
+/// The client of a request, as its key identifies it.
+#[derive(Clone, Debug)]
+pub struct Caller {
+    /// The key's label, for the logs.
+    pub label: Arc<str>,
+    /// The SHA-256 of the key: what sets one key's requests apart from another's (labels may
+    /// repeat). Never logged.
+    pub key_hash: [u8; 32],
 }
 
 /// The keys the server accepts, each known only by its SHA-256 and a label for the logs.
@@ -115,20 +127,20 @@ impl KeySet {
         self.labels.len()
     }
 
-    /// Checks an `Authorization` header (all of its values) and returns the key's label.
+    /// Checks an `Authorization` header (all of its values) and returns the key's label and
+    /// hash.
     pub fn check<'a>(
         &self,
         mut values: impl Iterator<Item = &'a [u8]>,
-    ) -> Result<&Arc<str>, AuthFailure> {
+    ) -> Result<(&Arc<str>, [u8; 32]), AuthFailure> {
         let header = values.next().ok_or(AuthFailure::Missing)?;
         // Two Authorization headers make the credential ambiguous; refuse rather than pick one.
         if values.next().is_some() {
             return Err(AuthFailure::Invalid);
         }
-        let token = bearer_token(header)?;
-        self.labels
-            .get(&hash_key(token))
-            .ok_or(AuthFailure::Invalid)
+        let hash = hash_key(bearer_token(header)?);
+        let label = self.labels.get(&hash).ok_or(AuthFailure::Invalid)?;
+        Ok((label, hash))
     }
 }
 
@@ -224,7 +236,7 @@ mod tests {
 
     fn check(set: &KeySet, headers: &[&str]) -> Result<String, AuthFailure> {
         set.check(headers.iter().map(|h| h.as_bytes()))
-            .map(|label| label.to_string())
+            .map(|(label, _)| label.to_string())
     }
 
     #[test]
@@ -306,7 +318,7 @@ mod tests {
         let (alice, line) = new_key("alice").expect("new key");
         let with = |key: &str| {
             keys.check([format!("Bearer {key}")].iter().map(|h| h.as_bytes()))
-                .map(|l| l.to_string())
+                .map(|caller| caller.label.to_string())
         };
 
         std::fs::write(&path, format!("{line}\n")).expect("write");

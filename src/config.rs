@@ -100,6 +100,16 @@ pub struct Cli {
     )]
     cache_size: usize,
 
+    /// How long a create's Idempotency-Key answers retries, e.g. `90s`, `15m`, `24h`, `7d`.
+    #[arg(
+        long,
+        env = "PETSTORE_IDEMPOTENCY_TTL",
+        default_value = "24h",
+        value_name = "DURATION",
+        value_parser = parse_ttl
+    )]
+    idempotency_ttl: Duration,
+
     /// Log line format on stderr.
     #[arg(long, env = "PETSTORE_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     log_format: LogFormat,
@@ -150,6 +160,8 @@ pub struct Config {
     pub idle_timeout: Duration,
     /// The database page cache's bound, in bytes.
     pub cache_bytes: usize,
+    /// How long an idempotency record answers its key.
+    pub idempotency_ttl: Duration,
     pub log_format: LogFormat,
     pub log_level: Option<String>,
 }
@@ -175,10 +187,21 @@ impl Cli {
             body_timeout: Duration::from_secs(self.body_timeout),
             idle_timeout: Duration::from_secs(self.idle_timeout),
             cache_bytes: self.cache_size.saturating_mul(1 << 20),
+            idempotency_ttl: self.idempotency_ttl,
             log_format: self.log_format,
             log_level: self.log_level,
         })))
     }
+}
+
+/// A duration as humantime writes it (`90s`, `15m`, `24h`, `7d`, `1h 30m`), at least a second:
+/// records are kept to the second.
+fn parse_ttl(text: &str) -> Result<Duration, String> {
+    let ttl = humantime::parse_duration(text).map_err(|e| e.to_string())?;
+    if ttl < Duration::from_secs(1) {
+        return Err("must be at least 1s".into());
+    }
+    Ok(ttl)
 }
 
 #[cfg(test)]
@@ -208,11 +231,21 @@ mod tests {
         assert_eq!(config.listen, "127.0.0.1:8443".parse().expect("address"));
         assert_eq!(config.db, PathBuf::from("pets.redb"));
         assert_eq!(config.shutdown_timeout, Duration::from_secs(10));
+        assert_eq!(config.idempotency_ttl, Duration::from_secs(24 * 3600));
         assert_eq!(
             (config.log_format, config.log_level),
             (LogFormat::Text, None)
         );
         assert!(Cli::try_parse_from(["petstore", "--tls-cert", "c.pem"]).is_err());
+    }
+
+    #[test]
+    fn an_idempotency_ttl_is_a_duration_of_a_second_or_more() {
+        assert_eq!(parse_ttl("90s"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_ttl("7d"), Ok(Duration::from_secs(7 * 86400)));
+        for bad in ["", "10", "0s", "500ms", "soon"] {
+            assert!(parse_ttl(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

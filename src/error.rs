@@ -7,7 +7,7 @@ use std::borrow::Cow;
 use std::time::Duration;
 
 use hyper::StatusCode;
-use hyper::header::{ALLOW, HeaderName, HeaderValue, WWW_AUTHENTICATE};
+use hyper::header::{ALLOW, HeaderName, HeaderValue, RETRY_AFTER, WWW_AUTHENTICATE};
 use serde::Serialize;
 
 use crate::auth::AuthFailure;
@@ -30,7 +30,11 @@ pub enum Error {
     },
     /// A query or path parameter is malformed; the message names it.
     InvalidParameter(String),
-    /// The request body breaks a `NewPet` rule; the message says which.
+    /// The `cursor` of a list is malformed, repeated or made for another status filter.
+    InvalidCursor(&'static str),
+    /// The `Idempotency-Key` header is malformed or repeated.
+    InvalidIdempotencyKey(&'static str),
+    /// The request body breaks a `NewPet` or `PetPatch` rule; the message says which.
     InvalidBody(String),
     Unauthorized(AuthFailure),
     /// Nothing at this path, or no pet with this id; the message says which.
@@ -43,6 +47,14 @@ pub enum Error {
         limit_bytes: usize,
     },
     UnsupportedMediaType,
+    /// A PATCH body that is not a merge patch; the answer lists the types taken (RFC 5789 2.2).
+    UnsupportedPatchType,
+    /// `If-Match` names no current tag of the pet; nothing was changed.
+    PreconditionFailed,
+    /// A create with this Idempotency-Key has not been answered yet.
+    IdempotencyKeyInFlight,
+    /// This Idempotency-Key answered a request with another body.
+    IdempotencyKeyReused,
     /// A fault of ours; the cause is for the log only.
     Internal(String),
     /// We cannot take this request now (a write failed, the store is reopening its file or
@@ -65,16 +77,23 @@ impl Error {
 
     pub fn status(&self) -> StatusCode {
         match self {
-            Error::InvalidRequest(_) | Error::InvalidParameter(_) | Error::InvalidBody(_) => {
-                StatusCode::BAD_REQUEST
-            }
+            Error::InvalidRequest(_)
+            | Error::InvalidParameter(_)
+            | Error::InvalidCursor(_)
+            | Error::InvalidIdempotencyKey(_)
+            | Error::InvalidBody(_) => StatusCode::BAD_REQUEST,
             Error::HeadersTooLarge { .. } => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
             Error::RequestTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
             Error::Unauthorized(_) => StatusCode::UNAUTHORIZED,
             Error::NotFound(_) => StatusCode::NOT_FOUND,
             Error::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
             Error::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
-            Error::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            Error::UnsupportedMediaType | Error::UnsupportedPatchType => {
+                StatusCode::UNSUPPORTED_MEDIA_TYPE
+            }
+            Error::PreconditionFailed => StatusCode::PRECONDITION_FAILED,
+            Error::IdempotencyKeyInFlight => StatusCode::CONFLICT,
+            Error::IdempotencyKeyReused => StatusCode::UNPROCESSABLE_ENTITY,
             Error::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
             Error::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
         }
@@ -86,12 +105,17 @@ impl Error {
             Error::HeadersTooLarge { .. } => "header_fields_too_large",
             Error::RequestTimeout { .. } => "request_timeout",
             Error::InvalidParameter(_) => "invalid_parameter",
+            Error::InvalidCursor(_) => "invalid_cursor",
+            Error::InvalidIdempotencyKey(_) => "invalid_idempotency_key",
             Error::InvalidBody(_) => "invalid_body",
             Error::Unauthorized(_) => "unauthorized",
             Error::NotFound(_) => "not_found",
             Error::MethodNotAllowed { .. } => "method_not_allowed",
             Error::PayloadTooLarge { .. } => "payload_too_large",
-            Error::UnsupportedMediaType => "unsupported_media_type",
+            Error::UnsupportedMediaType | Error::UnsupportedPatchType => "unsupported_media_type",
+            Error::PreconditionFailed => "precondition_failed",
+            Error::IdempotencyKeyInFlight => "idempotency_key_in_flight",
+            Error::IdempotencyKeyReused => "idempotency_key_reused",
             Error::Internal(_) => "internal_error",
             Error::Unavailable(_) => "unavailable",
         }
@@ -102,7 +126,9 @@ impl Error {
             Error::InvalidParameter(m) | Error::InvalidBody(m) | Error::NotFound(m) => {
                 Cow::Borrowed(m)
             }
-            Error::InvalidRequest(m) => Cow::Borrowed(m),
+            Error::InvalidRequest(m) | Error::InvalidCursor(m) | Error::InvalidIdempotencyKey(m) => {
+                Cow::Borrowed(m)
+            }
             Error::HeadersTooLarge {
                 max_fields,
                 max_bytes,
@@ -128,6 +154,14 @@ impl Error {
             Error::UnsupportedMediaType => {
                 "request body must be sent as Content-Type: application/json".into()
             }
+            Error::UnsupportedPatchType => "request body must be sent as Content-Type: application/merge-patch+json or application/json".into(),
+            Error::PreconditionFailed => "If-Match does not match the pet's current ETag".into(),
+            Error::IdempotencyKeyInFlight => {
+                "a request with this Idempotency-Key is still in progress; retry later".into()
+            }
+            Error::IdempotencyKeyReused => {
+                "this Idempotency-Key was already used with a different request body".into()
+            }
             Error::Internal(_) => "internal error".into(),
             Error::Unavailable(_) => {
                 "the service cannot take this request now; try again later".into()
@@ -135,8 +169,9 @@ impl Error {
         }
     }
 
-    /// Headers HTTP requires with this answer: `WWW-Authenticate` with a 401 (RFC 9110 11.6.1,
-    /// RFC 6750 3), `Allow` with a 405 (RFC 9110 15.5.6).
+    /// Headers HTTP requires or advises with this answer: `WWW-Authenticate` with a 401 (RFC
+    /// 9110 11.6.1, RFC 6750 3), `Allow` with a 405 (RFC 9110 15.5.6), `Accept-Patch` with a
+    /// PATCH's 415 (RFC 5789 2.2), and `Retry-After` where trying again soon may work.
     pub fn headers(&self) -> Option<(HeaderName, HeaderValue)> {
         match self {
             Error::Unauthorized(AuthFailure::Missing) => Some((
@@ -148,6 +183,14 @@ impl Error {
                 HeaderValue::from_static(r#"Bearer realm="petstore", error="invalid_token""#),
             )),
             Error::MethodNotAllowed { allow } => Some((ALLOW, HeaderValue::from_static(allow))),
+            Error::UnsupportedPatchType => Some((
+                HeaderName::from_static("accept-patch"),
+                HeaderValue::from_static("application/merge-patch+json, application/json"),
+            )),
+            // A second is about what a create or a reopen takes; RFC 9110 10.2.3.
+            Error::IdempotencyKeyInFlight | Error::Unavailable(_) => {
+                Some((RETRY_AFTER, HeaderValue::from_static("1")))
+            }
             _ => None,
         }
     }
@@ -193,6 +236,10 @@ impl From<AuthFailure> for Error {
 impl From<StoreError> for Error {
     fn from(e: StoreError) -> Error {
         match e {
+            StoreError::NotFound(id) => Error::NotFound(format!("no pet has id {id}")),
+            StoreError::PreconditionFailed => Error::PreconditionFailed,
+            StoreError::IdempotencyKeyInFlight => Error::IdempotencyKeyInFlight,
+            StoreError::IdempotencyKeyReused => Error::IdempotencyKeyReused,
             // A failed commit, a reopen after one or a store that is stopping leaves the data as
             // it was: the request may be retried, so say so rather than claim a fault.
             StoreError::Write(_)
@@ -202,9 +249,10 @@ impl From<StoreError> for Error {
             // A read that met a disk error (or redb's mark of one, until the writer reopens the
             // file) is the disk's state, not a bug: 503 like the write it usually follows.
             StoreError::Storage(_) if e.is_disk_failure() => Error::Unavailable(e.to_string()),
-            StoreError::Locked | StoreError::NewerSchema { .. } | StoreError::Storage(_) => {
-                Error::Internal(e.to_string())
-            }
+            StoreError::Locked
+            | StoreError::NewerSchema { .. }
+            | StoreError::Corrupt(_)
+            | StoreError::Storage(_) => Error::Internal(e.to_string()),
         }
     }
 }
@@ -224,6 +272,8 @@ mod tests {
                 limit: Duration::from_secs(10),
             },
             Error::InvalidParameter("limit must be an integer from 1 to 100".into()),
+            Error::InvalidCursor("cursor must be given at most once"),
+            Error::InvalidIdempotencyKey("Idempotency-Key must be given at most once"),
             Error::InvalidBody("name is required".into()),
             Error::Unauthorized(AuthFailure::Missing),
             Error::Unauthorized(AuthFailure::Invalid),
@@ -231,6 +281,10 @@ mod tests {
             Error::MethodNotAllowed { allow: "GET, HEAD" },
             Error::PayloadTooLarge { limit_bytes: 65536 },
             Error::UnsupportedMediaType,
+            Error::UnsupportedPatchType,
+            Error::PreconditionFailed,
+            Error::IdempotencyKeyInFlight,
+            Error::IdempotencyKeyReused,
             Error::Internal("disk on fire".into()),
             Error::Unavailable("commit failed".into()),
         ]
@@ -254,6 +308,8 @@ mod tests {
                 "header_fields_too_large",
                 "request_timeout",
                 "invalid_parameter",
+                "invalid_cursor",
+                "invalid_idempotency_key",
                 "invalid_body",
                 "unauthorized",
                 "unauthorized",
@@ -261,6 +317,10 @@ mod tests {
                 "method_not_allowed",
                 "payload_too_large",
                 "unsupported_media_type",
+                "unsupported_media_type",
+                "precondition_failed",
+                "idempotency_key_in_flight",
+                "idempotency_key_reused",
                 "internal_error",
                 "unavailable"
             ]
@@ -309,13 +369,17 @@ mod tests {
     }
 
     #[test]
-    fn only_401_and_405_carry_headers() {
+    fn only_401_405_409_415_of_a_patch_and_503_carry_headers() {
         for error in every_variant() {
             let name = error.headers().map(|(name, _)| name);
-            match error.status().as_u16() {
-                401 => assert_eq!(name, Some(WWW_AUTHENTICATE)),
-                405 => assert_eq!(name, Some(ALLOW)),
-                _ => assert_eq!(name, None),
+            match (error.status().as_u16(), &error) {
+                (401, _) => assert_eq!(name, Some(WWW_AUTHENTICATE)),
+                (405, _) => assert_eq!(name, Some(ALLOW)),
+                (409 | 503, _) => assert_eq!(name, Some(RETRY_AFTER)),
+                (415, Error::UnsupportedPatchType) => {
+                    assert_eq!(name, Some(HeaderName::from_static("accept-patch")));
+                }
+                _ => assert_eq!(name, None, "{error:?}"),
             }
         }
     }

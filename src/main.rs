@@ -4,7 +4,9 @@
 
 mod api;
 mod auth;
+mod conditional;
 mod config;
+mod cursor;
 mod error;
 mod framing;
 mod lifecycle;
@@ -66,7 +68,7 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("listening on {}", config.listen))?;
     let address = listener.local_addr().context("reading the bound address")?;
-    let (store, pets) = store::Store::open(&config.db, config.cache_bytes)
+    let (store, pets) = store::Store::open(&config.db, config.cache_bytes, config.idempotency_ttl)
         .with_context(|| format!("opening database {}", config.db.display()))?;
 
     tracing::info!(path = %config.db.display(), pets, "database open");

@@ -1,12 +1,13 @@
-//! The animal as the spec defines it: `Pet`, `NewPet`, `PetStatus`, `PetId`, their JSON shape
-//! and the rules a client's `NewPet` must meet. No HTTP, no storage, no I/O: a rule broken
-//! here is reported as an `InvalidPet` sentence that the caller turns into its own error.
+//! The animal as the spec defines it: `Pet`, `NewPet`, `PetPatch`, `PetStatus`, `PetId`, their
+//! JSON shape and the rules a client's `NewPet` and `PetPatch` must meet. No HTTP, no storage,
+//! no I/O: a rule broken here is an `InvalidPet` sentence that the caller turns into its own
+//! error.
 //! Invariant: a `Pet` always encodes as `{"id","name","categoryId"[,"status"]}`, never `null`.
 
 use std::collections::HashSet;
 use std::fmt;
 
-use serde::de::{Deserializer, IgnoredAny, MapAccess, Visitor};
+use serde::de::{Deserializer as _, IgnoredAny, MapAccess, Visitor};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -14,7 +15,7 @@ use serde_json::Value;
 pub type PetId = i64;
 
 /// Availability of a pet (spec 2, `PetStatus`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum PetStatus {
     Available,
@@ -33,6 +34,15 @@ impl PetStatus {
         }
     }
 
+    /// The spec's spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PetStatus::Available => "available",
+            PetStatus::Pending => "pending",
+            PetStatus::Sold => "sold",
+        }
+    }
+
     /// A stable one-byte code for index keys; changing it changes the file format.
     pub fn to_code(self) -> u8 {
         match self {
@@ -44,7 +54,7 @@ impl PetStatus {
 }
 
 /// A stored animal, as returned by every operation.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Pet {
     pub id: PetId,
@@ -61,6 +71,11 @@ impl Pet {
         serde_json::to_vec(self)
             .expect("a Pet has only strings, integers and an enum: it always encodes")
     }
+
+    /// Reads back the bytes `to_json` wrote (the store's own, not a client's).
+    pub fn from_json(json: &[u8]) -> Result<Pet, serde_json::Error> {
+        serde_json::from_slice(json)
+    }
 }
 
 /// A client's request to add an animal (spec 2, `NewPet`), already checked against every rule.
@@ -71,7 +86,17 @@ pub struct NewPet {
     pub status: Option<PetStatus>,
 }
 
-/// Why a request body is not an acceptable `NewPet`, in words meant for the client.
+/// A client's change to a pet (`PATCH`, a JSON Merge Patch, RFC 7396): each member given
+/// replaces the pet's, `status: null` removes the status, and members left out stay as they are.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PetPatch {
+    pub name: Option<String>,
+    pub category_id: Option<i64>,
+    /// `Some(None)` removes the status.
+    pub status: Option<Option<PetStatus>>,
+}
+
+/// Why a request body is not an acceptable `NewPet` or `PetPatch`, in words meant for the client.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct InvalidPet(pub String);
 
@@ -86,13 +111,15 @@ impl NewPet {
     /// within int64; `status` one of the three values or absent; `null` is never a value;
     /// unknown keys are ignored; a key given twice is refused.
     pub fn from_json(body: &[u8]) -> Result<NewPet, InvalidPet> {
-        if body.iter().all(u8::is_ascii_whitespace) {
-            return Err(InvalidPet("request body is required: a JSON object".into()));
-        }
-        match serde_json::from_slice::<Checked>(body) {
-            Ok(Checked(result)) => result,
-            Err(e) if e.is_data() => Err(InvalidPet("request body must be a JSON object".into())),
-            Err(e) => Err(InvalidPet(format!("request body is not valid JSON: {e}"))),
+        let members = Members::read(body, Nulls::Refused)?;
+        match (members.name, members.category_id) {
+            (None, _) => Err(InvalidPet("name is required".into())),
+            (_, None) => Err(InvalidPet("categoryId is required".into())),
+            (Some(name), Some(category_id)) => Ok(NewPet {
+                name,
+                category_id,
+                status: members.status.flatten(),
+            }),
         }
     }
 
@@ -105,22 +132,80 @@ impl NewPet {
             status: self.status,
         }
     }
-}
 
-/// The outcome of reading a JSON object as a `NewPet`. A broken rule is carried as the `Ok`
-/// value so that its message stays ours (serde_json would append a position to it) and so that
-/// the rest of the object is still read, keeping syntax errors distinct from rule errors.
-struct Checked(Result<NewPet, InvalidPet>);
-
-impl<'de> Deserialize<'de> for Checked {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        deserializer.deserialize_map(NewPetVisitor)
+    /// The pet's members in one fixed encoding: two requests that would create the same pet,
+    /// whatever their member order, spacing or unknown members, give the same bytes.
+    pub fn canonical_json(&self) -> Vec<u8> {
+        serde_json::to_vec(&(&self.name, self.category_id, self.status))
+            .expect("a string, an integer and an enum always encode")
     }
 }
 
-struct NewPetVisitor;
+impl PetPatch {
+    /// Reads a merge-patch body with `NewPet`'s rules, except that every member is optional
+    /// and `status` may be `null` (RFC 7396: null removes). `name` and `categoryId` cannot be
+    /// removed, so `null` for them is refused with createPet's message.
+    pub fn from_json(body: &[u8]) -> Result<PetPatch, InvalidPet> {
+        let members = Members::read(body, Nulls::RemoveStatus)?;
+        Ok(PetPatch {
+            name: members.name,
+            category_id: members.category_id,
+            status: members.status,
+        })
+    }
 
-impl<'de> Visitor<'de> for NewPetVisitor {
+    /// The pet with this patch applied.
+    pub fn apply(self, pet: Pet) -> Pet {
+        Pet {
+            id: pet.id,
+            name: self.name.unwrap_or(pet.name),
+            category_id: self.category_id.unwrap_or(pet.category_id),
+            status: self.status.unwrap_or(pet.status),
+        }
+    }
+}
+
+/// Whether a body may remove the status with `null`.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Nulls {
+    Refused,
+    RemoveStatus,
+}
+
+/// The members of a pet body, each already checked against its rule.
+struct Members {
+    name: Option<String>,
+    category_id: Option<i64>,
+    status: Option<Option<PetStatus>>,
+}
+
+impl Members {
+    fn read(body: &[u8], nulls: Nulls) -> Result<Members, InvalidPet> {
+        if body.iter().all(u8::is_ascii_whitespace) {
+            return Err(InvalidPet("request body is required: a JSON object".into()));
+        }
+        let mut deserializer = serde_json::Deserializer::from_slice(body);
+        let read = (&mut deserializer)
+            .deserialize_map(MembersVisitor { nulls })
+            .and_then(|checked| deserializer.end().map(|()| checked));
+        match read {
+            Ok(Checked(result)) => result,
+            Err(e) if e.is_data() => Err(InvalidPet("request body must be a JSON object".into())),
+            Err(e) => Err(InvalidPet(format!("request body is not valid JSON: {e}"))),
+        }
+    }
+}
+
+/// The outcome of reading a JSON object's members. A broken rule is carried as the `Ok` value
+/// so that its message stays ours (serde_json would append a position to it) and so that the
+/// rest of the object is still read, keeping syntax errors distinct from rule errors.
+struct Checked(Result<Members, InvalidPet>);
+
+struct MembersVisitor {
+    nulls: Nulls,
+}
+
+impl<'de> Visitor<'de> for MembersVisitor {
     type Value = Checked;
 
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
@@ -128,9 +213,11 @@ impl<'de> Visitor<'de> for NewPetVisitor {
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Checked, A::Error> {
-        let mut name = None;
-        let mut category_id = None;
-        let mut status = None;
+        let mut members = Members {
+            name: None,
+            category_id: None,
+            status: None,
+        };
         let mut others = HashSet::new();
         let mut problem: Option<InvalidPet> = None;
 
@@ -140,9 +227,9 @@ impl<'de> Visitor<'de> for NewPetVisitor {
                 continue;
             }
             let seen = match key.as_str() {
-                "name" => name.is_some(),
-                "categoryId" => category_id.is_some(),
-                "status" => status.is_some(),
+                "name" => members.name.is_some(),
+                "categoryId" => members.category_id.is_some(),
+                "status" => members.status.is_some(),
                 _ => !others.insert(key.clone()),
             };
             if seen {
@@ -151,25 +238,25 @@ impl<'de> Visitor<'de> for NewPetVisitor {
                 continue;
             }
             let checked = match key.as_str() {
-                "name" => read_name(map.next_value()?).map(|v| name = Some(v)),
-                "categoryId" => read_category_id(map.next_value()?).map(|v| category_id = Some(v)),
-                "status" => read_status(map.next_value()?).map(|v| status = Some(v)),
+                "name" => read_name(map.next_value()?).map(|v| members.name = Some(v)),
+                "categoryId" => {
+                    read_category_id(map.next_value()?).map(|v| members.category_id = Some(v))
+                }
+                "status" => match map.next_value()? {
+                    Value::Null if self.nulls == Nulls::RemoveStatus => {
+                        members.status = Some(None);
+                        Ok(())
+                    }
+                    value => read_status(value).map(|v| members.status = Some(Some(v))),
+                },
                 _ => map.next_value::<IgnoredAny>().map(|_| Ok(()))?,
             };
             problem = checked.err();
         }
-
-        let result = match (problem, name, category_id) {
-            (Some(problem), _, _) => Err(problem),
-            (None, None, _) => Err(InvalidPet("name is required".into())),
-            (None, _, None) => Err(InvalidPet("categoryId is required".into())),
-            (None, Some(name), Some(category_id)) => Ok(NewPet {
-                name,
-                category_id,
-                status,
-            }),
-        };
-        Ok(Checked(result))
+        Ok(Checked(match problem {
+            Some(problem) => Err(problem),
+            None => Ok(members),
+        }))
     }
 }
 
@@ -353,6 +440,89 @@ mod tests {
             sold.to_json(),
             br#"{"id":5,"name":"Rex","categoryId":2,"status":"sold"}"#
         );
+    }
+
+    #[test]
+    fn a_patch_takes_each_member_alone_and_null_removes_only_the_status() {
+        let patch = |body: &str| PetPatch::from_json(body.as_bytes()).map_err(|e| e.0);
+        assert_eq!(patch("{}"), Ok(PetPatch::default()));
+        assert_eq!(
+            patch(r#"{"status":null,"id":4}"#),
+            Ok(PetPatch {
+                status: Some(None),
+                ..PetPatch::default()
+            })
+        );
+        assert_eq!(
+            patch(r#"{"name":"Rex","categoryId":-1,"status":"pending"}"#),
+            Ok(PetPatch {
+                name: Some("Rex".into()),
+                category_id: Some(-1),
+                status: Some(Some(PetStatus::Pending)),
+            })
+        );
+        for (body, message) in [
+            (r#"{"name":null}"#, "name must not be null"),
+            (r#"{"categoryId":null}"#, "categoryId must not be null"),
+            (
+                r#"{"categoryId":1.5}"#,
+                "categoryId must be an integer from -9223372036854775808 to 9223372036854775807",
+            ),
+            (
+                r#"{"status":"gone"}"#,
+                "status must be one of available, pending, sold",
+            ),
+            (
+                r#"{"status":null,"status":null}"#,
+                r#"duplicate key "status""#,
+            ),
+            ("[]", "request body must be a JSON object"),
+            ("null", "request body must be a JSON object"),
+            ("", "request body is required: a JSON object"),
+        ] {
+            assert_eq!(patch(body), Err(message.to_string()), "{body}");
+        }
+    }
+
+    #[test]
+    fn a_patch_changes_only_what_it_names() {
+        let pet = Pet {
+            id: 3,
+            name: "Rex".into(),
+            category_id: 2,
+            status: Some(PetStatus::Available),
+        };
+        let renamed = PetPatch {
+            name: Some("Max".into()),
+            ..PetPatch::default()
+        }
+        .apply(pet.clone());
+        assert_eq!(
+            renamed,
+            Pet {
+                name: "Max".into(),
+                ..pet.clone()
+            }
+        );
+        let unsold = PetPatch {
+            status: Some(None),
+            ..PetPatch::default()
+        }
+        .apply(pet.clone());
+        assert_eq!(unsold.to_json(), br#"{"id":3,"name":"Rex","categoryId":2}"#);
+        assert_eq!(Pet::from_json(&pet.to_json()).ok(), Some(pet));
+    }
+
+    #[test]
+    fn the_canonical_form_ignores_member_order_spacing_and_unknown_members() {
+        let a =
+            NewPet::from_json(br#"{"name":"a","categoryId":1,"status":"sold"}"#).expect("valid");
+        let b =
+            NewPet::from_json(br#" { "status" : "sold", "x": [1], "categoryId":1, "name":"a" } "#)
+                .expect("valid");
+        assert_eq!(a.canonical_json(), b.canonical_json());
+        let c = NewPet::from_json(br#"{"name":"a","categoryId":1}"#).expect("valid");
+        assert_ne!(a.canonical_json(), c.canonical_json());
     }
 
     #[test]

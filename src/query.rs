@@ -1,11 +1,12 @@
-//! Input parsing for the operations: listPets's query string, getPet's path id and the media
-//! type of a request body. Pure functions over text, no HTTP types and no I/O, so property
-//! tests and the fuzz target can drive them alone. A rule broken here is an
-//! `InvalidParameter` sentence naming the parameter.
+//! Input parsing for the operations: listPets's query string (with its cursor), the path id,
+//! the media type of a request body and the Idempotency-Key. Pure functions over text, no
+//! HTTP types and no I/O, so property tests and the fuzz target can drive them alone. A rule
+//! broken here is a sentence naming the parameter, for the caller's own error.
 
 use std::borrow::Cow;
 use std::fmt;
 
+use crate::cursor::Cursor;
 use crate::pet::{PetId, PetStatus};
 
 /// spec 4.1: limit defaults to 20 and ranges over 1..=100.
@@ -22,17 +23,37 @@ impl fmt::Display for InvalidParameter {
     }
 }
 
-/// listPets's query after its rules: limit 1..=100 (default 20) and an optional status.
+/// Why listPets's query is refused.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum InvalidQuery {
+    /// `limit` or `status` is malformed or repeated.
+    Parameter(InvalidParameter),
+    /// `cursor` is malformed, repeated, or made for a list with another status filter.
+    Cursor(&'static str),
+}
+
+impl From<InvalidParameter> for InvalidQuery {
+    fn from(e: InvalidParameter) -> InvalidQuery {
+        InvalidQuery::Parameter(e)
+    }
+}
+
+/// listPets's query after its rules: limit 1..=100 (default 20), an optional status, and the
+/// id after which the page starts (from the cursor).
 #[derive(Debug, PartialEq, Eq)]
 pub struct ListQuery {
     pub limit: usize,
     pub status: Option<PetStatus>,
+    pub after: Option<PetId>,
 }
 
 impl ListQuery {
-    pub fn parse(query: &str) -> Result<ListQuery, InvalidParameter> {
+    /// Reads a query string. A bad `limit` or `status` is reported before a bad cursor, since
+    /// whether a cursor fits depends on the status filter.
+    pub fn parse(query: &str) -> Result<ListQuery, InvalidQuery> {
         let mut limit = None;
         let mut status = None;
+        let mut cursor: Option<Result<Cursor, &'static str>> = None;
         for pair in query.split('&').filter(|pair| !pair.is_empty()) {
             let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
             match &*decode_component(name) {
@@ -42,14 +63,50 @@ impl ListQuery {
                     "status",
                     parse_status(&decode_component(value)),
                 )?,
+                "cursor" => {
+                    cursor = Some(match cursor {
+                        Some(_) => Err("cursor must be given at most once"),
+                        None => Cursor::decode(&decode_component(value))
+                            .ok_or("cursor is not valid: pass the cursor of a next link unchanged"),
+                    });
+                }
                 // Decision: unknown parameters are ignored, so clients can add tracing tags.
                 _ => {}
             }
         }
+        let after = match cursor {
+            None => None,
+            Some(Err(problem)) => return Err(InvalidQuery::Cursor(problem)),
+            Some(Ok(cursor)) if cursor.status != status => {
+                return Err(InvalidQuery::Cursor(
+                    "cursor belongs to a list with another status filter",
+                ));
+            }
+            Some(Ok(cursor)) => Some(cursor.after),
+        };
         Ok(ListQuery {
             limit: limit.unwrap_or(DEFAULT_LIMIT),
             status,
+            after,
         })
+    }
+
+    /// The query of the page after this one, which ends at `last_id`: the same limit and
+    /// status, and a cursor. Its characters need no escaping in a URL.
+    pub fn next(&self, last_id: PetId) -> String {
+        let cursor = Cursor {
+            status: self.status,
+            after: last_id,
+        };
+        match self.status {
+            Some(status) => format!(
+                "limit={}&status={}&cursor={}",
+                self.limit,
+                status.as_str(),
+                cursor.encode()
+            ),
+            None => format!("limit={}&cursor={}", self.limit, cursor.encode()),
+        }
     }
 }
 
@@ -123,12 +180,27 @@ pub fn decode_component(text: &str) -> Cow<'_, str> {
 /// RFC 8259 JSON is `application/json`; parameters are allowed, but a charset other than
 /// UTF-8 is not JSON.
 pub fn is_json(content_type: Option<&str>) -> bool {
+    is_media_type(content_type, &["application/json"])
+}
+
+/// A merge patch (RFC 7396) is `application/merge-patch+json`; plain `application/json` is
+/// taken too, for clients that know no other type.
+pub fn is_merge_patch(content_type: Option<&str>) -> bool {
+    is_media_type(
+        content_type,
+        &["application/merge-patch+json", "application/json"],
+    )
+}
+
+/// Whether `content_type` is one of `essences` (any case), with any parameters but a charset
+/// other than UTF-8.
+fn is_media_type(content_type: Option<&str>, essences: &[&str]) -> bool {
     let Some(value) = content_type else {
         return false;
     };
     let mut parts = value.split(';');
     let essence = parts.next().unwrap_or_default().trim();
-    essence.eq_ignore_ascii_case("application/json")
+    essences.iter().any(|e| essence.eq_ignore_ascii_case(e))
         && parts.all(|param| match param.split_once('=') {
             Some((name, value)) if name.trim().eq_ignore_ascii_case("charset") => {
                 value.trim().trim_matches('"').eq_ignore_ascii_case("utf-8")
@@ -137,12 +209,52 @@ pub fn is_json(content_type: Option<&str>) -> bool {
         })
 }
 
+/// Most characters an Idempotency-Key may have.
+pub const MAX_IDEMPOTENCY_KEY_CHARS: usize = 255;
+
+/// The key in an `Idempotency-Key` value (draft-ietf-httpapi-idempotency-key-header-07): a
+/// structured-field string (`"abc"`, with `\"` and `\\` escapes) or, as many clients send it,
+/// the bare characters. Either way 1 to 255 printable ASCII characters; `"abc"` and `abc` are
+/// the same key.
+pub fn parse_idempotency_key(value: &[u8]) -> Result<String, &'static str> {
+    const INVALID: &str =
+        "Idempotency-Key must be 1 to 255 printable ASCII characters, bare or in double quotes";
+    let value = value.trim_ascii();
+    let key = match value.strip_prefix(b"\"") {
+        Some(quoted) => {
+            let mut key = Vec::with_capacity(quoted.len());
+            let mut bytes = quoted.iter();
+            loop {
+                match bytes.next() {
+                    Some(b'"') if bytes.as_slice().is_empty() => break,
+                    Some(b'\\') => match bytes.next() {
+                        Some(&b) if b == b'"' || b == b'\\' => key.push(b),
+                        _ => return Err(INVALID),
+                    },
+                    Some(&b) if (0x20..0x7f).contains(&b) && b != b'"' => key.push(b),
+                    _ => return Err(INVALID),
+                }
+            }
+            key
+        }
+        None if value.iter().all(|b| (0x21..0x7f).contains(b)) => value.to_vec(),
+        None => return Err(INVALID),
+    };
+    if key.is_empty() || key.len() > MAX_IDEMPOTENCY_KEY_CHARS {
+        return Err(INVALID);
+    }
+    String::from_utf8(key).map_err(|_| INVALID)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn message(result: Result<ListQuery, InvalidParameter>) -> String {
-        result.expect_err("an invalid query").0
+    fn message(result: Result<ListQuery, InvalidQuery>) -> String {
+        match result.expect_err("an invalid query") {
+            InvalidQuery::Parameter(e) => e.0,
+            InvalidQuery::Cursor(problem) => format!("cursor: {problem}"),
+        }
     }
 
     #[test]
@@ -151,7 +263,8 @@ mod tests {
             ListQuery::parse("").ok(),
             Some(ListQuery {
                 limit: 20,
-                status: None
+                status: None,
+                after: None
             })
         );
         for (query, limit) in [
@@ -376,10 +489,10 @@ mod tests {
     }
 
     /// What the spec says of a query: the first repeated or invalid parameter is the answer.
-    fn expected(pairs: &[Pair]) -> Result<ListQuery, InvalidParameter> {
+    fn expected(pairs: &[Pair]) -> Result<ListQuery, InvalidQuery> {
         let mut limit = None;
         let mut status = None;
-        let invalid = |text: &str| Err(InvalidParameter(text.into()));
+        let invalid = |text: &str| Err(InvalidQuery::Parameter(InvalidParameter(text.into())));
         for pair in pairs {
             match pair {
                 Pair::Limit(..) if limit.is_some() => {
@@ -400,7 +513,91 @@ mod tests {
         Ok(ListQuery {
             limit: limit.unwrap_or(20),
             status,
+            after: None,
         })
+    }
+
+    #[test]
+    fn a_next_query_keeps_limit_and_status_and_its_cursor_reads_back() {
+        let query = ListQuery::parse("status=sold&limit=5").expect("valid");
+        let next = query.next(41);
+        assert!(next.starts_with("limit=5&status=sold&cursor="), "{next}");
+        let again = ListQuery::parse(&next).expect("a next query is valid");
+        assert_eq!(
+            (again.limit, again.status, again.after),
+            (5, Some(PetStatus::Sold), Some(41))
+        );
+        let unfiltered = ListQuery::parse("").expect("valid").next(7);
+        assert!(unfiltered.starts_with("limit=20&cursor="), "{unfiltered}");
+        assert_eq!(ListQuery::parse(&unfiltered).expect("valid").after, Some(7));
+    }
+
+    #[test]
+    fn a_bad_repeated_or_foreign_cursor_is_refused_after_limit_and_status() {
+        let sold = ListQuery::parse("status=sold").expect("valid").next(3);
+        let sold_cursor = sold.rsplit_once('=').expect("a cursor").1;
+        let all = ListQuery::parse("").expect("valid").next(3);
+        let all_cursor = all.rsplit_once('=').expect("a cursor").1;
+        let malformed = "cursor: cursor is not valid: pass the cursor of a next link unchanged";
+        let foreign = "cursor: cursor belongs to a list with another status filter";
+        for (query, expected) in [
+            ("cursor=".to_owned(), malformed),
+            ("cursor".to_owned(), malformed),
+            ("cursor=abc".to_owned(), malformed),
+            (format!("cursor={sold_cursor}"), foreign),
+            (format!("status=pending&cursor={sold_cursor}"), foreign),
+            (format!("cursor={all_cursor}&status=sold"), foreign),
+            (
+                format!("cursor={all_cursor}&cursor={all_cursor}"),
+                "cursor: cursor must be given at most once",
+            ),
+            (
+                "cursor=abc&limit=0".to_owned(),
+                "limit must be an integer from 1 to 100",
+            ),
+        ] {
+            assert_eq!(message(ListQuery::parse(&query)), expected, "{query}");
+        }
+        assert_eq!(
+            ListQuery::parse(&format!("status=sold&cursor={sold_cursor}")).map(|q| q.after),
+            Ok(Some(3))
+        );
+    }
+
+    #[test]
+    fn an_idempotency_key_is_a_token_or_a_quoted_string_of_1_to_255_characters() {
+        let parse = |value: &str| parse_idempotency_key(value.as_bytes());
+        assert_eq!(parse("abc"), Ok("abc".into()));
+        assert_eq!(parse(r#""abc""#), Ok("abc".into()));
+        assert_eq!(parse(r#""a b\"c\\""#), Ok(r#"a b"c\"#.into()));
+        assert_eq!(parse(" 8e0f-11 "), Ok("8e0f-11".into()));
+        assert_eq!(parse(&"k".repeat(255)), Ok("k".repeat(255)));
+        assert_eq!(
+            parse(&format!("\"{}\"", "k".repeat(255))),
+            Ok("k".repeat(255))
+        );
+        for bad in [
+            String::new(),
+            r#""""#.into(),
+            "k".repeat(256),
+            format!("\"{}\"", "k".repeat(256)),
+            "a b".into(),
+            r#""abc"#.into(),
+            r#""a"b""#.into(),
+            r#""a\b""#.into(),
+            "caf\u{e9}".into(),
+            "tab\there".into(),
+        ] {
+            assert!(parse(&bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn a_merge_patch_is_merge_patch_json_or_json() {
+        assert!(is_merge_patch(Some("application/merge-patch+json")));
+        assert!(is_merge_patch(Some("application/json; charset=utf-8")));
+        assert!(!is_merge_patch(Some("application/json-patch+json")));
+        assert!(!is_merge_patch(None));
     }
 
     proptest! {

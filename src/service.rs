@@ -13,7 +13,7 @@ use hyper::body::Body as _;
 use hyper::body::Incoming;
 use hyper::header::{AUTHORIZATION, CONNECTION, CONTENT_LENGTH, CONTENT_TYPE, HOST, HeaderValue};
 use hyper::http::request::Parts;
-use hyper::{Method, Request, Response, Version};
+use hyper::{Method, Request, Response, StatusCode, Version};
 
 use crate::api::{self, Reply};
 use crate::auth::Keys;
@@ -49,6 +49,8 @@ enum Route<'a> {
     ListPets,
     CreatePet,
     GetPet(&'a str),
+    PatchPet(&'a str),
+    DeletePet(&'a str),
     OpenApi,
     Health,
 }
@@ -82,7 +84,12 @@ impl App {
             tracing::error!(%method, %path, cause, "request failed");
         }
         let mut response = into_response(result, deprecated, version);
-        if method == Method::HEAD {
+        // 204 and 304 have no content to measure (RFC 9110 8.6, 15.4.5).
+        let has_content = !matches!(
+            response.status(),
+            StatusCode::NO_CONTENT | StatusCode::NOT_MODIFIED
+        );
+        if method == Method::HEAD && has_content {
             // RFC 9110 9.3.2: HEAD gets GET's headers, Content-Length included, and no content.
             // hyper drops the body of an HTTP/1.1 HEAD answer but sends it over HTTP/2.
             let length = HeaderValue::from(response.body().size_hint().exact().unwrap_or(0));
@@ -145,6 +152,7 @@ impl App {
         label: &mut Option<Arc<str>>,
     ) -> Result<Reply, Error> {
         check_framing(parts)?;
+        let mut caller = None;
         // Auth comes before routing, so without a key nothing under /v1 reveals what exists.
         if needs_key(parts.uri.path()) {
             let credentials = parts
@@ -152,14 +160,21 @@ impl App {
                 .get_all(AUTHORIZATION)
                 .iter()
                 .map(HeaderValue::as_bytes);
-            *label = Some(self.keys.check(credentials)?);
+            caller = Some(self.keys.check(credentials)?);
+            *label = caller.as_ref().map(|caller| Arc::clone(&caller.label));
         }
+        let headers = &parts.headers;
         match routed? {
             Route::ListPets => api::list_pets(&self.store, parts.uri.query()).await,
             Route::CreatePet => {
-                api::create_pet(&self.store, &parts.headers, body, self.body_timeout).await
+                let caller = caller.expect("every /v1/pets request passed the key check");
+                api::create_pet(&self.store, &caller, headers, body, self.body_timeout).await
             }
-            Route::GetPet(id) => api::get_pet(&self.store, id).await,
+            Route::GetPet(id) => api::get_pet(&self.store, id, headers).await,
+            Route::PatchPet(id) => {
+                api::patch_pet(&self.store, id, headers, body, self.body_timeout).await
+            }
+            Route::DeletePet(id) => api::delete_pet(&self.store, id, headers).await,
             Route::OpenApi => Ok(api::openapi()),
             Route::Health => api::healthz(&self.store).await,
         }
@@ -200,7 +215,12 @@ fn route<'a>(method: &Method, path: &'a str) -> Result<Route<'a>, Error> {
         "/v1/pets" if readable => Ok(Route::ListPets),
         "/v1/pets" => not_allowed("GET, HEAD, POST"),
         _ => match path.strip_prefix("/v1/pets/") {
-            Some(id) if !id.is_empty() && !id.contains('/') => read_only(Route::GetPet(id)),
+            Some(id) if !id.is_empty() && !id.contains('/') => match *method {
+                Method::PATCH => Ok(Route::PatchPet(id)),
+                Method::DELETE => Ok(Route::DeletePet(id)),
+                _ if readable => Ok(Route::GetPet(id)),
+                _ => not_allowed("GET, HEAD, PATCH, DELETE"),
+            },
             _ => Err(Error::NotFound(format!("no resource at {path}"))),
         },
     }
@@ -218,10 +238,16 @@ fn into_response(
         body: Bytes::from(error.json()),
         headers: error.headers().into_iter().collect(),
     });
+    let has_content = !matches!(
+        reply.status,
+        StatusCode::NO_CONTENT | StatusCode::NOT_MODIFIED
+    );
     let mut response = Response::new(Full::new(reply.body));
     *response.status_mut() = reply.status;
     let headers = response.headers_mut();
-    headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    if has_content {
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    }
     headers.extend(reply.headers);
     if deprecated {
         headers.extend(api::deprecation_headers());
@@ -305,7 +331,22 @@ mod tests {
             _ => "",
         };
         assert_eq!(allowed(Method::DELETE, "/v1/pets"), "GET, HEAD, POST");
-        assert_eq!(allowed(Method::POST, "/v1/pets/1"), "GET, HEAD");
+        assert_eq!(
+            allowed(Method::POST, "/v1/pets/1"),
+            "GET, HEAD, PATCH, DELETE"
+        );
+        assert_eq!(
+            allowed(Method::PUT, "/v1/pets/1"),
+            "GET, HEAD, PATCH, DELETE"
+        );
+        assert!(matches!(
+            route(&Method::PATCH, "/v1/pets/12"),
+            Ok(Route::PatchPet("12"))
+        ));
+        assert!(matches!(
+            route(&Method::DELETE, "/v1/pets/12"),
+            Ok(Route::DeletePet("12"))
+        ));
         assert_eq!(allowed(Method::POST, "/healthz"), "GET, HEAD");
     }
 

@@ -1,28 +1,32 @@
-//! The pet database: the redb tables `PETS`, `PETS_BY_STATUS` and `META`, opening and version
-//! checks, and the three operations `create`, `get` and `list`. It knows pets and bytes, never
-//! HTTP. Invariants: every write goes through the one writer thread, which commits durably
-//! before it answers; ids start at 1, only grow, and the next id is committed with the pets it
-//! follows, so no acknowledged id is reused even after a crash. A write that fails on I/O makes
-//! the writer close and reopen the file in place, so writes resume once the disk recovers.
+//! The pet database: the redb tables, opening and version checks, and the operations the API
+//! needs (`create`, `get`, `list`, `patch`, `delete`, idempotency records, `check`). It knows
+//! pets and bytes, never HTTP. Invariants: every write goes through the one writer thread,
+//! which commits durably before it answers; ids start at 1, only grow, and the next id is
+//! committed with the pets it follows, so no acknowledged id is reused even after a crash; a
+//! pet, its index entry, its revision and its idempotency record change in one transaction.
 //! The writer thread lives in `store/writer.rs`, the snapshot reads share in
-//! `store/snapshot.rs`.
+//! `store/snapshot.rs`, idempotency records in `store/idempotency.rs`.
 
 use std::fmt;
 use std::path::Path;
 use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::thread;
+use std::time::Duration;
 
 use bytes::{BufMut, Bytes, BytesMut};
-use redb::{Database, ReadableDatabase, ReadableTableMetadata, TableDefinition};
+use redb::{Database, ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition};
 use tokio::sync::{mpsc, oneshot};
 
-use crate::pet::{NewPet, PetId, PetStatus};
+use crate::pet::{NewPet, PetId, PetPatch, PetStatus};
 
+mod idempotency;
 mod snapshot;
 mod writer;
 
+pub use idempotency::IdempotencyKey;
+use idempotency::{Claims, Keyed};
 use snapshot::{Snapshot, Snapshots};
-use writer::{Writer, write_loop};
+use writer::{Pending, Write, Writer, write_loop};
 
 /// Pet id to the pet's JSON object, exactly as the API sends it.
 const PETS: TableDefinition<i64, &[u8]> = TableDefinition::new("pets");
@@ -31,15 +35,19 @@ const PETS: TableDefinition<i64, &[u8]> = TableDefinition::new("pets");
 /// the store's size, instead of a lookup in `PETS` per pet (measured in benches/load: the
 /// lookups cost half the throughput and grew with the store).
 const PETS_BY_STATUS: TableDefinition<(u8, i64), &[u8]> = TableDefinition::new("pets_by_status");
+/// Pet id to its revision, only for pets changed since they were created: a pet not listed
+/// here is at revision 1, so a create writes nothing more for it.
+const REVISIONS: TableDefinition<i64, u64> = TableDefinition::new("revisions");
 /// Counters and format facts, keyed by the names below.
 const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 
 const META_SCHEMA_VERSION: &str = "schema_version";
 const META_NEXT_ID: &str = "next_id";
-/// The layout of the tables above; a file from a newer layout is refused, not misread.
-const SCHEMA_VERSION: u64 = 1;
+/// The layout of the tables; a file from a newer layout is refused, not misread. Version 1
+/// had no `REVISIONS` and no idempotency tables; opening one adds them.
+const SCHEMA_VERSION: u64 = 2;
 
-/// Creates waiting for the writer before callers wait to enqueue.
+/// Writes waiting for the writer before callers wait to enqueue.
 const WRITE_QUEUE: usize = 4096;
 
 /// A handle to the open database; cheap to clone, shared by every connection.
@@ -47,6 +55,8 @@ const WRITE_QUEUE: usize = 4096;
 pub struct Store {
     shared: Arc<Shared>,
     writer: mpsc::Sender<Command>,
+    /// How long an idempotency record answers for its key.
+    idempotency_ttl: Duration,
 }
 
 /// What the writer thread shares with reads: the database it has open and the snapshot of it
@@ -57,6 +67,8 @@ struct Shared {
     /// lock waits them out: no read ever runs on a database being closed.
     db: RwLock<Option<Database>>,
     snapshots: Snapshots,
+    /// Idempotency keys whose create is in flight in this process.
+    claims: Claims,
 }
 
 impl Shared {
@@ -83,16 +95,61 @@ impl Shared {
     }
 }
 
-/// A pet as the store keeps it: its id and its JSON object.
+/// A pet as the store keeps it: its id, its revision (1 at creation, one more with every
+/// change) and its JSON object.
 #[derive(Clone, Debug)]
 pub struct StoredPet {
     pub id: PetId,
+    pub revision: u64,
     pub json: Bytes,
+}
+
+/// A create's outcome: the pet, and whether it was made by an earlier request with the same
+/// idempotency key (then `pet` is that request's answer, as it was then).
+#[derive(Clone, Debug)]
+pub struct Created {
+    pub pet: StoredPet,
+    pub replayed: bool,
+}
+
+/// One page of a list: the pets as one JSON array, the id of the last one, and whether at
+/// least one more pet matched when the page was read.
+#[derive(Debug)]
+pub struct Page {
+    pub json: Bytes,
+    pub last_id: Option<PetId>,
+    pub more: bool,
+}
+
+/// What a change requires of the pet's current revision.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Precondition {
+    /// Any revision: the pet only has to exist.
+    None,
+    /// One of these revisions (none at all: never).
+    RevisionIn(Vec<u64>),
+}
+
+impl Precondition {
+    fn allows(&self, revision: u64) -> bool {
+        match self {
+            Precondition::None => true,
+            Precondition::RevisionIn(revisions) => revisions.contains(&revision),
+        }
+    }
 }
 
 /// Why the store could not do what was asked.
 #[derive(Clone, Debug)]
 pub enum StoreError {
+    /// No pet has this id.
+    NotFound(PetId),
+    /// The pet is not at a revision the precondition allows; nothing was changed.
+    PreconditionFailed,
+    /// The idempotency key answered a create with another pet.
+    IdempotencyKeyReused,
+    /// A create with this idempotency key has not finished yet.
+    IdempotencyKeyInFlight,
     /// Another process has the file open.
     Locked,
     /// The file was written by a newer petstore.
@@ -102,8 +159,10 @@ pub enum StoreError {
     /// Every int64 id has been used.
     IdsExhausted,
     /// A write failed on I/O and the database is not open again yet; the writer retries the
-    /// reopen at the next create.
+    /// reopen at the next write.
     Reopening,
+    /// Stored bytes that do not read back as what was written there.
+    Corrupt(String),
     /// A write transaction failed; nothing of it was committed.
     Write(Arc<redb::Error>),
     /// Opening or reading failed.
@@ -113,6 +172,14 @@ pub enum StoreError {
 impl fmt::Display for StoreError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            StoreError::NotFound(id) => write!(f, "no pet has id {id}"),
+            StoreError::PreconditionFailed => f.write_str("the pet is at another revision"),
+            StoreError::IdempotencyKeyReused => {
+                f.write_str("the idempotency key was used for another pet")
+            }
+            StoreError::IdempotencyKeyInFlight => {
+                f.write_str("a create with this idempotency key is in flight")
+            }
             StoreError::Locked => f.write_str("the database is in use by another process"),
             StoreError::NewerSchema { found } => write!(
                 f,
@@ -123,6 +190,7 @@ impl fmt::Display for StoreError {
             StoreError::Reopening => {
                 f.write_str("the database is being reopened after a failed write")
             }
+            StoreError::Corrupt(what) => write!(f, "stored data is corrupt: {what}"),
             StoreError::Write(e) => write!(f, "write failed: {e}"),
             StoreError::Storage(e) => write!(f, "storage error: {e}"),
         }
@@ -154,19 +222,25 @@ impl StoreError {
 }
 
 enum Command {
-    Create(NewPet, oneshot::Sender<Result<StoredPet, StoreError>>),
+    Write(Write),
     Close(oneshot::Sender<()>),
 }
 
 impl Store {
     /// Opens (or creates) the database at `path` with a page cache of at most `cache_bytes`,
-    /// checks its schema version and starts the writer. Returns the store and the number of
-    /// pets it holds.
-    pub fn open(path: &Path, cache_bytes: usize) -> Result<(Store, u64), StoreError> {
+    /// checks its schema version and starts the writer; idempotency records answer for
+    /// `idempotency_ttl`. Returns the store and the number of pets it holds. Inside a tokio
+    /// runtime it also starts the purge of expired idempotency records.
+    pub fn open(
+        path: &Path,
+        cache_bytes: usize,
+        idempotency_ttl: Duration,
+    ) -> Result<(Store, u64), StoreError> {
         let (db, count) = open_database(path, cache_bytes)?;
         let shared = Arc::new(Shared {
             db: RwLock::new(Some(db)),
             snapshots: Snapshots::default(),
+            claims: Claims::default(),
         });
         let (writer, queue) = mpsc::channel(WRITE_QUEUE);
         let mut thread_writer = Writer::new(Arc::clone(&shared), path, cache_bytes);
@@ -178,58 +252,131 @@ impl Store {
                 }
             })
             .map_err(|e| StoreError::storage(redb::StorageError::Io(e)))?;
-        Ok((Store { shared, writer }, count))
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(idempotency::purge_loop(writer.downgrade()));
+        }
+        let store = Store {
+            shared,
+            writer,
+            idempotency_ttl,
+        };
+        Ok((store, count))
     }
 
-    /// Adds a pet; resolves once the transaction holding it is durably committed.
-    pub async fn create(&self, pet: NewPet) -> Result<StoredPet, StoreError> {
-        let (reply, answer) = oneshot::channel();
-        self.writer
-            .send(Command::Create(pet, reply))
+    /// Adds a pet; resolves once the transaction holding it is durably committed. With an
+    /// idempotency key, a live record for the key answers instead (`replayed`), a record for
+    /// another pet is `IdempotencyKeyReused`, and a create with the key still in flight is
+    /// `IdempotencyKeyInFlight`; the record is written with the pet.
+    pub async fn create(
+        &self,
+        pet: NewPet,
+        key: Option<IdempotencyKey>,
+    ) -> Result<Created, StoreError> {
+        let Some(key) = key else {
+            return self
+                .write(|reply| Write::Create(pet, None, Pending::new(reply)))
+                .await;
+        };
+        // Held until the answer, so a retry sent meanwhile gets 409 rather than waiting; the
+        // writer checks the record again in its transaction, so a create whose caller left
+        // (and so released the claim) is still answered once.
+        let _claim = self
+            .shared
+            .claims
+            .claim(key.scope)
+            .ok_or(StoreError::IdempotencyKeyInFlight)?;
+        let now = idempotency::now();
+        if let Some(answer) =
+            self.read(|snapshot| idempotency::find(&snapshot.idempotency, &key, now))?
+        {
+            return answer;
+        }
+        let keyed = Keyed {
+            key,
+            expires_at: now.saturating_add(self.idempotency_ttl.as_secs()),
+        };
+        self.write(|reply| Write::Create(pet, Some(keyed), Pending::new(reply)))
             .await
-            .map_err(|_| StoreError::Closed)?;
-        answer.await.map_err(|_| StoreError::Closed)?
     }
 
-    /// The pet with this id, as its JSON object.
-    pub async fn get(&self, id: PetId) -> Result<Option<Bytes>, StoreError> {
+    /// Applies `patch` to the pet `id` if its revision meets `precondition`; returns the pet
+    /// at its new revision.
+    pub async fn patch(
+        &self,
+        id: PetId,
+        patch: PetPatch,
+        precondition: Precondition,
+    ) -> Result<StoredPet, StoreError> {
+        self.write(|reply| Write::Patch(id, patch, precondition, Pending::new(reply)))
+            .await
+    }
+
+    /// Removes the pet `id` if its revision meets `precondition`.
+    pub async fn delete(&self, id: PetId, precondition: Precondition) -> Result<(), StoreError> {
+        self.write(|reply| Write::Delete(id, precondition, Pending::new(reply)))
+            .await
+    }
+
+    /// The pet with this id.
+    pub async fn get(&self, id: PetId) -> Result<Option<StoredPet>, StoreError> {
         self.read(move |snapshot| {
-            let pet = snapshot.pets.get(id).map_err(StoreError::storage)?;
-            Ok(pet.map(|json| Bytes::copy_from_slice(json.value())))
+            let Some(json) = snapshot.pets.get(id).map_err(StoreError::storage)? else {
+                return Ok(None);
+            };
+            let revision = snapshot
+                .revisions
+                .get(id)
+                .map_err(StoreError::storage)?
+                .map_or(1, |r| r.value());
+            Ok(Some(StoredPet {
+                id,
+                revision,
+                json: Bytes::copy_from_slice(json.value()),
+            }))
         })
-        .await
     }
 
-    /// Up to `limit` pets in ascending id order, only those with `status` if one is given, as
-    /// one JSON array built from the stored objects without decoding them.
-    pub async fn list(&self, status: Option<PetStatus>, limit: usize) -> Result<Bytes, StoreError> {
+    /// Up to `limit` pets with ids above `after`, in ascending id order, only those with
+    /// `status` if one is given, as one JSON array built from the stored objects without
+    /// decoding them. One more pet is read to tell whether another page follows; where the page
+    /// starts costs nothing, since both tables are ordered by id within a status.
+    pub async fn list(
+        &self,
+        status: Option<PetStatus>,
+        after: Option<PetId>,
+        limit: usize,
+    ) -> Result<Page, StoreError> {
+        let first = match after {
+            None => i64::MIN,
+            Some(after) => match after.checked_add(1) {
+                Some(first) => first,
+                None => return Ok(Page::empty()),
+            },
+        };
         self.read(move |snapshot| {
-            let mut array = JsonArray::new();
+            let mut page = PageBuilder::new(limit);
             match status {
                 None => {
-                    for entry in snapshot
-                        .pets
-                        .range::<i64>(..)
-                        .map_err(StoreError::storage)?
-                        .take(limit)
-                    {
-                        array.push(entry.map_err(StoreError::storage)?.1.value());
+                    let entries = snapshot.pets.range(first..).map_err(StoreError::storage)?;
+                    for entry in entries.take(limit + 1) {
+                        let (id, json) = entry.map_err(StoreError::storage)?;
+                        page.push(id.value(), json.value());
                     }
                 }
                 Some(status) => {
                     let code = status.to_code();
                     let entries = snapshot
                         .by_status
-                        .range((code, i64::MIN)..=(code, i64::MAX))
+                        .range((code, first)..=(code, i64::MAX))
                         .map_err(StoreError::storage)?;
-                    for entry in entries.take(limit) {
-                        array.push(entry.map_err(StoreError::storage)?.1.value());
+                    for entry in entries.take(limit + 1) {
+                        let (key, json) = entry.map_err(StoreError::storage)?;
+                        page.push(key.value().1, json.value());
                     }
                 }
             }
-            Ok(array.finish())
+            Ok(page.finish())
         })
-        .await
     }
 
     /// Whether the store can serve: the writer is running and the database answers a read.
@@ -260,11 +407,25 @@ impl Store {
         }
     }
 
+    /// Queues a write for the writer thread and waits for its answer, which comes once the
+    /// transaction holding it is durable (or has failed).
+    async fn write<T>(
+        &self,
+        make: impl FnOnce(oneshot::Sender<Result<T, StoreError>>) -> Write,
+    ) -> Result<T, StoreError> {
+        let (reply, answer) = oneshot::channel();
+        self.writer
+            .send(Command::Write(make(reply)))
+            .await
+            .map_err(|_| StoreError::Closed)?;
+        answer.await.map_err(|_| StoreError::Closed)?
+    }
+
     /// Runs a read on the calling task. Reads come from redb's page cache or the OS page
     /// cache, a few microseconds; handing them to a blocking thread cost more than the read on
     /// a one-core server (see benches/load). A read that must wait on the disk stalls this
     /// worker for that wait, a trade accepted for a store that fits in memory.
-    async fn read<T>(
+    fn read<T>(
         &self,
         work: impl FnOnce(&Snapshot) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
@@ -295,8 +456,9 @@ fn open_database(path: &Path, cache_bytes: usize) -> Result<(Database, u64), Sto
     Ok((db, count))
 }
 
-/// Creates the tables on a new file, refuses a newer schema, and counts the pets. A file that
-/// is already set up is only read, so a start costs no commit.
+/// Creates the tables on a new file, adds those of this version to an older one, refuses a
+/// newer schema, and counts the pets. A file that is already current is only read, so a start
+/// costs no commit.
 fn prepare(db: &Database) -> Result<u64, StoreError> {
     let txn = db.begin_read().map_err(StoreError::storage)?;
     let version = match txn.open_table(META) {
@@ -308,61 +470,109 @@ fn prepare(db: &Database) -> Result<u64, StoreError> {
         Err(e) => return Err(StoreError::storage(e)),
     };
     match version {
-        Some(found) if found > SCHEMA_VERSION => Err(StoreError::NewerSchema { found }),
-        Some(_) => txn
-            .open_table(PETS)
-            .and_then(|pets| Ok(pets.len()?))
-            .map_err(StoreError::storage),
-        None => {
+        Some(found) if found > SCHEMA_VERSION => return Err(StoreError::NewerSchema { found }),
+        Some(SCHEMA_VERSION) => {}
+        Some(_) | None => {
             drop(txn);
             create_tables(db)?;
-            Ok(0)
+            return count_pets(db);
         }
     }
+    txn.open_table(PETS)
+        .and_then(|pets| Ok(pets.len()?))
+        .map_err(StoreError::storage)
 }
 
+fn count_pets(db: &Database) -> Result<u64, StoreError> {
+    let txn = db.begin_read().map_err(StoreError::storage)?;
+    txn.open_table(PETS)
+        .and_then(|pets| Ok(pets.len()?))
+        .map_err(StoreError::storage)
+}
+
+/// Creates every table that is missing and records this schema version; on a file of an older
+/// version the tables it has are kept as they are, `next_id` included.
 fn create_tables(db: &Database) -> Result<(), StoreError> {
     let txn = db.begin_write().map_err(StoreError::storage)?;
     {
         let mut meta = txn.open_table(META).map_err(StoreError::storage)?;
+        if meta
+            .get(META_NEXT_ID)
+            .map_err(StoreError::storage)?
+            .is_none()
+        {
+            meta.insert(META_NEXT_ID, 1).map_err(StoreError::storage)?;
+        }
         meta.insert(META_SCHEMA_VERSION, SCHEMA_VERSION)
             .map_err(StoreError::storage)?;
-        meta.insert(META_NEXT_ID, 1).map_err(StoreError::storage)?;
         txn.open_table(PETS_BY_STATUS)
             .map_err(StoreError::storage)?;
         txn.open_table(PETS).map_err(StoreError::storage)?;
+        txn.open_table(REVISIONS).map_err(StoreError::storage)?;
+        idempotency::create_tables(&txn)?;
     }
     txn.commit().map_err(StoreError::storage)
 }
 
-/// A JSON array assembled from already-encoded objects.
-struct JsonArray(BytesMut);
+/// A page assembled from already-encoded objects: the first `limit` pushed go in, one more
+/// only says that the list goes on.
+struct PageBuilder {
+    array: BytesMut,
+    limit: usize,
+    count: usize,
+    last_id: Option<PetId>,
+    more: bool,
+}
 
-impl JsonArray {
-    fn new() -> JsonArray {
-        let mut buf = BytesMut::with_capacity(2048);
-        buf.put_u8(b'[');
-        JsonArray(buf)
-    }
-
-    fn push(&mut self, object: &[u8]) {
-        if self.0.len() > 1 {
-            self.0.put_u8(b',');
+impl PageBuilder {
+    fn new(limit: usize) -> PageBuilder {
+        let mut array = BytesMut::with_capacity(2048);
+        array.put_u8(b'[');
+        PageBuilder {
+            array,
+            limit,
+            count: 0,
+            last_id: None,
+            more: false,
         }
-        self.0.extend_from_slice(object);
     }
 
-    fn finish(mut self) -> Bytes {
-        self.0.put_u8(b']');
-        self.0.freeze()
+    fn push(&mut self, id: PetId, object: &[u8]) {
+        if self.count == self.limit {
+            self.more = true;
+            return;
+        }
+        if self.count > 0 {
+            self.array.put_u8(b',');
+        }
+        self.array.extend_from_slice(object);
+        self.count += 1;
+        self.last_id = Some(id);
+    }
+
+    fn finish(mut self) -> Page {
+        self.array.put_u8(b']');
+        Page {
+            json: self.array.freeze(),
+            last_id: self.last_id,
+            more: self.more,
+        }
+    }
+}
+
+impl Page {
+    fn empty() -> Page {
+        PageBuilder::new(0).finish()
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::pet::PetPatch;
 
     const TEST_CACHE_BYTES: usize = 1 << 20;
+    const TTL: Duration = Duration::from_secs(3600);
 
     fn new_pet(name: &str, status: Option<PetStatus>) -> NewPet {
         NewPet {
@@ -378,6 +588,20 @@ mod tests {
         store.shared.snapshots.get(db).expect("snapshot")
     }
 
+    /// Creates without an idempotency key.
+    async fn add(store: &Store, pet: NewPet) -> Result<StoredPet, StoreError> {
+        store.create(pet, None).await.map(|created| created.pet)
+    }
+
+    /// The first page's JSON.
+    async fn list(
+        store: &Store,
+        status: Option<PetStatus>,
+        limit: usize,
+    ) -> Result<Bytes, StoreError> {
+        store.list(status, None, limit).await.map(|page| page.json)
+    }
+
     fn runtime() -> tokio::runtime::Runtime {
         tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -390,21 +614,15 @@ mod tests {
         let dir = tempfile::tempdir().expect("temp dir");
         let path = dir.path().join("pets.redb");
         runtime().block_on(async {
-            let (store, count) = Store::open(&path, TEST_CACHE_BYTES).expect("open");
+            let (store, count) = Store::open(&path, TEST_CACHE_BYTES, TTL).expect("open");
             assert_eq!(count, 0);
-            assert_eq!(
-                store.create(new_pet("a", None)).await.expect("create").id,
-                1
-            );
-            assert_eq!(
-                store.create(new_pet("b", None)).await.expect("create").id,
-                2
-            );
+            assert_eq!(add(&store, new_pet("a", None)).await.expect("create").id, 1);
+            assert_eq!(add(&store, new_pet("b", None)).await.expect("create").id, 2);
             store.close().await;
 
-            let (store, count) = Store::open(&path, TEST_CACHE_BYTES).expect("reopen");
+            let (store, count) = Store::open(&path, TEST_CACHE_BYTES, TTL).expect("reopen");
             assert_eq!(count, 2);
-            let third = store.create(new_pet("c", None)).await.expect("create");
+            let third = add(&store, new_pet("c", None)).await.expect("create");
             assert_eq!(third.id, 3);
             assert_eq!(&third.json[..], br#"{"id":3,"name":"c","categoryId":1}"#);
             store.close().await;
@@ -415,16 +633,16 @@ mod tests {
     fn list_joins_stored_objects_and_filters_by_index() {
         let dir = tempfile::tempdir().expect("temp dir");
         runtime().block_on(async {
-            let (store, _) = Store::open(&dir.path().join("pets.redb"), TEST_CACHE_BYTES).expect("open");
+            let (store, _) = Store::open(&dir.path().join("pets.redb"), TEST_CACHE_BYTES, TTL).expect("open");
             for (name, status) in [("a", Some(PetStatus::Sold)), ("b", None), ("c", Some(PetStatus::Sold))] {
-                store.create(new_pet(name, status)).await.expect("create");
+                add(&store, new_pet(name, status)).await.expect("create");
             }
-            let all = store.list(None, 2).await.expect("list");
+            let all = list(&store, None, 2).await.expect("list");
             assert_eq!(&all[..], br#"[{"id":1,"name":"a","categoryId":1,"status":"sold"},{"id":2,"name":"b","categoryId":1}]"#);
-            let sold = store.list(Some(PetStatus::Sold), 20).await.expect("list");
+            let sold = list(&store, Some(PetStatus::Sold), 20).await.expect("list");
             let sold: serde_json::Value = serde_json::from_slice(&sold).expect("json");
             assert_eq!(sold.as_array().map(|a| a.iter().map(|p| p["id"].clone()).collect::<Vec<_>>()), Some(vec![1.into(), 3.into()]));
-            assert_eq!(&store.list(Some(PetStatus::Pending), 20).await.expect("list")[..], b"[]");
+            assert_eq!(&list(&store, Some(PetStatus::Pending), 20).await.expect("list")[..], b"[]");
             assert!(store.get(2).await.expect("get").is_some());
             assert!(store.get(4).await.expect("get").is_none());
             store.close().await;
@@ -436,20 +654,19 @@ mod tests {
         let dir = tempfile::tempdir().expect("temp dir");
         runtime().block_on(async {
             let (store, _) =
-                Store::open(&dir.path().join("pets.redb"), TEST_CACHE_BYTES).expect("open");
-            assert_eq!(&store.list(None, 20).await.expect("list")[..], b"[]");
+                Store::open(&dir.path().join("pets.redb"), TEST_CACHE_BYTES, TTL).expect("open");
+            assert_eq!(&list(&store, None, 20).await.expect("list")[..], b"[]");
             let first = snapshot(&store);
             assert!(Arc::ptr_eq(&first, &snapshot(&store)));
             for expected in 1..=3 {
-                let pet = store
-                    .create(new_pet("a", Some(PetStatus::Sold)))
+                let pet = add(&store, new_pet("a", Some(PetStatus::Sold)))
                     .await
                     .expect("create");
                 assert!(
                     store.get(pet.id).await.expect("get").is_some(),
                     "read after the 201"
                 );
-                let sold = store.list(Some(PetStatus::Sold), 20).await.expect("list");
+                let sold = list(&store, Some(PetStatus::Sold), 20).await.expect("list");
                 let sold: serde_json::Value = serde_json::from_slice(&sold).expect("json");
                 assert_eq!(sold.as_array().map(Vec::len), Some(expected));
             }
@@ -463,9 +680,9 @@ mod tests {
         let dir = tempfile::tempdir().expect("temp dir");
         let path = dir.path().join("pets.redb");
         runtime().block_on(async {
-            let (store, _) = Store::open(&path, TEST_CACHE_BYTES).expect("open");
+            let (store, _) = Store::open(&path, TEST_CACHE_BYTES, TTL).expect("open");
             assert!(matches!(
-                Store::open(&path, TEST_CACHE_BYTES),
+                Store::open(&path, TEST_CACHE_BYTES, TTL),
                 Err(StoreError::Locked)
             ));
             store.close().await;
@@ -486,8 +703,8 @@ mod tests {
             txn.commit().expect("commit");
         }
         assert!(matches!(
-            Store::open(&path, TEST_CACHE_BYTES),
-            Err(StoreError::NewerSchema { found: 2 })
+            Store::open(&path, TEST_CACHE_BYTES, TTL),
+            Err(StoreError::NewerSchema { found }) if found == SCHEMA_VERSION + 1
         ));
     }
 
@@ -496,9 +713,9 @@ mod tests {
         let dir = tempfile::tempdir().expect("temp dir");
         let path = dir.path().join("pets.redb");
         runtime().block_on(async {
-            let (store, _) = Store::open(&path, TEST_CACHE_BYTES).expect("open");
+            let (store, _) = Store::open(&path, TEST_CACHE_BYTES, TTL).expect("open");
             for name in ["a", "b"] {
-                store.create(new_pet(name, None)).await.expect("create");
+                add(&store, new_pet(name, None)).await.expect("create");
             }
             let before = snapshot(&store);
             // The writer thread is idle between creates, so this stands in for it.
@@ -509,12 +726,9 @@ mod tests {
             );
             drop(before);
             let all: serde_json::Value =
-                serde_json::from_slice(&store.list(None, 20).await.expect("list")).expect("json");
+                serde_json::from_slice(&list(&store, None, 20).await.expect("list")).expect("json");
             assert_eq!(all.as_array().map(Vec::len), Some(2), "{all}");
-            assert_eq!(
-                store.create(new_pet("c", None)).await.expect("create").id,
-                3
-            );
+            assert_eq!(add(&store, new_pet("c", None)).await.expect("create").id, 3);
             assert!(store.check().await.is_ok());
             store.close().await;
         });
@@ -525,8 +739,8 @@ mod tests {
         let dir = tempfile::tempdir().expect("temp dir");
         let path = dir.path().join("pets.redb");
         runtime().block_on(async {
-            let (store, _) = Store::open(&path, TEST_CACHE_BYTES).expect("open");
-            store.create(new_pet("a", None)).await.expect("create");
+            let (store, _) = Store::open(&path, TEST_CACHE_BYTES, TTL).expect("open");
+            add(&store, new_pet("a", None)).await.expect("create");
             // As a failed reopen leaves it: the database out, and the file not openable (here
             // held by another handle, as a disk still failing would refuse it).
             if let Some(db) = store.shared.take_db() {
@@ -534,17 +748,14 @@ mod tests {
             }
             let blocker = Database::create(&path).expect("hold the file");
             assert!(matches!(
-                store.create(new_pet("b", None)).await,
+                add(&store, new_pet("b", None)).await,
                 Err(StoreError::Reopening)
             ));
             assert!(matches!(store.get(1).await, Err(StoreError::Reopening)));
             assert!(matches!(store.check().await, Err(StoreError::Reopening)));
             drop(blocker);
             std::thread::sleep(writer::REOPEN_INTERVAL);
-            assert_eq!(
-                store.create(new_pet("c", None)).await.expect("create").id,
-                2
-            );
+            assert_eq!(add(&store, new_pet("c", None)).await.expect("create").id, 2);
             assert!(store.get(1).await.expect("get").is_some());
             store.close().await;
         });
@@ -555,7 +766,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("temp dir");
         let path = dir.path().join("pets.redb");
         runtime().block_on(async {
-            let (store, _) = Store::open(&path, TEST_CACHE_BYTES).expect("open");
+            let (store, _) = Store::open(&path, TEST_CACHE_BYTES, TTL).expect("open");
             store.close().await;
         });
         {
@@ -568,10 +779,10 @@ mod tests {
             txn.commit().expect("commit");
         }
         runtime().block_on(async {
-            let (store, _) = Store::open(&path, TEST_CACHE_BYTES).expect("open");
+            let (store, _) = Store::open(&path, TEST_CACHE_BYTES, TTL).expect("open");
             let before = snapshot(&store);
             assert!(matches!(
-                store.create(new_pet("a", None)).await,
+                add(&store, new_pet("a", None)).await,
                 Err(StoreError::IdsExhausted)
             ));
             assert!(Arc::ptr_eq(&before, &snapshot(&store)), "not reopened");
@@ -596,18 +807,341 @@ mod tests {
         let dir = tempfile::tempdir().expect("temp dir");
         runtime().block_on(async {
             let (store, _) =
-                Store::open(&dir.path().join("pets.redb"), TEST_CACHE_BYTES).expect("open");
+                Store::open(&dir.path().join("pets.redb"), TEST_CACHE_BYTES, TTL).expect("open");
             let other = store.clone();
             assert!(other.check().await.is_ok());
             store.close().await;
             assert!(matches!(
-                other.create(new_pet("late", None)).await,
+                add(&other, new_pet("late", None)).await,
                 Err(StoreError::Closed)
             ));
             assert!(
                 matches!(other.check().await, Err(StoreError::Closed)),
                 "a closed store is not healthy"
             );
+        });
+    }
+
+    fn key(scope: u8, fingerprint: u8) -> IdempotencyKey {
+        IdempotencyKey {
+            scope: [scope; 32],
+            fingerprint: [fingerprint; 32],
+        }
+    }
+
+    fn sold() -> PetPatch {
+        PetPatch {
+            status: Some(Some(PetStatus::Sold)),
+            ..PetPatch::default()
+        }
+    }
+
+    /// The ids a status filter lists, all pages.
+    async fn ids(store: &Store, status: Option<PetStatus>) -> Vec<i64> {
+        let page = store.list(status, None, 100).await.expect("list");
+        let pets: serde_json::Value = serde_json::from_slice(&page.json).expect("json");
+        let pets = pets.as_array().expect("an array").clone();
+        pets.iter()
+            .map(|pet| pet["id"].as_i64().expect("id"))
+            .collect()
+    }
+
+    #[test]
+    fn a_page_starts_after_its_cursor_and_says_whether_more_follow() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        runtime().block_on(async {
+            let (store, _) =
+                Store::open(&dir.path().join("pets.redb"), TEST_CACHE_BYTES, TTL).expect("open");
+            for i in 0..5 {
+                let status = (i % 2 == 0).then_some(PetStatus::Sold);
+                add(&store, new_pet("a", status)).await.expect("create");
+            }
+            let page = store.list(None, Some(2), 2).await.expect("list");
+            assert_eq!((page.last_id, page.more), (Some(4), true));
+            let page = store.list(None, Some(3), 2).await.expect("list");
+            assert_eq!((page.last_id, page.more), (Some(5), false));
+            let page = store
+                .list(Some(PetStatus::Sold), Some(1), 2)
+                .await
+                .expect("list");
+            assert_eq!((page.last_id, page.more), (Some(5), false));
+            let page = store
+                .list(Some(PetStatus::Sold), None, 3)
+                .await
+                .expect("list");
+            assert_eq!(
+                (page.last_id, page.more),
+                (Some(5), false),
+                "exactly a page"
+            );
+            let end = store.list(None, Some(i64::MAX), 20).await.expect("list");
+            assert_eq!(
+                (&end.json[..], end.last_id, end.more),
+                (&b"[]"[..], None, false)
+            );
+            store.close().await;
+        });
+    }
+
+    #[test]
+    fn a_patch_moves_the_index_entry_and_bumps_the_revision() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        runtime().block_on(async {
+            let (store, _) =
+                Store::open(&dir.path().join("pets.redb"), TEST_CACHE_BYTES, TTL).expect("open");
+            let pet = add(&store, new_pet("a", Some(PetStatus::Available)))
+                .await
+                .expect("create");
+            assert_eq!(pet.revision, 1);
+            let patched = store
+                .patch(pet.id, sold(), Precondition::RevisionIn(vec![1]))
+                .await
+                .expect("patch");
+            assert_eq!(patched.revision, 2);
+            assert_eq!(
+                &patched.json[..],
+                br#"{"id":1,"name":"a","categoryId":1,"status":"sold"}"#
+            );
+            assert_eq!(
+                ids(&store, Some(PetStatus::Available)).await,
+                Vec::<i64>::new()
+            );
+            assert_eq!(ids(&store, Some(PetStatus::Sold)).await, vec![1]);
+            assert_eq!(
+                store.get(1).await.expect("get").map(|p| p.revision),
+                Some(2)
+            );
+            let removed = PetPatch {
+                status: Some(None),
+                ..PetPatch::default()
+            };
+            let patched = store
+                .patch(1, removed, Precondition::None)
+                .await
+                .expect("patch");
+            assert_eq!(&patched.json[..], br#"{"id":1,"name":"a","categoryId":1}"#);
+            assert_eq!(ids(&store, Some(PetStatus::Sold)).await, Vec::<i64>::new());
+            assert_eq!(ids(&store, None).await, vec![1]);
+            store.close().await;
+        });
+    }
+
+    #[test]
+    fn a_stale_revision_or_a_missing_pet_changes_nothing() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        runtime().block_on(async {
+            let (store, _) =
+                Store::open(&dir.path().join("pets.redb"), TEST_CACHE_BYTES, TTL).expect("open");
+            add(&store, new_pet("a", Some(PetStatus::Available)))
+                .await
+                .expect("create");
+            for precondition in [
+                Precondition::RevisionIn(vec![2]),
+                Precondition::RevisionIn(vec![]),
+            ] {
+                assert!(matches!(
+                    store.patch(1, sold(), precondition.clone()).await,
+                    Err(StoreError::PreconditionFailed)
+                ));
+                assert!(matches!(
+                    store.delete(1, precondition).await,
+                    Err(StoreError::PreconditionFailed)
+                ));
+            }
+            assert!(matches!(
+                store.patch(2, sold(), Precondition::None).await,
+                Err(StoreError::NotFound(2))
+            ));
+            let pet = store.get(1).await.expect("get").expect("still there");
+            assert_eq!(pet.revision, 1);
+            assert_eq!(ids(&store, Some(PetStatus::Available)).await, vec![1]);
+            store.close().await;
+        });
+    }
+
+    #[test]
+    fn a_delete_removes_the_pet_its_index_entry_and_its_revision_and_ids_are_not_reused() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        runtime().block_on(async {
+            let (store, _) =
+                Store::open(&dir.path().join("pets.redb"), TEST_CACHE_BYTES, TTL).expect("open");
+            add(&store, new_pet("a", Some(PetStatus::Sold)))
+                .await
+                .expect("create");
+            store
+                .patch(1, PetPatch::default(), Precondition::None)
+                .await
+                .expect("patch");
+            store
+                .delete(1, Precondition::RevisionIn(vec![2]))
+                .await
+                .expect("delete");
+            assert!(store.get(1).await.expect("get").is_none());
+            assert_eq!(ids(&store, Some(PetStatus::Sold)).await, Vec::<i64>::new());
+            assert!(matches!(
+                store.delete(1, Precondition::None).await,
+                Err(StoreError::NotFound(1))
+            ));
+            assert_eq!(add(&store, new_pet("b", None)).await.expect("create").id, 2);
+            assert_eq!(
+                store.get(2).await.expect("get").map(|p| p.revision),
+                Some(1)
+            );
+            store.close().await;
+        });
+    }
+
+    #[test]
+    fn a_key_replays_its_first_answer_refuses_another_pet_and_is_scoped() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        runtime().block_on(async {
+            let (store, _) =
+                Store::open(&dir.path().join("pets.redb"), TEST_CACHE_BYTES, TTL).expect("open");
+            let first = store
+                .create(new_pet("a", None), Some(key(1, 1)))
+                .await
+                .expect("create");
+            assert!(!first.replayed);
+            store
+                .patch(first.pet.id, sold(), Precondition::None)
+                .await
+                .expect("patch");
+            let again = store
+                .create(new_pet("a", None), Some(key(1, 1)))
+                .await
+                .expect("replay");
+            assert!(again.replayed);
+            assert_eq!((again.pet.id, again.pet.revision), (first.pet.id, 1));
+            assert_eq!(
+                again.pet.json, first.pet.json,
+                "the first answer, not the pet now"
+            );
+            assert!(matches!(
+                store.create(new_pet("b", None), Some(key(1, 2))).await,
+                Err(StoreError::IdempotencyKeyReused)
+            ));
+            let other = store
+                .create(new_pet("a", None), Some(key(2, 1)))
+                .await
+                .expect("create");
+            assert_eq!((other.pet.id, other.replayed), (2, false));
+            assert_eq!(ids(&store, None).await, vec![1, 2]);
+            store.close().await;
+        });
+    }
+
+    #[test]
+    fn a_key_in_flight_is_refused_and_released_when_its_create_ends() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        runtime().block_on(async {
+            let (store, _) =
+                Store::open(&dir.path().join("pets.redb"), TEST_CACHE_BYTES, TTL).expect("open");
+            let claim = store.shared.claims.claim(key(1, 1).scope).expect("free");
+            assert!(matches!(
+                store.create(new_pet("a", None), Some(key(1, 1))).await,
+                Err(StoreError::IdempotencyKeyInFlight)
+            ));
+            drop(claim);
+            store
+                .create(new_pet("a", None), Some(key(1, 1)))
+                .await
+                .expect("create");
+            assert!(
+                store.shared.claims.claim(key(1, 1).scope).is_some(),
+                "released"
+            );
+            store.close().await;
+        });
+    }
+
+    #[test]
+    fn records_answer_across_a_reopen_until_they_expire_and_the_purge_removes_them() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("pets.redb");
+        runtime().block_on(async {
+            let (store, _) = Store::open(&path, TEST_CACHE_BYTES, TTL).expect("open");
+            store
+                .create(new_pet("a", None), Some(key(1, 1)))
+                .await
+                .expect("create");
+            store.close().await;
+            let (store, _) = Store::open(&path, TEST_CACHE_BYTES, TTL).expect("reopen");
+            let again = store
+                .create(new_pet("a", None), Some(key(1, 1)))
+                .await
+                .expect("replay");
+            assert!(again.replayed);
+            // From an hour past the TTL, the record is expired: the key makes a new pet...
+            let later = idempotency::now() + 2 * TTL.as_secs();
+            let purge = |now| store.write(move |reply| Write::Purge(now, Pending::new(reply)));
+            assert_eq!(
+                purge(idempotency::now()).await.expect("purge"),
+                0,
+                "still live"
+            );
+            assert_eq!(purge(later).await.expect("purge"), 1);
+            assert_eq!(purge(later).await.expect("purge"), 0);
+            let fresh = store
+                .create(new_pet("a", None), Some(key(1, 1)))
+                .await
+                .expect("create");
+            assert_eq!((fresh.pet.id, fresh.replayed), (2, false));
+            store.close().await;
+        });
+    }
+
+    #[test]
+    fn a_version_1_file_gets_the_new_tables_and_keeps_its_pets_and_next_id() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("pets.redb");
+        {
+            let db = Database::create(&path).expect("create");
+            let txn = db.begin_write().expect("write");
+            {
+                let mut meta = txn.open_table(META).expect("meta");
+                meta.insert(META_SCHEMA_VERSION, 1).expect("insert");
+                meta.insert(META_NEXT_ID, 8).expect("insert");
+                let mut pets = txn.open_table(PETS).expect("pets");
+                pets.insert(
+                    7,
+                    &br#"{"id":7,"name":"old","categoryId":1,"status":"sold"}"#[..],
+                )
+                .expect("insert");
+                let mut index = txn.open_table(PETS_BY_STATUS).expect("index");
+                index
+                    .insert(
+                        (2, 7),
+                        &br#"{"id":7,"name":"old","categoryId":1,"status":"sold"}"#[..],
+                    )
+                    .expect("insert");
+            }
+            txn.commit().expect("commit");
+        }
+        runtime().block_on(async {
+            let (store, count) = Store::open(&path, TEST_CACHE_BYTES, TTL).expect("open");
+            assert_eq!(count, 1);
+            assert_eq!(
+                store.get(7).await.expect("get").map(|p| p.revision),
+                Some(1)
+            );
+            store
+                .patch(
+                    7,
+                    PetPatch {
+                        status: Some(None),
+                        ..PetPatch::default()
+                    },
+                    Precondition::None,
+                )
+                .await
+                .expect("patch");
+            assert_eq!(ids(&store, Some(PetStatus::Sold)).await, Vec::<i64>::new());
+            let created = store
+                .create(new_pet("new", None), Some(key(1, 1)))
+                .await
+                .expect("create");
+            assert_eq!(created.pet.id, 8);
+            store.close().await;
         });
     }
 }

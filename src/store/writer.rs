@@ -1,21 +1,23 @@
-//! The writer thread: the only code that writes the database. It takes every create queued
-//! while the last commit ran into one transaction and one fsync (group commit), answers each
-//! only after that commit is durable, and reopens the file after a write fails on I/O.
-//! Invariant: a create's 201 leaves only after its commit is durable and counted in the read
-//! snapshot, so its client reads it back; ids only grow.
+//! The writer thread: the only code that writes the database. It takes every write queued
+//! while the last commit ran (creates, patches, deletes, purges) into one transaction and one
+//! fsync (group commit), answers each only after that commit is durable, and reopens the file
+//! after a write fails on I/O. Invariant: an answer leaves only after its commit is durable
+//! and counted in the read snapshot, so its client reads it back; ids only grow.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use redb::{Database, ReadableTable};
+use redb::{Database, ReadableTable, Table};
 use tokio::sync::{mpsc, oneshot};
 
+use super::idempotency::{self, IDEMPOTENCY, IDEMPOTENCY_EXPIRY, Keyed};
 use super::{
-    Command, META, META_NEXT_ID, PETS, PETS_BY_STATUS, Shared, StoreError, StoredPet, open_database,
+    Command, Created, META, META_NEXT_ID, PETS, PETS_BY_STATUS, Precondition, REVISIONS, Shared,
+    StoreError, StoredPet, open_database,
 };
-use crate::pet::{NewPet, PetId};
+use crate::pet::{NewPet, Pet, PetId, PetPatch};
 
 /// How many queued creates one transaction may take; bounds the latency of the batch.
 const MAX_BATCH: usize = 1024;
@@ -37,7 +39,7 @@ pub(super) struct Writer {
     next_reopen: Instant,
 }
 
-/// The writer thread: takes every create queued while the last commit ran into one transaction
+/// The writer thread: takes every write queued while the last commit ran into one transaction
 /// and one fsync, then answers each. Ends on `Close`, returning its reply, or when every
 /// handle is gone.
 pub(super) fn write_loop(
@@ -51,7 +53,7 @@ pub(super) fn write_loop(
         let mut next = Some(first);
         while let Some(command) = next.take() {
             match command {
-                Command::Create(pet, reply) => batch.push((pet, reply)),
+                Command::Write(write) => batch.push(write),
                 Command::Close(done) => {
                     closing = Some(done);
                     break;
@@ -62,16 +64,18 @@ pub(super) fn write_loop(
             }
         }
         if closing.is_some() {
-            // Creates already queued behind the close were accepted by a caller that is
+            // Writes already queued behind the close were accepted by a caller that is
             // waiting: write them too rather than drop them.
-            while let Ok(Command::Create(pet, reply)) = queue.try_recv() {
-                batch.push((pet, reply));
+            while let Ok(Command::Write(write)) = queue.try_recv() {
+                batch.push(write);
             }
             queue.close();
         }
         if !batch.is_empty() {
-            stats.commits += 1;
-            stats.pets_written += writer.commit_batch(&mut batch);
+            let changed = writer.commit_batch(&mut batch);
+            // A batch that changed nothing was aborted, not committed.
+            stats.commits += u64::from(changed > 0);
+            stats.writes += changed;
         }
         if closing.is_some() {
             stats.report();
@@ -82,7 +86,62 @@ pub(super) fn write_loop(
     None
 }
 
-type Pending = (NewPet, oneshot::Sender<Result<StoredPet, StoreError>>);
+/// A write waiting for its transaction: what to do and whom to answer.
+pub(super) enum Write {
+    Create(NewPet, Option<Keyed>, Pending<Created>),
+    Patch(PetId, PetPatch, Precondition, Pending<StoredPet>),
+    Delete(PetId, Precondition, Pending<()>),
+    /// Remove records that expired by this Unix time; answers how many.
+    Purge(u64, Pending<usize>),
+}
+
+/// A caller waiting for one write, and that write's outcome once the transaction has run it.
+pub(super) struct Pending<T> {
+    reply: oneshot::Sender<Result<T, StoreError>>,
+    outcome: Option<Result<T, StoreError>>,
+}
+
+impl<T> Pending<T> {
+    pub(super) fn new(reply: oneshot::Sender<Result<T, StoreError>>) -> Pending<T> {
+        Pending {
+            reply,
+            outcome: None,
+        }
+    }
+
+    /// Answers the caller: its outcome if the transaction committed, else the failure.
+    fn answer(self, failure: Option<&StoreError>) {
+        let result = match (failure, self.outcome) {
+            (Some(e), _) => Err(e.clone()),
+            (None, Some(outcome)) => outcome,
+            (None, None) => Err(StoreError::Corrupt("a write ran without an outcome".into())),
+        };
+        let _ = self.reply.send(result);
+    }
+}
+
+impl Write {
+    fn answer(self, failure: Option<&StoreError>) {
+        match self {
+            Write::Create(.., pending) => pending.answer(failure),
+            Write::Patch(.., pending) => pending.answer(failure),
+            Write::Delete(.., pending) => pending.answer(failure),
+            Write::Purge(_, pending) => pending.answer(failure),
+        }
+    }
+
+    /// Whether this write, once run, changed anything that needs a commit.
+    fn changed(&self) -> bool {
+        match self {
+            Write::Create(_, _, pending) => {
+                matches!(&pending.outcome, Some(Ok(created)) if !created.replayed)
+            }
+            Write::Patch(.., pending) => matches!(pending.outcome, Some(Ok(_))),
+            Write::Delete(.., pending) => matches!(pending.outcome, Some(Ok(()))),
+            Write::Purge(_, pending) => matches!(pending.outcome, Some(Ok(n)) if n > 0),
+        }
+    }
+}
 
 impl Writer {
     pub(super) fn new(shared: Arc<Shared>, path: &Path, cache_bytes: usize) -> Writer {
@@ -95,38 +154,41 @@ impl Writer {
         }
     }
 
-    /// Commits a batch and answers each caller; returns how many pets were written.
-    fn commit_batch(&mut self, batch: &mut Vec<Pending>) -> u64 {
-        // A reopen that failed is retried here, at the next create, never in a loop of its own.
+    /// Runs a batch in one transaction and answers each caller; returns how many writes
+    /// changed something.
+    fn commit_batch(&mut self, batch: &mut Vec<Write>) -> u64 {
+        // A reopen that failed is retried here, at the next write, never in a loop of its own.
         if self.shared.db().is_none() && Instant::now() >= self.next_reopen {
             self.reopen();
         }
         // The read guard lives to the end of this statement: `reopen` below takes the write lock.
         let result = match self.shared.db().as_ref() {
-            Some(db) => write_batch(db, batch.iter().map(|(pet, _)| pet)),
+            Some(db) => write_batch(db, batch),
             None => Err(StoreError::Reopening),
         };
         match result {
-            Ok(stored) => {
-                // Before any answer: a client that got its 201 must find the pet.
-                self.shared.snapshots.committed();
-                let written = stored.len() as u64;
-                for ((_, reply), pet) in batch.drain(..).zip(stored) {
-                    let _ = reply.send(Ok(pet));
+            Ok(committed) => {
+                if committed {
+                    // Before any answer: a client that got its 201 must find the pet.
+                    self.shared.snapshots.committed();
                 }
-                written
+                let changed = batch.iter().filter(|write| write.changed()).count() as u64;
+                for write in batch.drain(..) {
+                    write.answer(None);
+                }
+                changed
             }
             Err(e) => {
                 if !matches!(e, StoreError::Reopening) {
-                    tracing::error!(error = %e, pets = batch.len(), "write transaction failed");
+                    tracing::error!(error = %e, writes = batch.len(), "write transaction failed");
                 }
                 // Reopened before the 503s leave, so a client that got one reads from a working
-                // database. Other failures (ids exhausted, a value redb refuses) leave it usable.
+                // database. Other failures (a value redb refuses) leave it usable.
                 if e.is_io_failure() && Instant::now() >= self.next_reopen {
                     self.reopen();
                 }
-                for (_, reply) in batch.drain(..) {
-                    let _ = reply.send(Err(e.clone()));
+                for write in batch.drain(..) {
+                    write.answer(Some(&e));
                 }
                 0
             }
@@ -168,51 +230,202 @@ impl Writer {
 #[derive(Default)]
 struct WriteStats {
     commits: u64,
-    pets_written: u64,
+    writes: u64,
 }
 
 impl WriteStats {
     fn report(&self) {
-        tracing::info!(
-            commits = self.commits,
-            pets_written = self.pets_written,
-            "store closed"
-        );
+        tracing::info!(commits = self.commits, writes = self.writes, "store closed");
     }
 }
 
-/// The one write path: all pets of a batch, their index entries and the next id, committed
-/// together or not at all.
-fn write_batch<'a>(
-    db: &Database,
-    pets: impl ExactSizeIterator<Item = &'a NewPet>,
-) -> Result<Vec<StoredPet>, StoreError> {
-    let mut stored = Vec::with_capacity(pets.len());
+/// The tables one write transaction changes.
+struct Tables<'txn> {
+    pets: Table<'txn, i64, &'static [u8]>,
+    by_status: Table<'txn, (u8, i64), &'static [u8]>,
+    revisions: Table<'txn, i64, u64>,
+    records: Table<'txn, [u8; 32], &'static [u8]>,
+    expiry: Table<'txn, (u64, [u8; 32]), ()>,
+    /// The id the next create gets; written back to `META` when the batch created any.
+    next_id: u64,
+    /// The Unix time the batch runs at, for idempotency records.
+    now: u64,
+}
+
+/// The one write path: every write of a batch, in queue order, committed together or not at
+/// all. A write that cannot go ahead (no such pet, a failed precondition, a reused key) only
+/// sets its own outcome. Returns whether anything was committed: a batch that changed nothing
+/// is aborted, saving the fsync.
+fn write_batch(db: &Database, batch: &mut [Write]) -> Result<bool, StoreError> {
     let txn = db.begin_write().map_err(StoreError::write)?;
-    {
+    let changed = {
         let mut meta = txn.open_table(META).map_err(StoreError::write)?;
-        let mut table = txn.open_table(PETS).map_err(StoreError::write)?;
-        let mut index = txn.open_table(PETS_BY_STATUS).map_err(StoreError::write)?;
-        let mut next_id = meta
+        let next_id = meta
             .get(META_NEXT_ID)
             .map_err(StoreError::write)?
             .map_or(1, |v| v.value());
-        for pet in pets {
-            let id = PetId::try_from(next_id).map_err(|_| StoreError::IdsExhausted)?;
-            let json = Bytes::from(pet.clone().into_pet(id).to_json());
-            table.insert(id, json.as_ref()).map_err(StoreError::write)?;
-            if let Some(status) = pet.status {
-                index
-                    .insert((status.to_code(), id), json.as_ref())
-                    .map_err(StoreError::write)?;
-            }
-            stored.push(StoredPet { id, json });
-            next_id += 1;
+        let mut tables = Tables {
+            pets: txn.open_table(PETS).map_err(StoreError::write)?,
+            by_status: txn.open_table(PETS_BY_STATUS).map_err(StoreError::write)?,
+            revisions: txn.open_table(REVISIONS).map_err(StoreError::write)?,
+            records: txn.open_table(IDEMPOTENCY).map_err(StoreError::write)?,
+            expiry: txn
+                .open_table(IDEMPOTENCY_EXPIRY)
+                .map_err(StoreError::write)?,
+            next_id,
+            now: idempotency::now(),
+        };
+        for write in batch.iter_mut() {
+            tables.run(write)?;
         }
-        meta.insert(META_NEXT_ID, next_id)
-            .map_err(StoreError::write)?;
+        if tables.next_id != next_id {
+            meta.insert(META_NEXT_ID, tables.next_id)
+                .map_err(StoreError::write)?;
+        }
+        batch.iter().any(Write::changed)
+    };
+    if !changed {
+        txn.abort().map_err(StoreError::write)?;
+        return Ok(false);
     }
     // Durability::Immediate is redb's default: commit returns after the fsync.
     txn.commit().map_err(StoreError::write)?;
-    Ok(stored)
+    Ok(true)
+}
+
+impl Tables<'_> {
+    /// Runs one write and sets its outcome; an error returned fails the whole transaction.
+    fn run(&mut self, write: &mut Write) -> Result<(), StoreError> {
+        match write {
+            Write::Create(pet, keyed, pending) => {
+                pending.outcome = Some(self.create(pet, keyed.as_ref())?);
+            }
+            Write::Patch(id, patch, precondition, pending) => {
+                let patch = std::mem::take(patch);
+                pending.outcome = Some(self.patch(*id, patch, precondition)?);
+            }
+            Write::Delete(id, precondition, pending) => {
+                pending.outcome = Some(self.delete(*id, precondition)?);
+            }
+            Write::Purge(now, pending) => {
+                let purged = idempotency::purge(&mut self.records, &mut self.expiry, *now)?;
+                pending.outcome = Some(Ok(purged));
+            }
+        }
+        Ok(())
+    }
+
+    fn create(
+        &mut self,
+        pet: &NewPet,
+        keyed: Option<&Keyed>,
+    ) -> Result<Result<Created, StoreError>, StoreError> {
+        // Checked again here, in the transaction: a retry may have passed the read-side check
+        // before this key's first create committed (its caller gone, its claim released).
+        if let Some(keyed) = keyed
+            && let Some(answer) = idempotency::find(&self.records, &keyed.key, self.now)?
+        {
+            return Ok(answer);
+        }
+        let Ok(id) = PetId::try_from(self.next_id) else {
+            return Ok(Err(StoreError::IdsExhausted));
+        };
+        let json = Bytes::from(pet.clone().into_pet(id).to_json());
+        self.pets
+            .insert(id, json.as_ref())
+            .map_err(StoreError::write)?;
+        if let Some(status) = pet.status {
+            self.by_status
+                .insert((status.to_code(), id), json.as_ref())
+                .map_err(StoreError::write)?;
+        }
+        self.next_id += 1;
+        let pet = StoredPet {
+            id,
+            revision: 1,
+            json,
+        };
+        if let Some(keyed) = keyed {
+            idempotency::insert(&mut self.records, &mut self.expiry, keyed, &pet)?;
+        }
+        Ok(Ok(Created {
+            pet,
+            replayed: false,
+        }))
+    }
+
+    fn patch(
+        &mut self,
+        id: PetId,
+        patch: PetPatch,
+        precondition: &Precondition,
+    ) -> Result<Result<StoredPet, StoreError>, StoreError> {
+        let (old, revision) = match self.current(id, precondition)? {
+            Ok(current) => current,
+            Err(e) => return Ok(Err(e)),
+        };
+        let new = patch.apply(old.clone());
+        let json = Bytes::from(new.to_json());
+        self.pets
+            .insert(id, json.as_ref())
+            .map_err(StoreError::write)?;
+        // The old index entry goes in the same transaction as the new one comes: a status
+        // filter never sees the pet under two statuses, or under its old one.
+        if let Some(status) = old.status {
+            self.by_status
+                .remove((status.to_code(), id))
+                .map_err(StoreError::write)?;
+        }
+        if let Some(status) = new.status {
+            self.by_status
+                .insert((status.to_code(), id), json.as_ref())
+                .map_err(StoreError::write)?;
+        }
+        let revision = revision + 1;
+        self.revisions
+            .insert(id, revision)
+            .map_err(StoreError::write)?;
+        Ok(Ok(StoredPet { id, revision, json }))
+    }
+
+    fn delete(
+        &mut self,
+        id: PetId,
+        precondition: &Precondition,
+    ) -> Result<Result<(), StoreError>, StoreError> {
+        let (old, _) = match self.current(id, precondition)? {
+            Ok(current) => current,
+            Err(e) => return Ok(Err(e)),
+        };
+        self.pets.remove(id).map_err(StoreError::write)?;
+        if let Some(status) = old.status {
+            self.by_status
+                .remove((status.to_code(), id))
+                .map_err(StoreError::write)?;
+        }
+        self.revisions.remove(id).map_err(StoreError::write)?;
+        Ok(Ok(()))
+    }
+
+    /// The pet `id` and its revision, if it exists and meets `precondition`.
+    fn current(
+        &self,
+        id: PetId,
+        precondition: &Precondition,
+    ) -> Result<Result<(Pet, u64), StoreError>, StoreError> {
+        let Some(json) = self.pets.get(id).map_err(StoreError::write)? else {
+            return Ok(Err(StoreError::NotFound(id)));
+        };
+        let revision = self
+            .revisions
+            .get(id)
+            .map_err(StoreError::write)?
+            .map_or(1, |r| r.value());
+        if !precondition.allows(revision) {
+            return Ok(Err(StoreError::PreconditionFailed));
+        }
+        let pet = Pet::from_json(json.value())
+            .map_err(|e| StoreError::Corrupt(format!("pet {id} does not read back: {e}")));
+        Ok(pet.map(|pet| (pet, revision)))
+    }
 }

@@ -7,8 +7,12 @@
 
 use libfuzzer_sys::fuzz_target;
 
-// src/ is a binary crate, but these two modules are pure (serde and each other only), so the
-// fuzz crate compiles the very files the server does; `query.rs` finds `pet` as `crate::pet`.
+// src/ is a binary crate, but these modules are pure (serde, base64 and each other only), so
+// the fuzz crate compiles the very files the server does; `query.rs` finds `pet` and `cursor`
+// as `crate::pet` and `crate::cursor`.
+#[allow(dead_code)]
+#[path = "../../../src/cursor.rs"]
+mod cursor;
 #[allow(dead_code)]
 #[path = "../../../src/pet.rs"]
 mod pet;
@@ -31,6 +35,9 @@ fuzz_target!(|data: &[u8]| {
             "{query:?} gave limit {}",
             list.limit
         );
+        // A next link's query must read back as the same list, one page on.
+        let next = ListQuery::parse(&list.next(i64::MAX)).expect("a next query parses");
+        assert_eq!((next.limit, next.status, next.after), (list.limit, list.status, Some(i64::MAX)));
     }
 
     if let Ok(id_value) = query::parse_pet_id(&id) {
@@ -46,6 +53,18 @@ fuzz_target!(|data: &[u8]| {
             essence.trim().eq_ignore_ascii_case("application/json"),
             "{content_type:?}"
         );
+    }
+
+    // The Content-Type line doubles as an Idempotency-Key value.
+    if let Ok(key) = query::parse_idempotency_key(content_type.as_bytes()) {
+        assert!((1..=255).contains(&key.len()), "{content_type:?}");
+    }
+    // A merge patch follows the NewPet rules on every member it has.
+    if let Ok(patch) = pet::PetPatch::from_json(body) {
+        if let Ok(new_pet) = NewPet::from_json(body) {
+            assert_eq!(Some(&new_pet.name), patch.name.as_ref());
+            assert_eq!(Some(new_pet.category_id), patch.category_id);
+        }
     }
 
     if let Ok(new_pet) = NewPet::from_json(body) {
