@@ -21,7 +21,7 @@ use crate::conditional::{self, IfMatch};
 use crate::error::Error;
 use crate::pet::{NewPet, PetId, PetPatch};
 use crate::query::{self, InvalidQuery, ListQuery};
-use crate::store::{IdempotencyKey, Precondition, Store, StoredPet};
+use crate::store::{Precondition, Store, StoredPet};
 
 /// Bodies larger than this are refused with 413.
 pub const MAX_BODY_BYTES: usize = 64 * 1024;
@@ -99,22 +99,31 @@ pub async fn create_pet(
     body: Incoming,
     body_timeout: Duration,
 ) -> Result<Reply, Error> {
-    let idempotency_key = idempotency_key(headers)?;
+    // Claimed before the body is read: a retry sent while this request is still arriving
+    // gets 409, not a second pet.
+    let claim = match idempotency_key(headers)? {
+        Some(key) => Some(
+            store.claim_key(
+                // Scoped per API key: another client's identical key is another record.
+                Sha256::new()
+                    .chain_update(caller.key_hash)
+                    .chain_update(key.as_bytes())
+                    .finalize()
+                    .into(),
+            )?,
+        ),
+        None => None,
+    };
+    if claim.is_some() {
+        tracing::debug!("idempotency key claimed");
+    }
     let body = read_body(headers, body, body_timeout).await?;
     if !query::is_json(content_type(headers)) {
         return Err(Error::UnsupportedMediaType);
     }
     let pet = NewPet::from_json(&body).map_err(|e| Error::InvalidBody(e.0))?;
-    let key = idempotency_key.map(|key| IdempotencyKey {
-        // Scoped per API key: another client's identical key is another record.
-        scope: Sha256::new()
-            .chain_update(caller.key_hash)
-            .chain_update(key.as_bytes())
-            .finalize()
-            .into(),
-        // Decision: the same pet is the same request, however its JSON was written.
-        fingerprint: Sha256::digest(pet.canonical_json()).into(),
-    });
+    // Decision: the same pet is the same request, however its JSON was written.
+    let key = claim.map(|claim| claim.for_pet(Sha256::digest(pet.canonical_json()).into()));
     let created = store.create(pet, key).await?;
     let location = HeaderValue::try_from(format!("/v1/pets/{}", created.pet.id))
         .expect("a path of digits is a valid header value");

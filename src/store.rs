@@ -23,8 +23,8 @@ mod idempotency;
 mod snapshot;
 mod writer;
 
-pub use idempotency::IdempotencyKey;
 use idempotency::{Claims, Keyed};
+pub use idempotency::{IdempotencyKey, KeyClaim};
 use snapshot::{Snapshot, Snapshots};
 use writer::{Pending, Write, Writer, write_loop};
 
@@ -68,7 +68,7 @@ struct Shared {
     db: RwLock<Option<Database>>,
     snapshots: Snapshots,
     /// Idempotency keys whose create is in flight in this process.
-    claims: Claims,
+    claims: Arc<Claims>,
 }
 
 impl Shared {
@@ -240,7 +240,7 @@ impl Store {
         let shared = Arc::new(Shared {
             db: RwLock::new(Some(db)),
             snapshots: Snapshots::default(),
-            claims: Claims::default(),
+            claims: Arc::default(),
         });
         let (writer, queue) = mpsc::channel(WRITE_QUEUE);
         let mut thread_writer = Writer::new(Arc::clone(&shared), path, cache_bytes);
@@ -263,10 +263,19 @@ impl Store {
         Ok((store, count))
     }
 
+    /// Claims an idempotency scope for one request, or `IdempotencyKeyInFlight` while another
+    /// request holds it. Claimed before the request's body is read, so a retry sent while the
+    /// first request is still arriving is told so.
+    pub fn claim_key(&self, scope: [u8; 32]) -> Result<KeyClaim, StoreError> {
+        self.shared
+            .claims
+            .claim(scope)
+            .ok_or(StoreError::IdempotencyKeyInFlight)
+    }
+
     /// Adds a pet; resolves once the transaction holding it is durably committed. With an
-    /// idempotency key, a live record for the key answers instead (`replayed`), a record for
-    /// another pet is `IdempotencyKeyReused`, and a create with the key still in flight is
-    /// `IdempotencyKeyInFlight`; the record is written with the pet.
+    /// idempotency key, a live record for the key answers instead (`replayed`), and a record
+    /// for another pet is `IdempotencyKeyReused`; the record is written with the pet.
     pub async fn create(
         &self,
         pet: NewPet,
@@ -277,20 +286,14 @@ impl Store {
                 .write(|reply| Write::Create(pet, None, Pending::new(reply)))
                 .await;
         };
-        // Held until the answer, so a retry sent meanwhile gets 409 rather than waiting; the
-        // writer checks the record again in its transaction, so a create whose caller left
-        // (and so released the claim) is still answered once.
-        let _claim = self
-            .shared
-            .claims
-            .claim(key.scope)
-            .ok_or(StoreError::IdempotencyKeyInFlight)?;
         let now = idempotency::now();
         if let Some(answer) =
             self.read(|snapshot| idempotency::find(&snapshot.idempotency, &key, now))?
         {
             return answer;
         }
+        // The claim travels with the write and ends with it, even if this caller goes away
+        // first; the writer checks the record again in its transaction all the same.
         let keyed = Keyed {
             key,
             expires_at: now.saturating_add(self.idempotency_ttl.as_secs()),
@@ -822,11 +825,11 @@ mod tests {
         });
     }
 
-    fn key(scope: u8, fingerprint: u8) -> IdempotencyKey {
-        IdempotencyKey {
-            scope: [scope; 32],
-            fingerprint: [fingerprint; 32],
-        }
+    fn key(store: &Store, scope: u8, fingerprint: u8) -> IdempotencyKey {
+        store
+            .claim_key([scope; 32])
+            .expect("no other request holds the key")
+            .for_pet([fingerprint; 32])
     }
 
     fn sold() -> PetPatch {
@@ -998,7 +1001,7 @@ mod tests {
             let (store, _) =
                 Store::open(&dir.path().join("pets.redb"), TEST_CACHE_BYTES, TTL).expect("open");
             let first = store
-                .create(new_pet("a", None), Some(key(1, 1)))
+                .create(new_pet("a", None), Some(key(&store, 1, 1)))
                 .await
                 .expect("create");
             assert!(!first.replayed);
@@ -1007,7 +1010,7 @@ mod tests {
                 .await
                 .expect("patch");
             let again = store
-                .create(new_pet("a", None), Some(key(1, 1)))
+                .create(new_pet("a", None), Some(key(&store, 1, 1)))
                 .await
                 .expect("replay");
             assert!(again.replayed);
@@ -1017,11 +1020,13 @@ mod tests {
                 "the first answer, not the pet now"
             );
             assert!(matches!(
-                store.create(new_pet("b", None), Some(key(1, 2))).await,
+                store
+                    .create(new_pet("b", None), Some(key(&store, 1, 2)))
+                    .await,
                 Err(StoreError::IdempotencyKeyReused)
             ));
             let other = store
-                .create(new_pet("a", None), Some(key(2, 1)))
+                .create(new_pet("a", None), Some(key(&store, 2, 1)))
                 .await
                 .expect("create");
             assert_eq!((other.pet.id, other.replayed), (2, false));
@@ -1036,20 +1041,18 @@ mod tests {
         runtime().block_on(async {
             let (store, _) =
                 Store::open(&dir.path().join("pets.redb"), TEST_CACHE_BYTES, TTL).expect("open");
-            let claim = store.shared.claims.claim(key(1, 1).scope).expect("free");
+            let claim = store.claim_key([1; 32]).expect("free");
             assert!(matches!(
-                store.create(new_pet("a", None), Some(key(1, 1))).await,
+                store.claim_key([1; 32]),
                 Err(StoreError::IdempotencyKeyInFlight)
             ));
+            assert!(store.claim_key([2; 32]).is_ok(), "another scope");
             drop(claim);
             store
-                .create(new_pet("a", None), Some(key(1, 1)))
+                .create(new_pet("a", None), Some(key(&store, 1, 1)))
                 .await
                 .expect("create");
-            assert!(
-                store.shared.claims.claim(key(1, 1).scope).is_some(),
-                "released"
-            );
+            assert!(store.claim_key([1; 32]).is_ok(), "released with the write");
             store.close().await;
         });
     }
@@ -1061,13 +1064,13 @@ mod tests {
         runtime().block_on(async {
             let (store, _) = Store::open(&path, TEST_CACHE_BYTES, TTL).expect("open");
             store
-                .create(new_pet("a", None), Some(key(1, 1)))
+                .create(new_pet("a", None), Some(key(&store, 1, 1)))
                 .await
                 .expect("create");
             store.close().await;
             let (store, _) = Store::open(&path, TEST_CACHE_BYTES, TTL).expect("reopen");
             let again = store
-                .create(new_pet("a", None), Some(key(1, 1)))
+                .create(new_pet("a", None), Some(key(&store, 1, 1)))
                 .await
                 .expect("replay");
             assert!(again.replayed);
@@ -1082,7 +1085,7 @@ mod tests {
             assert_eq!(purge(later).await.expect("purge"), 1);
             assert_eq!(purge(later).await.expect("purge"), 0);
             let fresh = store
-                .create(new_pet("a", None), Some(key(1, 1)))
+                .create(new_pet("a", None), Some(key(&store, 1, 1)))
                 .await
                 .expect("create");
             assert_eq!((fresh.pet.id, fresh.replayed), (2, false));
@@ -1137,7 +1140,7 @@ mod tests {
                 .expect("patch");
             assert_eq!(ids(&store, Some(PetStatus::Sold)).await, Vec::<i64>::new());
             let created = store
-                .create(new_pet("new", None), Some(key(1, 1)))
+                .create(new_pet("new", None), Some(key(&store, 1, 1)))
                 .await
                 .expect("create");
             assert_eq!(created.pet.id, 8);

@@ -5,7 +5,7 @@
 //! names a pet that was committed with it; an expired one answers nothing, purged or not.
 
 use std::collections::HashSet;
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
@@ -33,13 +33,20 @@ pub(super) const PURGE_BATCH: usize = 1000;
 /// fingerprint (32 bytes), expiry (u64), pet id (i64), then the pet's JSON as first answered.
 const RECORD_HEAD: usize = 32 + 8 + 8;
 
-/// An Idempotency-Key as the store sees it: who may reuse it, and what it was sent with.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// An Idempotency-Key as the store sees it: its claim (so only one create runs with it at a
+/// time) and what it was sent with.
+#[derive(Debug)]
 pub struct IdempotencyKey {
-    /// A digest of the API key and the Idempotency-Key: the record's key.
-    pub scope: [u8; 32],
+    claim: KeyClaim,
     /// A digest of the pet the request asks for: a retry must ask for the same one.
-    pub fingerprint: [u8; 32],
+    fingerprint: [u8; 32],
+}
+
+impl IdempotencyKey {
+    /// The record's key: a digest of the API key and the Idempotency-Key.
+    fn scope(&self) -> [u8; 32] {
+        self.claim.scope
+    }
 }
 
 /// A key with the expiry its record gets if the create goes ahead.
@@ -55,7 +62,7 @@ pub(super) fn find(
     key: &IdempotencyKey,
     now: u64,
 ) -> Result<Option<Result<Created, StoreError>>, StoreError> {
-    let Some(record) = records.get(key.scope).map_err(StoreError::storage)? else {
+    let Some(record) = records.get(key.scope()).map_err(StoreError::storage)? else {
         return Ok(None);
     };
     let record = Record::decode(record.value())?;
@@ -112,16 +119,16 @@ pub(super) fn insert(
     bytes.extend_from_slice(&pet.id.to_be_bytes());
     bytes.extend_from_slice(&pet.json);
     let old = records
-        .insert(keyed.key.scope, bytes.as_slice())
+        .insert(keyed.key.scope(), bytes.as_slice())
         .map_err(StoreError::write)?
         .map(|old| Record::decode(old.value()).map(|r| r.expires_at));
     if let Some(old_expiry) = old {
         expiry
-            .remove((old_expiry?, keyed.key.scope))
+            .remove((old_expiry?, keyed.key.scope()))
             .map_err(StoreError::write)?;
     }
     expiry
-        .insert((keyed.expires_at, keyed.key.scope), ())
+        .insert((keyed.expires_at, keyed.key.scope()), ())
         .map_err(StoreError::write)?;
     Ok(())
 }
@@ -164,23 +171,35 @@ pub(super) fn now() -> u64 {
 }
 
 /// The scopes whose create is in flight in this process.
-#[derive(Default)]
+#[derive(Debug, Default)]
 pub(super) struct Claims(Mutex<HashSet<[u8; 32]>>);
 
-/// A scope claimed until dropped, which happens when the create is answered or its caller
-/// goes away.
-pub(super) struct Claim<'a> {
-    claims: &'a Claims,
+/// A scope claimed from before the request's body is read until the write that uses it is
+/// answered, or until the request is dropped without one. While it is held, another request
+/// with the same key gets `IdempotencyKeyInFlight`.
+#[derive(Debug)]
+pub struct KeyClaim {
+    claims: Arc<Claims>,
     scope: [u8; 32],
 }
 
+impl KeyClaim {
+    /// The key for a create of the pet whose digest is `fingerprint`.
+    pub fn for_pet(self, fingerprint: [u8; 32]) -> IdempotencyKey {
+        IdempotencyKey {
+            claim: self,
+            fingerprint,
+        }
+    }
+}
+
 impl Claims {
-    /// Claims `scope`, or `None` while another create holds it.
-    pub(super) fn claim(&self, scope: [u8; 32]) -> Option<Claim<'_>> {
-        // The lock is let go before a `Claim` exists: dropping one takes it again.
+    /// Claims `scope`, or `None` while another request holds it.
+    pub(super) fn claim(self: &Arc<Claims>, scope: [u8; 32]) -> Option<KeyClaim> {
+        // The lock is let go before a `KeyClaim` exists: dropping one takes it again.
         let claimed = self.set().insert(scope);
-        claimed.then(|| Claim {
-            claims: self,
+        claimed.then(|| KeyClaim {
+            claims: Arc::clone(self),
             scope,
         })
     }
@@ -190,7 +209,7 @@ impl Claims {
     }
 }
 
-impl Drop for Claim<'_> {
+impl Drop for KeyClaim {
     fn drop(&mut self) {
         self.claims.set().remove(&self.scope);
     }

@@ -123,7 +123,12 @@ impl<T> Pending<T> {
 impl Write {
     fn answer(self, failure: Option<&StoreError>) {
         match self {
-            Write::Create(.., pending) => pending.answer(failure),
+            Write::Create(_, keyed, pending) => {
+                // The claim ends before the answer leaves: a client that got its 201 and
+                // retries at once must get the replay, not a 409.
+                drop(keyed);
+                pending.answer(failure);
+            }
             Write::Patch(.., pending) => pending.answer(failure),
             Write::Delete(.., pending) => pending.answer(failure),
             Write::Purge(_, pending) => pending.answer(failure),

@@ -1,10 +1,12 @@
 //! Crash safety: a pet acknowledged with 201 survives SIGKILL unchanged and its id is never
-//! given again; a write the disk refuses gets 503, leaves the database as it was, and reads go
-//! on; once the disk takes writes again, creates resume without a restart.
+//! given again, and so does the Idempotency-Key record committed with it; a write the disk
+//! refuses gets 503, leaves the database as it was, and reads go on; once the disk takes
+//! writes again, creates resume without a restart.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
+use crate::idempotency::{assert_replay, post_keyed};
 use crate::support::{Client, Options, Server, create_until_broken};
 
 #[tokio::test(flavor = "multi_thread")]
@@ -36,6 +38,21 @@ async fn every_pet_acknowledged_before_a_sigkill_survives_and_no_id_is_reused() 
         );
         acknowledged.lock().expect("lock").push(next);
     }
+    server.stop();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_keyed_create_acknowledged_before_a_sigkill_is_replayed_after_the_restart() {
+    let body = r#"{"name":"Rex","categoryId":1,"status":"sold"}"#;
+    let server = Server::start();
+    let first = post_keyed(&mut server.h1().await, "before-the-crash", body).await;
+    let server = Server::start_after_crash(server.kill());
+    let mut client = server.h2().await;
+    assert_replay(
+        &first,
+        &post_keyed(&mut client, "before-the-crash", body).await,
+    );
+    assert_eq!(client.list_all("/v1/pets").await, [first.json()]);
     server.stop();
 }
 

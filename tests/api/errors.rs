@@ -25,7 +25,9 @@ async fn another_method_on_a_known_path_gets_405_with_allow() {
     for (method, path, allow) in [
         (Method::DELETE, "/v1/pets", "GET, HEAD, POST"),
         (Method::PUT, "/v1/pets", "GET, HEAD, POST"),
+        (Method::PATCH, "/v1/pets", "GET, HEAD, POST"),
         (Method::POST, "/v1/pets/1", "GET, HEAD, PATCH, DELETE"),
+        (Method::PUT, "/v1/pets/1", "GET, HEAD, PATCH, DELETE"),
         (Method::PUT, "/v1/pets/abc", "GET, HEAD, PATCH, DELETE"),
         (Method::POST, "/v1/openapi.json", "GET, HEAD"),
     ] {

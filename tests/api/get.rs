@@ -6,7 +6,8 @@ use serde_json::json;
 
 use crate::support::{Protocol, Reply, Server};
 
-fn assert_deprecation_headers(reply: &Reply) {
+/// Asserts the three headers every getPet answer carries.
+pub fn assert_deprecation_headers(reply: &Reply) {
     assert_eq!(reply.header("deprecation"), Some("@1795305600"));
     assert_eq!(
         reply.header("sunset"),

@@ -445,6 +445,47 @@ impl Reply {
         assert_eq!(self.header("content-type"), Some("application/json"));
     }
 
+    /// The `ETag` header, which the answer must carry.
+    pub fn etag(&self) -> &str {
+        self.header("etag")
+            .unwrap_or_else(|| panic!("no ETag on a {} answer", self.status))
+    }
+
+    /// The target of the `Link: <…>; rel="next"` header, `None` when there is no `Link`.
+    pub fn next_link(&self) -> Option<String> {
+        let mut links = self.headers.get_all("link").iter();
+        let link = links.next()?.to_str().expect("a text header");
+        assert!(links.next().is_none(), "one Link header at most");
+        let target = link
+            .strip_prefix('<')
+            .and_then(|link| link.strip_suffix(r#">; rel="next""#))
+            .unwrap_or_else(|| panic!("not a next link: {link:?}"));
+        Some(target.to_owned())
+    }
+
+    /// The pets of a Pets array body.
+    pub fn pets(&self) -> Vec<Value> {
+        match self.json() {
+            Value::Array(pets) => pets,
+            body => panic!("not an array: {body}"),
+        }
+    }
+
+    /// Asserts an Error body whose message starts with `prefix` (the rest names a detail,
+    /// such as a parser's position, that the test does not pin).
+    pub fn assert_error_prefix(&self, status: u16, code: &str, prefix: &str) {
+        let error = self.json();
+        assert_eq!(
+            (self.status, &error["code"], &error["status"]),
+            (status, &Value::from(code), &Value::from(status)),
+            "{error}"
+        );
+        let message = error["message"].as_str().expect("a message");
+        assert!(message.starts_with(prefix), "{error}");
+        assert_eq!(error.as_object().map(|e| e.len()), Some(3), "{error}");
+        assert_eq!(self.header("content-type"), Some("application/json"));
+    }
+
     /// The ids of a Pets array body.
     pub fn ids(&self) -> Vec<i64> {
         let body = self.json();
@@ -555,6 +596,59 @@ impl Client {
             .authed(Method::POST, path)
             .header(CONTENT_TYPE, "application/json");
         self.send(request, body.to_owned()).await
+    }
+
+    /// Sends `method` to `path` with the development key, the extra `headers` and `body`.
+    pub async fn send_with(
+        &mut self,
+        method: Method,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: impl Into<Bytes>,
+    ) -> Reply {
+        let mut request = self.authed(method, path);
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        self.send(request, body).await
+    }
+
+    /// `PATCH` with a JSON Merge Patch body.
+    pub async fn patch_json(&mut self, path: &str, body: &str) -> Reply {
+        let headers = [("content-type", "application/merge-patch+json")];
+        self.send_with(Method::PATCH, path, &headers, body.to_owned())
+            .await
+    }
+
+    pub async fn delete(&mut self, path: &str) -> Reply {
+        self.send_with(Method::DELETE, path, &[], Bytes::new())
+            .await
+    }
+
+    /// Lists from `path` and follows every next link to the end; returns all the pets in the
+    /// order they came, asserting that each page is a 200.
+    pub async fn list_all(&mut self, path: &str) -> Vec<Value> {
+        let mut pets = Vec::new();
+        let mut next = Some(path.to_owned());
+        while let Some(path) = next {
+            let reply = self.get(&path).await;
+            assert_eq!(reply.status, 200, "{path}: {:?}", reply.body);
+            pets.extend(reply.pets());
+            next = reply.next_link();
+        }
+        pets
+    }
+
+    /// Another handle on this HTTP/2 connection, so that tasks can send on it at once.
+    pub fn share(&self) -> Client {
+        let Sender::Http2(sender) = &self.sender else {
+            panic!("only an HTTP/2 connection carries requests at once")
+        };
+        Client {
+            sender: Sender::Http2(sender.clone()),
+            addr: self.addr,
+            protocol: self.protocol,
+        }
     }
 
     /// Asserts that each pet is stored exactly as it was acknowledged.
@@ -711,22 +805,45 @@ pub async fn raw_exchange(addr: SocketAddr, bytes: &[u8]) -> RawReply {
     }
 }
 
-/// Starts `POST /v1/pets` over HTTP/2 with a body the test feeds; returns the body's sender
-/// and the task that will hold the answer.
-pub async fn start_streaming_create(
-    server: &Server,
-) -> (
+/// The body's sender and the task that will hold the answer, of a request the test feeds.
+pub type Streaming = (
     http_body_util::channel::Sender<Bytes>,
     tokio::task::JoinHandle<hyper::Result<hyper::Response<hyper::body::Incoming>>>,
-) {
+);
+
+/// Starts `POST /v1/pets` over HTTP/2 with a body the test feeds.
+pub async fn start_streaming_create(server: &Server) -> Streaming {
+    start_streaming_create_with(server, &[]).await
+}
+
+/// Starts `POST /v1/pets` over HTTP/2 with extra `headers` and a body the test feeds.
+pub async fn start_streaming_create_with(server: &Server, headers: &[(&str, &str)]) -> Streaming {
     let mut sender = h2_streaming(server.addr).await;
     let (body, channel) = http_body_util::channel::Channel::<Bytes>::new(1);
-    let request = Request::post(format!("https://localhost:{}/v1/pets", server.addr.port()))
+    let mut request = Request::post(format!("https://localhost:{}/v1/pets", server.addr.port()))
         .header(AUTHORIZATION, format!("Bearer {DEV_KEY}"))
-        .header(CONTENT_TYPE, "application/json")
-        .body(channel)
-        .expect("a valid request");
+        .header(CONTENT_TYPE, "application/json");
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let request = request.body(channel).expect("a valid request");
     (body, tokio::spawn(sender.send_request(request)))
+}
+
+/// Reads the whole answer of a streamed request.
+pub async fn streamed_reply(
+    answer: tokio::task::JoinHandle<hyper::Result<hyper::Response<hyper::body::Incoming>>>,
+) -> Reply {
+    let response = answer
+        .await
+        .expect("the request task")
+        .expect("the server answers");
+    let (parts, body) = response.into_parts();
+    Reply {
+        status: parts.status.as_u16(),
+        headers: parts.headers,
+        body: body.collect().await.expect("the whole body").to_bytes(),
+    }
 }
 
 /// Creates pets from four clients (two HTTP/1.1, two HTTP/2) until their connections break,
