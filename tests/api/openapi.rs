@@ -25,7 +25,7 @@ async fn the_document_is_served_without_a_key_and_is_the_source_file() {
 }
 
 #[test]
-fn the_document_describes_the_three_operations_and_bearer_security() {
+fn the_document_describes_the_operations_and_bearer_security() {
     let doc = source();
     assert!(doc["openapi"].as_str().expect("version").starts_with("3."));
     assert_eq!(doc["servers"][0]["url"], "/v1");
@@ -33,13 +33,34 @@ fn the_document_describes_the_three_operations_and_bearer_security() {
         doc["components"]["securitySchemes"]["bearerAuth"]["scheme"],
         "bearer"
     );
-    assert_eq!(doc["paths"]["/pets"]["get"]["operationId"], "listPets");
-    assert_eq!(doc["paths"]["/pets"]["post"]["operationId"], "createPet");
-    assert_eq!(
-        doc["paths"]["/pets/{petId}"]["get"]["operationId"],
-        "getPet"
-    );
-    assert_eq!(doc["paths"]["/pets/{petId}"]["get"]["deprecated"], true);
+    for (path, method, id) in [
+        ("/pets", "get", "listPets"),
+        ("/pets", "post", "createPet"),
+        ("/pets/{petId}", "get", "getPet"),
+        ("/pets/{petId}", "patch", "patchPet"),
+        ("/pets/{petId}", "delete", "deletePet"),
+    ] {
+        let operation = &doc["paths"][path][method];
+        assert_eq!(operation["operationId"], id, "{method} {path}");
+        // Only getPet is deprecated.
+        let deprecated = operation.get("deprecated") == Some(&Value::Bool(true));
+        assert_eq!(deprecated, id == "getPet", "{id} deprecated");
+        // The two new operations are beta; the spec's three carry no stability marker.
+        let beta = id == "patchPet" || id == "deletePet";
+        let stability = operation.get("x-stability");
+        if beta {
+            assert_eq!(stability, Some(&"beta".into()), "{id}");
+        } else {
+            assert_eq!(stability, None, "{id}");
+        }
+    }
+    let description = doc["info"]["description"].as_str().expect("a description");
+    for named in ["patchPet", "deletePet", "beta"] {
+        assert!(
+            description.contains(named),
+            "info.description names {named}"
+        );
+    }
     assert_eq!(
         doc["paths"]["/openapi.json"]["get"]["security"],
         serde_json::json!([])
@@ -64,17 +85,38 @@ fn every_status_the_server_answers_is_documented_for_its_operation() {
             "/pets",
             "post",
             &[
-                "201", "400", "401", "408", "413", "415", "431", "500", "503",
+                "201", "400", "401", "408", "409", "413", "415", "422", "431", "500", "503",
             ][..],
         ),
         (
             "/pets/{petId}",
             "get",
-            &["200", "400", "401", "404", "431", "500", "503"][..],
+            &["200", "304", "400", "401", "404", "431", "500", "503"][..],
+        ),
+        (
+            "/pets/{petId}",
+            "patch",
+            &[
+                "200", "400", "401", "404", "408", "412", "413", "415", "431", "500", "503",
+            ][..],
+        ),
+        (
+            "/pets/{petId}",
+            "delete",
+            &["204", "400", "401", "404", "412", "431", "500", "503"][..],
         ),
     ] {
         for status in statuses {
             assert!(documented(path, method, status), "{method} {path} {status}");
+        }
+        let all = doc["paths"][path][method]["responses"]
+            .as_object()
+            .expect("responses");
+        for status in all.keys() {
+            assert!(
+                statuses.contains(&status.as_str()),
+                "{method} {path} documents {status}, which it never answers"
+            );
         }
     }
     let codes = &doc["components"]["schemas"]["Error"]["properties"]["code"]["enum"];
@@ -91,10 +133,168 @@ fn every_status_the_server_answers_is_documented_for_its_operation() {
         "unsupported_media_type",
         "internal_error",
         "unavailable",
+        "invalid_cursor",
+        "precondition_failed",
+        "idempotency_key_reused",
+        "idempotency_key_in_flight",
+        "invalid_idempotency_key",
     ] {
         assert!(
             codes.as_array().expect("enum").contains(&code.into()),
             "{code}"
         );
     }
+}
+
+/// Follows one `$ref` (`#/components/...`) if `value` is one.
+fn resolve<'a>(doc: &'a Value, value: &'a Value) -> &'a Value {
+    match value.get("$ref").and_then(Value::as_str) {
+        Some(reference) => {
+            let pointer = reference.strip_prefix('#').expect("a local $ref");
+            doc.pointer(pointer)
+                .unwrap_or_else(|| panic!("{reference} resolves"))
+        }
+        None => value,
+    }
+}
+
+/// The operation's parameter `name` in `location`, refs resolved.
+fn parameter<'a>(doc: &'a Value, operation: &'a Value, location: &str, name: &str) -> &'a Value {
+    operation["parameters"]
+        .as_array()
+        .expect("parameters")
+        .iter()
+        .map(|p| resolve(doc, p))
+        .find(|p| p["in"] == location && p["name"] == name)
+        .unwrap_or_else(|| panic!("{location} parameter {name}"))
+}
+
+/// Header `name` of `status` of the operation, refs resolved.
+fn header<'a>(doc: &'a Value, operation: &'a Value, status: &str, name: &str) -> &'a Value {
+    let response = resolve(doc, &operation["responses"][status]);
+    let header = response["headers"]
+        .get(name)
+        .unwrap_or_else(|| panic!("{status} has header {name}"));
+    resolve(doc, header)
+}
+
+#[test]
+fn paging_versions_and_retries_are_documented() {
+    let doc = source();
+    let list = &doc["paths"]["/pets"]["get"];
+    let create = &doc["paths"]["/pets"]["post"];
+    let get = &doc["paths"]["/pets/{petId}"]["get"];
+    let patch = &doc["paths"]["/pets/{petId}"]["patch"];
+    let delete = &doc["paths"]["/pets/{petId}"]["delete"];
+
+    // Paging: an optional opaque cursor; the next link only when more pets follow.
+    let cursor = parameter(&doc, list, "query", "cursor");
+    assert_eq!(cursor["required"], false);
+    assert_eq!(cursor["schema"]["type"], "string");
+    assert_eq!(header(&doc, list, "200", "Link")["required"], false);
+
+    // Versions: a strong ETag on every answer carrying one pet, and the preconditions.
+    for (operation, status) in [(create, "201"), (get, "200"), (get, "304"), (patch, "200")] {
+        assert_eq!(header(&doc, operation, status, "ETag")["required"], true);
+    }
+    assert_eq!(
+        parameter(&doc, get, "header", "If-None-Match")["required"],
+        false
+    );
+    for operation in [patch, delete] {
+        assert_eq!(
+            parameter(&doc, operation, "header", "If-Match")["required"],
+            false
+        );
+    }
+    assert!(
+        resolve(&doc, &get["responses"]["304"])
+            .get("content")
+            .is_none()
+    );
+    assert!(
+        resolve(&doc, &delete["responses"]["204"])
+            .get("content")
+            .is_none()
+    );
+    for name in ["Deprecation", "Sunset", "Link"] {
+        assert_eq!(header(&doc, get, "304", name)["required"], true, "{name}");
+    }
+
+    // patchPet: a merge patch of name, categoryId and a nullable status, nothing required.
+    let bodies = patch["requestBody"]["content"]
+        .as_object()
+        .expect("patch bodies");
+    let mut types: Vec<&str> = bodies.keys().map(String::as_str).collect();
+    types.sort_unstable();
+    assert_eq!(types, ["application/json", "application/merge-patch+json"]);
+    let schema = resolve(&doc, &bodies["application/merge-patch+json"]["schema"]);
+    assert!(
+        schema.get("required").is_none(),
+        "PetPatch requires nothing"
+    );
+    assert_eq!(schema["properties"]["name"]["type"], "string");
+    assert_eq!(schema["properties"]["categoryId"]["format"], "int64");
+    assert_eq!(schema["properties"]["status"]["nullable"], true);
+    assert_eq!(header(&doc, patch, "415", "Accept-Patch")["required"], true);
+
+    // Links carry the id and the ETag of an answer into the next request's If-Match.
+    for (operation, status) in [(create, "201"), (get, "200"), (patch, "200")] {
+        for (name, id) in [("PatchPet", "patchPet"), ("DeletePet", "deletePet")] {
+            let link = &operation["responses"][status]["links"][name];
+            assert_eq!(link["operationId"], id, "{status} {name}");
+            assert_eq!(link["parameters"]["petId"], "$response.body#/id");
+            assert_eq!(link["parameters"]["If-Match"], "$response.header.ETag");
+        }
+    }
+
+    // Idempotency: the key, the replay marker and Retry-After.
+    let key = parameter(&doc, create, "header", "Idempotency-Key");
+    assert_eq!(key["required"], false);
+    assert_eq!(key["schema"]["type"], "string");
+    assert_eq!(
+        header(&doc, create, "201", "Idempotent-Replayed")["required"],
+        false
+    );
+    assert_eq!(header(&doc, create, "409", "Retry-After")["required"], true);
+    for operation in [list, create, get, patch, delete] {
+        assert_eq!(
+            header(&doc, operation, "503", "Retry-After")["required"],
+            false
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_allow_header_lists_the_documented_methods() {
+    // A 405 names exactly the methods the document has for the path, plus HEAD wherever GET is.
+    let doc = source();
+    let server = Server::start();
+    let mut client = server.h1().await;
+    for (path, probe) in [("/pets", "/v1/pets"), ("/pets/{petId}", "/v1/pets/1")] {
+        let mut methods: Vec<String> = doc["paths"][path]
+            .as_object()
+            .expect("a path item")
+            .keys()
+            .filter(|key| ["get", "post", "put", "patch", "delete"].contains(&key.as_str()))
+            .map(|method| method.to_uppercase())
+            .collect();
+        if methods.iter().any(|m| m == "GET") {
+            methods.push("HEAD".to_owned());
+        }
+        let request = client.authed(Method::OPTIONS, probe);
+        let reply = client.send(request, Bytes::new()).await;
+        assert_eq!(reply.status, 405, "OPTIONS {probe}");
+        let allow = reply.header("allow").expect("Allow");
+        let mut allowed: Vec<&str> = allow.split(", ").collect();
+        allowed.sort_unstable();
+        methods.sort_unstable();
+        assert_eq!(allowed, methods, "Allow of {probe}");
+        let description = doc["info"]["description"].as_str().expect("a description");
+        assert!(
+            description.contains(&format!("`Allow: {allow}`")),
+            "info.description gives `Allow: {allow}`"
+        );
+    }
+    server.stop();
 }
