@@ -10,12 +10,13 @@ use std::fmt;
 use std::path::Path;
 use std::time::Duration;
 
-use bytes::Bytes;
+use bytes::{BufMut, Bytes, BytesMut};
 
 use crate::pet::{NewPet, PetId, PetPatch, PetStatus};
 
 mod claims;
 mod redb;
+mod write;
 
 pub use claims::{IdempotencyKey, KeyClaim};
 
@@ -119,6 +120,92 @@ impl fmt::Display for StoreError {
 }
 
 impl std::error::Error for StoreError {}
+/// A page assembled from already-encoded objects: the first `limit` pushed go in, one more
+/// only says that the list goes on.
+pub(crate) struct PageBuilder {
+    array: BytesMut,
+    limit: usize,
+    count: usize,
+    last_id: Option<PetId>,
+    more: bool,
+}
+
+impl PageBuilder {
+    pub(crate) fn new(limit: usize) -> PageBuilder {
+        let mut array = BytesMut::with_capacity(2048);
+        array.put_u8(b'[');
+        PageBuilder {
+            array,
+            limit,
+            count: 0,
+            last_id: None,
+            more: false,
+        }
+    }
+
+    pub(crate) fn push(&mut self, id: PetId, object: &[u8]) {
+        if self.count == self.limit {
+            self.more = true;
+            return;
+        }
+        if self.count > 0 {
+            self.array.put_u8(b',');
+        }
+        self.array.extend_from_slice(object);
+        self.count += 1;
+        self.last_id = Some(id);
+    }
+
+    pub(crate) fn finish(mut self) -> Page {
+        self.array.put_u8(b']');
+        Page {
+            json: self.array.freeze(),
+            last_id: self.last_id,
+            more: self.more,
+        }
+    }
+}
+
+impl Page {
+    pub(crate) fn empty() -> Page {
+        PageBuilder::new(0).finish()
+    }
+}
+
+/// A stored idempotency record, as every backend keeps it.
+pub(crate) struct Record<'a> {
+    pub(crate) fingerprint: &'a [u8],
+    pub(crate) expires_at: u64,
+    pub(crate) id: PetId,
+    pub(crate) json: &'a [u8],
+}
+
+impl Record<'_> {
+    /// The answer this record gives `key` at `now`: none once it has expired, the first
+    /// create's pet (at revision 1, as first answered) for the same fingerprint, and
+    /// `IdempotencyKeyReused` for another.
+    pub(crate) fn answer(
+        &self,
+        key: &IdempotencyKey,
+        now: u64,
+    ) -> Option<Result<Created, StoreError>> {
+        if self.expires_at <= now {
+            return None;
+        }
+        if self.fingerprint != key.fingerprint() {
+            return Some(Err(StoreError::IdempotencyKeyReused));
+        }
+        Some(Ok(Created {
+            pet: StoredPet {
+                id: self.id,
+                revision: 1,
+                json: Bytes::copy_from_slice(self.json),
+            },
+            replayed: true,
+        }))
+    }
+}
+
 /// A handle to the open store; cheap to clone, shared by every connection.
 #[derive(Clone)]
 pub struct Store(Backend);

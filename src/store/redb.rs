@@ -10,21 +10,23 @@ use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::thread;
 use std::time::Duration;
 
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::Bytes;
 use redb::{Database, ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition};
 use tokio::sync::{mpsc, oneshot};
 
 use super::claims::Claims;
-use super::{Created, IdempotencyKey, KeyClaim, Page, Precondition, StoreError, StoredPet};
+use super::{
+    Created, IdempotencyKey, KeyClaim, Page, PageBuilder, Precondition, StoreError, StoredPet,
+};
 use crate::pet::{NewPet, PetId, PetPatch, PetStatus};
 
 mod idempotency;
 mod snapshot;
 mod writer;
 
-use idempotency::Keyed;
+use super::write::{Command, Keyed, Pending, Write, unix_now};
 use snapshot::{Snapshot, Snapshots};
-use writer::{Pending, Write, Writer, write_loop};
+use writer::{Writer, write_loop};
 
 /// Pet id to the pet's JSON object, exactly as the API sends it.
 const PETS: TableDefinition<i64, &[u8]> = TableDefinition::new("pets");
@@ -112,11 +114,6 @@ impl StoreError {
     }
 }
 
-enum Command {
-    Write(Write),
-    Close(oneshot::Sender<()>),
-}
-
 impl RedbStore {
     /// Opens (or creates) the database at `path` with a page cache of at most `cache_bytes`,
     /// checks its schema version and starts the writer; idempotency records answer for
@@ -177,7 +174,7 @@ impl RedbStore {
                 .write(|reply| Write::Create(pet, None, Pending::new(reply)))
                 .await;
         };
-        let now = idempotency::now();
+        let now = unix_now();
         if let Some(answer) =
             self.read(|snapshot| idempotency::find(&snapshot.idempotency, &key, now))?
         {
@@ -415,58 +412,6 @@ fn create_tables(db: &Database) -> Result<(), StoreError> {
         idempotency::create_tables(&txn)?;
     }
     txn.commit().map_err(StoreError::storage)
-}
-
-/// A page assembled from already-encoded objects: the first `limit` pushed go in, one more
-/// only says that the list goes on.
-struct PageBuilder {
-    array: BytesMut,
-    limit: usize,
-    count: usize,
-    last_id: Option<PetId>,
-    more: bool,
-}
-
-impl PageBuilder {
-    fn new(limit: usize) -> PageBuilder {
-        let mut array = BytesMut::with_capacity(2048);
-        array.put_u8(b'[');
-        PageBuilder {
-            array,
-            limit,
-            count: 0,
-            last_id: None,
-            more: false,
-        }
-    }
-
-    fn push(&mut self, id: PetId, object: &[u8]) {
-        if self.count == self.limit {
-            self.more = true;
-            return;
-        }
-        if self.count > 0 {
-            self.array.put_u8(b',');
-        }
-        self.array.extend_from_slice(object);
-        self.count += 1;
-        self.last_id = Some(id);
-    }
-
-    fn finish(mut self) -> Page {
-        self.array.put_u8(b']');
-        Page {
-            json: self.array.freeze(),
-            last_id: self.last_id,
-            more: self.more,
-        }
-    }
-}
-
-impl Page {
-    fn empty() -> Page {
-        PageBuilder::new(0).finish()
-    }
 }
 
 #[cfg(test)]
@@ -983,13 +928,9 @@ mod tests {
                 .expect("replay");
             assert!(again.replayed);
             // From an hour past the TTL, the record is expired: the key makes a new pet...
-            let later = idempotency::now() + 2 * TTL.as_secs();
+            let later = unix_now() + 2 * TTL.as_secs();
             let purge = |now| store.write(move |reply| Write::Purge(now, Pending::new(reply)));
-            assert_eq!(
-                purge(idempotency::now()).await.expect("purge"),
-                0,
-                "still live"
-            );
+            assert_eq!(purge(unix_now()).await.expect("purge"), 0, "still live");
             assert_eq!(purge(later).await.expect("purge"), 1);
             assert_eq!(purge(later).await.expect("purge"), 0);
             let fresh = store

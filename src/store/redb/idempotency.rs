@@ -4,16 +4,14 @@
 //! background task. Invariant: a live record always
 //! names a pet that was committed with it; an expired one answers nothing, purged or not.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
-use bytes::Bytes;
 use redb::{ReadableTable, Table, TableDefinition, WriteTransaction};
 use tokio::sync::{mpsc, oneshot};
 
-use super::Command;
-use super::writer::{Pending, Write};
 use crate::pet::PetId;
-use crate::store::{Created, IdempotencyKey, StoreError, StoredPet};
+use crate::store::write::{Command, Keyed, Pending, Write, unix_now};
+use crate::store::{Created, IdempotencyKey, Record, StoreError, StoredPet};
 
 /// Scope to record: see `encode` for the record's layout.
 pub(super) const IDEMPOTENCY: TableDefinition<[u8; 32], &[u8]> =
@@ -32,12 +30,6 @@ pub(super) const PURGE_BATCH: usize = 1000;
 /// fingerprint (32 bytes), expiry (u64), pet id (i64), then the pet's JSON as first answered.
 const RECORD_HEAD: usize = 32 + 8 + 8;
 
-/// A key with the expiry its record gets if the create goes ahead.
-pub(super) struct Keyed {
-    pub(super) key: IdempotencyKey,
-    pub(super) expires_at: u64,
-}
-
 /// The answer a live record gives `key`, if there is one: the first create's pet for the same
 /// fingerprint, `IdempotencyKeyReused` for another.
 pub(super) fn find(
@@ -48,44 +40,22 @@ pub(super) fn find(
     let Some(record) = records.get(key.scope()).map_err(StoreError::storage)? else {
         return Ok(None);
     };
-    let record = Record::decode(record.value())?;
-    if record.expires_at <= now {
-        return Ok(None);
-    }
-    if record.fingerprint != key.fingerprint() {
-        return Ok(Some(Err(StoreError::IdempotencyKeyReused)));
-    }
-    Ok(Some(Ok(Created {
-        pet: StoredPet {
-            id: record.id,
-            revision: 1,
-            json: Bytes::copy_from_slice(record.json),
-        },
-        replayed: true,
-    })))
+    let record = decode(record.value())?;
+    Ok(record.answer(key, now))
 }
 
-/// A stored record, read.
-struct Record<'a> {
-    fingerprint: [u8; 32],
-    expires_at: u64,
-    id: PetId,
-    json: &'a [u8],
-}
-
-impl<'a> Record<'a> {
-    fn decode(bytes: &'a [u8]) -> Result<Record<'a>, StoreError> {
-        let corrupt = || StoreError::Corrupt("an idempotency record is too short".into());
-        let (head, json) = bytes.split_at_checked(RECORD_HEAD).ok_or_else(corrupt)?;
-        let (fingerprint, rest) = head.split_at(32);
-        let (expires_at, id) = rest.split_at(8);
-        Ok(Record {
-            fingerprint: fingerprint.try_into().map_err(|_| corrupt())?,
-            expires_at: u64::from_be_bytes(expires_at.try_into().map_err(|_| corrupt())?),
-            id: PetId::from_be_bytes(id.try_into().map_err(|_| corrupt())?),
-            json,
-        })
-    }
+/// Reads a record's bytes: see `insert` for the layout.
+fn decode(bytes: &[u8]) -> Result<Record<'_>, StoreError> {
+    let corrupt = || StoreError::Corrupt("an idempotency record is too short".into());
+    let (head, json) = bytes.split_at_checked(RECORD_HEAD).ok_or_else(corrupt)?;
+    let (fingerprint, rest) = head.split_at(32);
+    let (expires_at, id) = rest.split_at(8);
+    Ok(Record {
+        fingerprint,
+        expires_at: u64::from_be_bytes(expires_at.try_into().map_err(|_| corrupt())?),
+        id: PetId::from_be_bytes(id.try_into().map_err(|_| corrupt())?),
+        json,
+    })
 }
 
 /// Writes the record of a create that just stored `pet`, replacing an expired one for the same
@@ -104,7 +74,7 @@ pub(super) fn insert(
     let old = records
         .insert(keyed.key.scope(), bytes.as_slice())
         .map_err(StoreError::write)?
-        .map(|old| Record::decode(old.value()).map(|r| r.expires_at));
+        .map(|old| decode(old.value()).map(|r| r.expires_at));
     if let Some(old_expiry) = old {
         expiry
             .remove((old_expiry?, keyed.key.scope()))
@@ -146,13 +116,6 @@ pub(super) fn create_tables(txn: &WriteTransaction) -> Result<(), StoreError> {
     Ok(())
 }
 
-/// Seconds since the Unix epoch: records outlive restarts, so their expiry is wall-clock time.
-pub(super) fn now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |elapsed| elapsed.as_secs())
-}
-
 /// Purges expired records every `PURGE_INTERVAL`, one batch per write transaction, until none
 /// are left; each batch queues behind the writes already waiting, so a large purge never holds
 /// creates back for more than one batch. Ends with the store.
@@ -167,7 +130,7 @@ pub(super) async fn purge_loop(writer: mpsc::WeakSender<Command>) {
                 return;
             };
             let (reply, answer) = oneshot::channel();
-            let purge = Write::Purge(now(), Pending::new(reply));
+            let purge = Write::Purge(unix_now(), Pending::new(reply));
             if sender.send(Command::Write(purge)).await.is_err() {
                 return;
             }

@@ -12,15 +12,14 @@ use bytes::Bytes;
 use redb::{Database, ReadableTable, Table};
 use tokio::sync::{mpsc, oneshot};
 
-use super::idempotency::{self, IDEMPOTENCY, IDEMPOTENCY_EXPIRY, Keyed};
+use super::idempotency::{self, IDEMPOTENCY, IDEMPOTENCY_EXPIRY};
 use super::{
-    Command, Created, META, META_NEXT_ID, PETS, PETS_BY_STATUS, Precondition, REVISIONS, Shared,
-    StoreError, StoredPet, open_database,
+    Created, META, META_NEXT_ID, PETS, PETS_BY_STATUS, Precondition, REVISIONS, Shared, StoreError,
+    StoredPet, open_database,
 };
 use crate::pet::{NewPet, Pet, PetId, PetPatch};
+use crate::store::write::{Command, Keyed, MAX_BATCH, Write, gather, unix_now};
 
-/// How many queued creates one transaction may take; bounds the latency of the batch.
-const MAX_BATCH: usize = 1024;
 /// After a reopen, the next waits this long. A disk that stays full fails every batch, and
 /// each reopen repairs the file while reads get 503: between reopens, creates fail at once
 /// (redb still refuses them) and reads go on from the database as it was.
@@ -49,28 +48,7 @@ pub(super) fn write_loop(
     let mut batch = Vec::with_capacity(MAX_BATCH);
     let mut stats = WriteStats::default();
     while let Some(first) = queue.blocking_recv() {
-        let mut closing = None;
-        let mut next = Some(first);
-        while let Some(command) = next.take() {
-            match command {
-                Command::Write(write) => batch.push(write),
-                Command::Close(done) => {
-                    closing = Some(done);
-                    break;
-                }
-            }
-            if batch.len() < MAX_BATCH {
-                next = queue.try_recv().ok();
-            }
-        }
-        if closing.is_some() {
-            // Writes already queued behind the close were accepted by a caller that is
-            // waiting: write them too rather than drop them.
-            while let Ok(Command::Write(write)) = queue.try_recv() {
-                batch.push(write);
-            }
-            queue.close();
-        }
+        let closing = gather(first, &mut queue, &mut batch);
         if !batch.is_empty() {
             let changed = writer.commit_batch(&mut batch);
             // A batch that changed nothing was aborted, not committed.
@@ -84,68 +62,6 @@ pub(super) fn write_loop(
     }
     stats.report();
     None
-}
-
-/// A write waiting for its transaction: what to do and whom to answer.
-pub(super) enum Write {
-    Create(NewPet, Option<Keyed>, Pending<Created>),
-    Patch(PetId, PetPatch, Precondition, Pending<StoredPet>),
-    Delete(PetId, Precondition, Pending<()>),
-    /// Remove records that expired by this Unix time; answers how many.
-    Purge(u64, Pending<usize>),
-}
-
-/// A caller waiting for one write, and that write's outcome once the transaction has run it.
-pub(super) struct Pending<T> {
-    reply: oneshot::Sender<Result<T, StoreError>>,
-    outcome: Option<Result<T, StoreError>>,
-}
-
-impl<T> Pending<T> {
-    pub(super) fn new(reply: oneshot::Sender<Result<T, StoreError>>) -> Pending<T> {
-        Pending {
-            reply,
-            outcome: None,
-        }
-    }
-
-    /// Answers the caller: its outcome if the transaction committed, else the failure.
-    fn answer(self, failure: Option<&StoreError>) {
-        let result = match (failure, self.outcome) {
-            (Some(e), _) => Err(e.clone()),
-            (None, Some(outcome)) => outcome,
-            (None, None) => Err(StoreError::Corrupt("a write ran without an outcome".into())),
-        };
-        let _ = self.reply.send(result);
-    }
-}
-
-impl Write {
-    fn answer(self, failure: Option<&StoreError>) {
-        match self {
-            Write::Create(_, keyed, pending) => {
-                // The claim ends before the answer leaves: a client that got its 201 and
-                // retries at once must get the replay, not a 409.
-                drop(keyed);
-                pending.answer(failure);
-            }
-            Write::Patch(.., pending) => pending.answer(failure),
-            Write::Delete(.., pending) => pending.answer(failure),
-            Write::Purge(_, pending) => pending.answer(failure),
-        }
-    }
-
-    /// Whether this write, once run, changed anything that needs a commit.
-    fn changed(&self) -> bool {
-        match self {
-            Write::Create(_, _, pending) => {
-                matches!(&pending.outcome, Some(Ok(created)) if !created.replayed)
-            }
-            Write::Patch(.., pending) => matches!(pending.outcome, Some(Ok(_))),
-            Write::Delete(.., pending) => matches!(pending.outcome, Some(Ok(()))),
-            Write::Purge(_, pending) => matches!(pending.outcome, Some(Ok(n)) if n > 0),
-        }
-    }
 }
 
 impl Writer {
@@ -280,7 +196,7 @@ fn write_batch(db: &Database, batch: &mut [Write]) -> Result<bool, StoreError> {
                 .open_table(IDEMPOTENCY_EXPIRY)
                 .map_err(StoreError::write)?,
             next_id,
-            now: idempotency::now(),
+            now: unix_now(),
         };
         for write in batch.iter_mut() {
             tables.run(write)?;
