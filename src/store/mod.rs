@@ -15,6 +15,9 @@ use bytes::Bytes;
 use crate::pet::{NewPet, PetId, PetPatch, PetStatus};
 
 mod claims;
+// Temporary, until store/postgres.rs declares it: the PostgreSQL connection settings.
+#[path = "postgres/connect.rs"]
+pub mod connect;
 mod redb;
 
 pub use claims::{IdempotencyKey, KeyClaim};
