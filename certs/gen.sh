@@ -56,6 +56,16 @@ sign_leaf() {
   rm -f "$TMP/leaf.csr"
 }
 
+# --- A second CA that signs nothing here: a chain it does not know ----------
+# Its key is thrown away; tests trust only this certificate and expect the dev-ca chain refused.
+openssl genpkey -quiet -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "$TMP/other-ca.key"
+openssl req -x509 -new -key "$TMP/other-ca.key" -sha256 -days "$DAYS" \
+  -subj "/CN=petstore other development CA (NOT FOR PRODUCTION)" \
+  -addext "basicConstraints=critical,CA:TRUE" \
+  -addext "keyUsage=critical,keyCertSign,cRLSign" \
+  -addext "subjectKeyIdentifier=hash" \
+  -out dev-other-ca.pem
+
 # --- Server: ECDSA P-256, PKCS#8 key + SEC1 copy -----------------------------
 openssl genpkey -quiet -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out dev-server.key
 openssl ec -in dev-server.key -out dev-server-sec1.key 2>/dev/null

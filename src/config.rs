@@ -1,14 +1,23 @@
 //! The command line: clap's `Cli` (every flag also read from `PETSTORE_*`), the `new-key`
 //! subcommand, and the validated `Config` the server starts from. It opens no file and no
-//! socket: it only says what the operator asked for.
+//! socket: it only says what the operator asked for. `--db` is classified here (a redb path
+//! or a PostgreSQL URL); the URL itself is checked by `store::connect`.
 
+use std::ffi::OsString;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use anyhow::bail;
 use clap::{Parser, Subcommand, ValueEnum};
 
-/// petstore: the Animal Store API over HTTPS, stored in one redb file.
+/// Connections to PostgreSQL the pool keeps at most, when `--db-pool-size` is not given.
+pub const DEFAULT_DB_POOL_SIZE: usize = 16;
+
+/// The longest a PostgreSQL statement may run, when `--db-statement-timeout` is not given.
+pub const DEFAULT_DB_STATEMENT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// petstore: the Animal Store API over HTTPS, stored in a redb file or in PostgreSQL.
 #[derive(Debug, Parser)]
 #[command(
     name = "petstore",
@@ -25,9 +34,41 @@ pub struct Cli {
     #[arg(long, env = "PETSTORE_LISTEN", default_value = "127.0.0.1:8443")]
     listen: SocketAddr,
 
-    /// The redb database file; created if missing.
-    #[arg(long, env = "PETSTORE_DB", default_value = "pets.redb")]
-    db: PathBuf,
+    /// Where the pets are kept: a redb file, created if missing, or a PostgreSQL URL
+    /// (libpq syntax) such as
+    /// `postgresql://petstore@db1:5432,db2:5432/pets?target_session_attrs=read-write&sslmode=verify-full`;
+    /// its password comes from --db-password-file, never from the URL.
+    #[arg(
+        long,
+        env = "PETSTORE_DB",
+        default_value = "pets.redb",
+        value_name = "PATH|URL"
+    )]
+    db: OsString,
+
+    /// PostgreSQL only: file holding the database password (a trailing line break is
+    /// ignored), e.g. `$CREDENTIALS_DIRECTORY/db-password` with systemd's LoadCredential=.
+    #[arg(long, env = "PETSTORE_DB_PASSWORD_FILE", value_name = "PATH")]
+    db_password_file: Option<PathBuf>,
+
+    /// PostgreSQL only: PEM file with the CA certificates that sign the server's
+    /// certificate; without it, sslmode=verify-ca and verify-full use the system's roots.
+    #[arg(long, env = "PETSTORE_DB_CA", value_name = "PATH")]
+    db_ca: Option<PathBuf>,
+
+    /// PostgreSQL only: connections the pool keeps at most [default: 16].
+    #[arg(long, env = "PETSTORE_DB_POOL_SIZE", value_name = "COUNT", value_parser = clap::value_parser!(u32).range(1..))]
+    db_pool_size: Option<u32>,
+
+    /// PostgreSQL only: the longest one statement may run, e.g. `500ms`, `5s`, `1m`
+    /// [default: 5s].
+    #[arg(
+        long,
+        env = "PETSTORE_DB_STATEMENT_TIMEOUT",
+        value_name = "DURATION",
+        value_parser = parse_statement_timeout
+    )]
+    db_statement_timeout: Option<Duration>,
 
     /// PEM file with the server certificate, followed by any intermediates.
     #[arg(long, env = "PETSTORE_TLS_CERT", required = true)]
@@ -144,11 +185,49 @@ pub enum Action {
     NewKey { label: String },
 }
 
+/// Where the pets are kept, as `--db` says.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Database {
+    /// The embedded redb file.
+    Redb(PathBuf),
+    /// A PostgreSQL server, by its `postgres://` or `postgresql://` URL, not yet checked.
+    Postgres(String),
+}
+
+impl Database {
+    /// Classifies a `--db` value: a `postgres://` or `postgresql://` URL (scheme in any case),
+    /// another `scheme://` (refused), or else a redb file path.
+    fn from_flag(value: OsString) -> anyhow::Result<Database> {
+        // A path that is not UTF-8 cannot be a URL.
+        let Some(text) = value.to_str() else {
+            return Ok(Database::Redb(value.into()));
+        };
+        let Some((scheme, _)) = text.split_once("://") else {
+            return Ok(Database::Redb(value.into()));
+        };
+        if scheme.eq_ignore_ascii_case("postgres") || scheme.eq_ignore_ascii_case("postgresql") {
+            return Ok(Database::Postgres(text.to_owned()));
+        }
+        bail!(
+            "--db: unsupported scheme {scheme:?}; use a redb file path (e.g. pets.redb) or a \
+             postgres:// or postgresql:// URL"
+        )
+    }
+}
+
 /// Everything the server needs to start, already checked for presence.
 #[derive(Clone, Debug)]
 pub struct Config {
     pub listen: SocketAddr,
-    pub db: PathBuf,
+    pub db: Database,
+    /// PostgreSQL only: the file holding the password.
+    pub db_password_file: Option<PathBuf>,
+    /// PostgreSQL only: the PEM file of CA certificates to verify the server against.
+    pub db_ca: Option<PathBuf>,
+    /// PostgreSQL only: connections the pool keeps at most; at least 1.
+    pub db_pool_size: usize,
+    /// PostgreSQL only: the longest one statement may run.
+    pub db_statement_timeout: Duration,
     pub tls_cert: PathBuf,
     pub tls_key: PathBuf,
     pub api_keys: PathBuf,
@@ -174,9 +253,40 @@ impl Cli {
         // clap enforces `required` whenever no subcommand is given, so these are present; the
         // errors below only guard against that attribute being dropped.
         let missing = |flag: &str| anyhow::anyhow!("{flag} is required");
+        let db = Database::from_flag(self.db)?;
+        if let Database::Redb(path) = &db {
+            let given: Vec<&str> = [
+                ("--db-password-file", self.db_password_file.is_some()),
+                ("--db-ca", self.db_ca.is_some()),
+                ("--db-pool-size", self.db_pool_size.is_some()),
+                (
+                    "--db-statement-timeout",
+                    self.db_statement_timeout.is_some(),
+                ),
+            ]
+            .into_iter()
+            .filter_map(|(flag, is_given)| is_given.then_some(flag))
+            .collect();
+            if !given.is_empty() {
+                bail!(
+                    "{}: PostgreSQL only, but --db is the redb file {} (a PostgreSQL --db is \
+                     a postgres:// or postgresql:// URL)",
+                    given.join(", "),
+                    path.display()
+                );
+            }
+        }
         Ok(Action::Serve(Box::new(Config {
             listen: self.listen,
-            db: self.db,
+            db,
+            db_password_file: self.db_password_file,
+            db_ca: self.db_ca,
+            db_pool_size: self
+                .db_pool_size
+                .map_or(DEFAULT_DB_POOL_SIZE, |size| size as usize),
+            db_statement_timeout: self
+                .db_statement_timeout
+                .unwrap_or(DEFAULT_DB_STATEMENT_TIMEOUT),
             tls_cert: self.tls_cert.ok_or_else(|| missing("--tls-cert"))?,
             tls_key: self.tls_key.ok_or_else(|| missing("--tls-key"))?,
             api_keys: self.api_keys.ok_or_else(|| missing("--api-keys"))?,
@@ -204,6 +314,16 @@ fn parse_ttl(text: &str) -> Result<Duration, String> {
     Ok(ttl)
 }
 
+/// A statement timeout as humantime writes it (`500ms`, `5s`, `1m`), at least a millisecond:
+/// PostgreSQL counts it in whole milliseconds and reads 0 as no limit.
+fn parse_statement_timeout(text: &str) -> Result<Duration, String> {
+    let timeout = humantime::parse_duration(text).map_err(|e| e.to_string())?;
+    if timeout < Duration::from_millis(1) {
+        return Err("must be at least 1ms".into());
+    }
+    Ok(timeout)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -229,7 +349,7 @@ mod tests {
             panic!("expected a serve action");
         };
         assert_eq!(config.listen, "127.0.0.1:8443".parse().expect("address"));
-        assert_eq!(config.db, PathBuf::from("pets.redb"));
+        assert_eq!(config.db, Database::Redb(PathBuf::from("pets.redb")));
         assert_eq!(config.shutdown_timeout, Duration::from_secs(10));
         assert_eq!(config.idempotency_ttl, Duration::from_secs(24 * 3600));
         assert_eq!(
@@ -245,6 +365,123 @@ mod tests {
         assert_eq!(parse_ttl("7d"), Ok(Duration::from_secs(7 * 86400)));
         for bad in ["", "10", "0s", "500ms", "soon"] {
             assert!(parse_ttl(bad).is_err(), "{bad}");
+        }
+    }
+
+    const SERVE: [&str; 7] = [
+        "petstore",
+        "--tls-cert",
+        "c.pem",
+        "--tls-key",
+        "k.pem",
+        "--api-keys",
+        "keys",
+    ];
+
+    fn serve(flags: &[&str]) -> anyhow::Result<Config> {
+        let args = SERVE.iter().chain(flags);
+        match Cli::try_parse_from(args)?.into_action()? {
+            Action::Serve(config) => Ok(*config),
+            Action::NewKey { .. } => panic!("expected a serve action"),
+        }
+    }
+
+    #[test]
+    fn a_postgres_url_in_any_case_is_postgresql_and_anything_else_a_path() {
+        for url in [
+            "postgres://app@db/pets",
+            "postgresql://app@h1:5432,h2:5432/pets?target_session_attrs=read-write",
+            "PostgreSQL://app@db/pets",
+            "POSTGRES://app@db/pets",
+        ] {
+            let config = serve(&["--db", url]).expect("parses");
+            assert_eq!(config.db, Database::Postgres(url.to_owned()));
+        }
+        for path in [
+            "pets.redb",
+            "/var/lib/petstore/pets.redb",
+            "postgres",
+            "postgres:db",
+        ] {
+            let config = serve(&["--db", path]).expect("parses");
+            assert_eq!(config.db, Database::Redb(PathBuf::from(path)));
+        }
+    }
+
+    #[test]
+    fn another_scheme_is_refused_with_the_accepted_forms() {
+        let error = serve(&["--db", "mysql://app@db/pets"]).expect_err("refused");
+        assert_eq!(
+            format!("{error:#}"),
+            "--db: unsupported scheme \"mysql\"; use a redb file path (e.g. pets.redb) or a \
+             postgres:// or postgresql:// URL"
+        );
+    }
+
+    #[test]
+    fn the_postgresql_flags_default_and_are_kept() {
+        let url = ["--db", "postgres://app@db/pets"];
+        let config = serve(&url).expect("parses");
+        assert_eq!(
+            (
+                config.db_password_file,
+                config.db_ca,
+                config.db_pool_size,
+                config.db_statement_timeout
+            ),
+            (None, None, 16, Duration::from_secs(5))
+        );
+        let flags = [
+            "--db-password-file",
+            "/run/credentials/petstore.service/db-password",
+            "--db-ca",
+            "ca.pem",
+            "--db-pool-size",
+            "4",
+            "--db-statement-timeout",
+            "1500ms",
+        ];
+        let config = serve(&[&url[..], &flags[..]].concat()).expect("parses");
+        assert_eq!(
+            config.db_password_file,
+            Some(PathBuf::from(
+                "/run/credentials/petstore.service/db-password"
+            ))
+        );
+        assert_eq!(config.db_ca, Some(PathBuf::from("ca.pem")));
+        assert_eq!(config.db_pool_size, 4);
+        assert_eq!(config.db_statement_timeout, Duration::from_millis(1500));
+    }
+
+    #[test]
+    fn a_pool_size_is_at_least_one_and_a_statement_timeout_at_least_a_millisecond() {
+        let url = ["--db", "postgres://app@db/pets"];
+        for bad in [
+            ["--db-pool-size", "0"],
+            ["--db-pool-size", "many"],
+            ["--db-statement-timeout", "0s"],
+            ["--db-statement-timeout", "5"],
+        ] {
+            assert!(serve(&[&url[..], &bad[..]].concat()).is_err(), "{bad:?}");
+        }
+        assert_eq!(parse_statement_timeout("1ms"), Ok(Duration::from_millis(1)));
+        assert!(parse_statement_timeout("500us").is_err());
+    }
+
+    #[test]
+    fn the_postgresql_flags_are_refused_with_a_redb_file() {
+        let error = serve(&["--db-pool-size", "4", "--db-ca", "ca.pem"]).expect_err("refused");
+        assert_eq!(
+            format!("{error:#}"),
+            "--db-ca, --db-pool-size: PostgreSQL only, but --db is the redb file pets.redb \
+             (a PostgreSQL --db is a postgres:// or postgresql:// URL)"
+        );
+        for flag in [
+            ["--db-password-file", "pw"],
+            ["--db-statement-timeout", "5s"],
+        ] {
+            let error = serve(&flag).expect_err("refused");
+            assert!(format!("{error:#}").starts_with(flag[0]), "{error:#}");
         }
     }
 

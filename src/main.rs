@@ -25,7 +25,7 @@ use std::sync::Arc;
 use anyhow::Context;
 use clap::Parser;
 
-use crate::config::{Action, Cli, Config, LogFormat};
+use crate::config::{Action, Cli, Config, Database, LogFormat};
 
 fn main() -> ExitCode {
     match run(Cli::parse()) {
@@ -68,10 +68,26 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("listening on {}", config.listen))?;
     let address = listener.local_addr().context("reading the bound address")?;
-    let (store, pets) = store::Store::open(&config.db, config.cache_bytes, config.idempotency_ttl)
-        .with_context(|| format!("opening database {}", config.db.display()))?;
-
-    tracing::info!(path = %config.db.display(), pets, "database open");
+    let store = match &config.db {
+        Database::Redb(path) => {
+            let (store, pets) =
+                store::Store::open(path, config.cache_bytes, config.idempotency_ttl)
+                    .with_context(|| format!("opening database {}", path.display()))?;
+            tracing::info!(path = %path.display(), pets, "database open");
+            store
+        }
+        Database::Postgres(url) => {
+            // Checked in full first, so a bad URL or password file is what gets reported.
+            let _target = store::connect::parse(
+                url,
+                config.db_password_file.as_deref(),
+                config.db_ca.as_deref(),
+                config.db_pool_size,
+                config.db_statement_timeout,
+            )?;
+            anyhow::bail!("PostgreSQL store not built yet");
+        }
+    };
     tracing::info!(keys = keys.len(), "API keys loaded");
     tracing::info!(%address, "listening on");
     lifecycle::notify(lifecycle::State::Ready);

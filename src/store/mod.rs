@@ -15,6 +15,9 @@ use bytes::{BufMut, Bytes, BytesMut};
 use crate::pet::{NewPet, PetId, PetPatch, PetStatus};
 
 mod claims;
+// Temporary, until store/postgres.rs declares it: the PostgreSQL connection settings.
+#[path = "postgres/connect.rs"]
+pub mod connect;
 mod redb;
 mod write;
 
