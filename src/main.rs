@@ -68,7 +68,12 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("listening on {}", config.listen))?;
     let address = listener.local_addr().context("reading the bound address")?;
-    let (store, pets) = store::Store::open(&config.db, config.cache_bytes, config.idempotency_ttl)
+    let location = store::Location::Redb {
+        path: config.db.clone(),
+        cache_bytes: config.cache_bytes,
+    };
+    let (store, pets) = store::Store::open(location, config.idempotency_ttl)
+        .await
         .with_context(|| format!("opening database {}", config.db.display()))?;
 
     tracing::info!(path = %config.db.display(), pets, "database open");
