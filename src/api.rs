@@ -316,12 +316,13 @@ mod tests {
             .build()
             .expect("runtime");
         runtime.block_on(async {
-            let (store, _) = Store::open(
-                &dir.path().join("pets.redb"),
-                1 << 20,
-                Duration::from_secs(60),
-            )
-            .expect("open");
+            let location = crate::store::Location::Redb {
+                path: dir.path().join("pets.redb"),
+                cache_bytes: 1 << 20,
+            };
+            let (store, _) = Store::open(location, Duration::from_secs(60))
+                .await
+                .expect("open");
             let ok = healthz(&store).await.expect("healthy");
             assert_eq!(
                 (ok.status, &ok.body[..]),

@@ -68,26 +68,30 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("listening on {}", config.listen))?;
     let address = listener.local_addr().context("reading the bound address")?;
-    let store = match &config.db {
-        Database::Redb(path) => {
-            let (store, pets) =
-                store::Store::open(path, config.cache_bytes, config.idempotency_ttl)
-                    .with_context(|| format!("opening database {}", path.display()))?;
-            tracing::info!(path = %path.display(), pets, "database open");
-            store
-        }
-        Database::Postgres(url) => {
-            // Checked in full first, so a bad URL or password file is what gets reported.
-            let _target = store::connect::parse(
+    let (location, name) = match &config.db {
+        Database::Redb(path) => (
+            store::Location::Redb {
+                path: path.clone(),
+                cache_bytes: config.cache_bytes,
+            },
+            path.display().to_string(),
+        ),
+        // The URL never holds a password (`--db-password-file` does), so it may be shown.
+        Database::Postgres(url) => (
+            store::Location::Postgres(Box::new(store::parse_postgres(
                 url,
                 config.db_password_file.as_deref(),
                 config.db_ca.as_deref(),
                 config.db_pool_size,
                 config.db_statement_timeout,
-            )?;
-            anyhow::bail!("PostgreSQL store not built yet");
-        }
+            )?)),
+            url.clone(),
+        ),
     };
+    let (store, pets) = store::Store::open(location, config.idempotency_ttl)
+        .await
+        .with_context(|| format!("opening database {name}"))?;
+    tracing::info!(database = %name, pets, "database open");
     tracing::info!(keys = keys.len(), "API keys loaded");
     tracing::info!(%address, "listening on");
     lifecycle::notify(lifecycle::State::Ready);

@@ -1,13 +1,13 @@
 //! The store interface: what the service needs of a pet database (create, get, list a page
 //! after a cursor, patch, delete, idempotency records, health, close), its result types and
 //! `StoreError`, by meaning. Each backend lives in its own module and no engine type crosses
-//! this one: `redb` is the embedded file, the default. Invariants every backend keeps: an
+//! this one: `redb` is the embedded file, the default; `postgres` serves several instances. Invariants every backend keeps: an
 //! answer leaves only after its change is durable; ids are unique, never reused, and increase
 //! in commit order, so a cursor walk sees every lasting pet once; a pet, its status index
 //! entry, its revision and its idempotency record change together or not at all.
 
 use std::fmt;
-use std::path::Path;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use bytes::{BufMut, Bytes, BytesMut};
@@ -15,13 +15,16 @@ use bytes::{BufMut, Bytes, BytesMut};
 use crate::pet::{NewPet, PetId, PetPatch, PetStatus};
 
 mod claims;
-// Temporary, until store/postgres.rs declares it: the PostgreSQL connection settings.
-#[path = "postgres/connect.rs"]
-pub mod connect;
+#[cfg(test)]
+mod pg_cluster;
+mod postgres;
 mod redb;
+#[cfg(test)]
+mod suite;
 mod write;
 
 pub use claims::{IdempotencyKey, KeyClaim};
+pub use postgres::connect::{PgTarget, parse as parse_postgres};
 
 /// A pet as the store keeps it: its id, its revision (1 at creation, one more with every
 /// change) and its JSON object.
@@ -216,28 +219,51 @@ pub struct Store(Backend);
 #[derive(Clone)]
 enum Backend {
     Redb(redb::RedbStore),
+    Postgres(postgres::PgStore),
+}
+
+/// Which store to open.
+pub enum Location {
+    /// The embedded redb file, with a page cache of at most `cache_bytes`.
+    Redb { path: PathBuf, cache_bytes: usize },
+    /// A PostgreSQL database, shared by any number of instances.
+    Postgres(Box<PgTarget>),
+}
+
+/// Runs the same future on whichever backend the store has.
+macro_rules! on_backend {
+    ($store:expr, $backend:ident => $call:expr) => {
+        match $store {
+            Backend::Redb($backend) => $call,
+            Backend::Postgres($backend) => $call,
+        }
+    };
 }
 
 impl Store {
-    /// Opens (or creates) the redb database at `path` with a page cache of at most
-    /// `cache_bytes`; idempotency records answer for `idempotency_ttl`. Returns the store and
-    /// the number of pets it holds.
-    pub fn open(
-        path: &Path,
-        cache_bytes: usize,
+    /// Opens (or creates) the store at `location`; idempotency records answer for
+    /// `idempotency_ttl`. Returns the store and the number of pets it holds.
+    pub async fn open(
+        location: Location,
         idempotency_ttl: Duration,
     ) -> Result<(Store, u64), StoreError> {
-        let (store, pets) = redb::RedbStore::open(path, cache_bytes, idempotency_ttl)?;
-        Ok((Store(Backend::Redb(store)), pets))
+        match location {
+            Location::Redb { path, cache_bytes } => {
+                let (store, pets) = redb::RedbStore::open(&path, cache_bytes, idempotency_ttl)?;
+                Ok((Store(Backend::Redb(store)), pets))
+            }
+            Location::Postgres(target) => {
+                let (store, pets) = postgres::PgStore::open(*target, idempotency_ttl).await?;
+                Ok((Store(Backend::Postgres(store)), pets))
+            }
+        }
     }
 
     /// Claims an idempotency scope for one request, or `IdempotencyKeyInFlight` while another
     /// request holds it. Claimed before the request's body is read, so a retry sent while the
     /// first request is still arriving is told so.
     pub fn claim_key(&self, scope: [u8; 32]) -> Result<KeyClaim, StoreError> {
-        match &self.0 {
-            Backend::Redb(store) => store.claim_key(scope),
-        }
+        on_backend!(&self.0, store => store.claim_key(scope))
     }
 
     /// Adds a pet; resolves once it is durably committed. With an idempotency key, a live
@@ -248,9 +274,7 @@ impl Store {
         pet: NewPet,
         key: Option<IdempotencyKey>,
     ) -> Result<Created, StoreError> {
-        match &self.0 {
-            Backend::Redb(store) => store.create(pet, key).await,
-        }
+        on_backend!(&self.0, store => store.create(pet, key).await)
     }
 
     /// Applies `patch` to the pet `id` if its revision meets `precondition`; returns the pet
@@ -261,23 +285,17 @@ impl Store {
         patch: PetPatch,
         precondition: Precondition,
     ) -> Result<StoredPet, StoreError> {
-        match &self.0 {
-            Backend::Redb(store) => store.patch(id, patch, precondition).await,
-        }
+        on_backend!(&self.0, store => store.patch(id, patch, precondition).await)
     }
 
     /// Removes the pet `id` if its revision meets `precondition`.
     pub async fn delete(&self, id: PetId, precondition: Precondition) -> Result<(), StoreError> {
-        match &self.0 {
-            Backend::Redb(store) => store.delete(id, precondition).await,
-        }
+        on_backend!(&self.0, store => store.delete(id, precondition).await)
     }
 
     /// The pet with this id.
     pub async fn get(&self, id: PetId) -> Result<Option<StoredPet>, StoreError> {
-        match &self.0 {
-            Backend::Redb(store) => store.get(id).await,
-        }
+        on_backend!(&self.0, store => store.get(id).await)
     }
 
     /// Up to `limit` pets with ids above `after`, in ascending id order, only those with
@@ -288,22 +306,16 @@ impl Store {
         after: Option<PetId>,
         limit: usize,
     ) -> Result<Page, StoreError> {
-        match &self.0 {
-            Backend::Redb(store) => store.list(status, after, limit).await,
-        }
+        on_backend!(&self.0, store => store.list(status, after, limit).await)
     }
 
     /// Whether the store can serve now.
     pub async fn check(&self) -> Result<(), StoreError> {
-        match &self.0 {
-            Backend::Redb(store) => store.check().await,
-        }
+        on_backend!(&self.0, store => store.check().await)
     }
 
     /// Finishes the writes already queued and closes the store; later calls get `Closed`.
     pub async fn close(self) {
-        match self.0 {
-            Backend::Redb(store) => store.close().await,
-        }
+        on_backend!(self.0, store => store.close().await)
     }
 }

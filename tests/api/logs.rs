@@ -11,7 +11,7 @@ async fn startup_lines_give_the_address_database_pets_and_keys() {
     let logs = server.logs();
     let db = server.db_path().display().to_string();
     assert!(
-        logs.contains(&format!("database open path={db} pets=0")),
+        logs.contains(&format!("database open database={db} pets=0")),
         "{logs}"
     );
     assert!(logs.contains("API keys loaded keys=1"), "{logs}");

@@ -35,10 +35,6 @@ pub struct PgTarget {
     /// TLS mode is only `Disable`, `Prefer` or `Require`: `tls` decides what is verified.
     pub config: tokio_postgres::Config,
     /// The rustls connector (ring), verifying the server as the URL's `sslmode` asks.
-    #[expect(
-        dead_code,
-        reason = "read by the PostgreSQL backend (store/postgres.rs), written in parallel"
-    )]
     pub tls: MakeRustlsConnect,
     /// Connections the pool keeps at most; at least 1.
     pub pool_size: usize,

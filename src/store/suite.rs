@@ -1,0 +1,337 @@
+//! The store suite: the same test functions run against every backend, so the redb file and
+//! PostgreSQL keep one contract (pages after a cursor, revisions and preconditions, deletes,
+//! idempotency records, ids). Each function gets a fresh, empty store. PostgreSQL runs in a
+//! throwaway cluster (`pg_cluster.rs`) shared by the tests running at the same time, one
+//! database each.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::time::Duration;
+
+use super::pg_cluster::Cluster;
+use super::*;
+use crate::pet::PetPatch;
+
+const TTL: Duration = Duration::from_secs(3600);
+
+fn new_pet(name: &str, status: Option<PetStatus>) -> NewPet {
+    NewPet {
+        name: name.into(),
+        category_id: 1,
+        status,
+    }
+}
+
+async fn add(store: &Store, pet: NewPet) -> Result<StoredPet, StoreError> {
+    store.create(pet, None).await.map(|created| created.pet)
+}
+
+fn key(store: &Store, scope: u8, fingerprint: u8) -> IdempotencyKey {
+    store
+        .claim_key([scope; 32])
+        .expect("no other request holds the key")
+        .for_pet([fingerprint; 32])
+}
+
+fn sold() -> PetPatch {
+    PetPatch {
+        status: Some(Some(PetStatus::Sold)),
+        ..PetPatch::default()
+    }
+}
+
+/// The ids a list shows, first page of 100.
+async fn ids(store: &Store, status: Option<PetStatus>) -> Vec<i64> {
+    let page = store.list(status, None, 100).await.expect("list");
+    let pets: serde_json::Value = serde_json::from_slice(&page.json).expect("json");
+    let pets = pets.as_array().expect("an array").clone();
+    pets.iter()
+        .map(|pet| pet["id"].as_i64().expect("id"))
+        .collect()
+}
+
+pub(super) async fn ids_start_at_one_and_a_created_pet_reads_back(store: Store) {
+    let store = &store;
+    let first = add(store, new_pet("a", None)).await.expect("create");
+    let second = add(store, new_pet("b", Some(PetStatus::Pending)))
+        .await
+        .expect("create");
+    assert_eq!((first.id, second.id), (1, 2));
+    assert_eq!(&first.json[..], br#"{"id":1,"name":"a","categoryId":1}"#);
+    let read = store.get(2).await.expect("get").expect("stored");
+    assert_eq!((read.revision, read.json), (1, second.json));
+    assert!(store.get(3).await.expect("get").is_none());
+    store.check().await.expect("healthy");
+}
+
+pub(super) async fn concurrent_creates_get_unique_ids_in_the_order_they_are_listed(store: Store) {
+    let store = &store;
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..64 {
+        let store = store.clone();
+        tasks.spawn(async move {
+            let status = (i % 3 == 0).then_some(PetStatus::Available);
+            add(&store, new_pet("c", status)).await.expect("create").id
+        });
+    }
+    let mut created = tasks.join_all().await;
+    created.sort_unstable();
+    assert_eq!(created, (1..=64).collect::<Vec<_>>());
+    assert_eq!(ids(store, None).await, created);
+    let available: Vec<i64> = (1..=64).filter(|id| (id - 1) % 3 == 0).collect();
+    assert_eq!(
+        ids(store, Some(PetStatus::Available)).await.len(),
+        available.len()
+    );
+}
+
+pub(super) async fn a_page_starts_after_its_cursor_and_says_whether_more_follow(store: Store) {
+    let store = &store;
+    for i in 0..5 {
+        let status = (i % 2 == 0).then_some(PetStatus::Sold);
+        add(store, new_pet("a", status)).await.expect("create");
+    }
+    let page = store.list(None, Some(2), 2).await.expect("list");
+    assert_eq!((page.last_id, page.more), (Some(4), true));
+    let page = store.list(None, Some(3), 2).await.expect("list");
+    assert_eq!((page.last_id, page.more), (Some(5), false));
+    let page = store
+        .list(Some(PetStatus::Sold), Some(1), 2)
+        .await
+        .expect("list");
+    assert_eq!((page.last_id, page.more), (Some(5), false));
+    let page = store
+        .list(Some(PetStatus::Sold), None, 3)
+        .await
+        .expect("list");
+    assert_eq!(
+        (page.last_id, page.more),
+        (Some(5), false),
+        "exactly a page"
+    );
+    let end = store.list(None, Some(i64::MAX), 20).await.expect("list");
+    assert_eq!(
+        (&end.json[..], end.last_id, end.more),
+        (&b"[]"[..], None, false)
+    );
+}
+
+pub(super) async fn a_patch_moves_the_index_entry_and_bumps_the_revision(store: Store) {
+    let store = &store;
+    let pet = add(store, new_pet("a", Some(PetStatus::Available)))
+        .await
+        .expect("create");
+    assert_eq!(pet.revision, 1);
+    let patched = store
+        .patch(pet.id, sold(), Precondition::RevisionIn(vec![1]))
+        .await
+        .expect("patch");
+    assert_eq!(patched.revision, 2);
+    assert_eq!(
+        &patched.json[..],
+        br#"{"id":1,"name":"a","categoryId":1,"status":"sold"}"#
+    );
+    assert_eq!(
+        ids(store, Some(PetStatus::Available)).await,
+        Vec::<i64>::new()
+    );
+    assert_eq!(ids(store, Some(PetStatus::Sold)).await, vec![1]);
+    assert_eq!(
+        store.get(1).await.expect("get").map(|p| p.revision),
+        Some(2)
+    );
+    let removed = PetPatch {
+        status: Some(None),
+        ..PetPatch::default()
+    };
+    let patched = store
+        .patch(1, removed, Precondition::None)
+        .await
+        .expect("patch");
+    assert_eq!(&patched.json[..], br#"{"id":1,"name":"a","categoryId":1}"#);
+    assert_eq!(ids(store, Some(PetStatus::Sold)).await, Vec::<i64>::new());
+    assert_eq!(ids(store, None).await, vec![1]);
+}
+
+pub(super) async fn a_stale_revision_or_a_missing_pet_changes_nothing(store: Store) {
+    let store = &store;
+    add(store, new_pet("a", Some(PetStatus::Available)))
+        .await
+        .expect("create");
+    for precondition in [
+        Precondition::RevisionIn(vec![2]),
+        Precondition::RevisionIn(vec![]),
+    ] {
+        assert!(matches!(
+            store.patch(1, sold(), precondition.clone()).await,
+            Err(StoreError::PreconditionFailed)
+        ));
+        assert!(matches!(
+            store.delete(1, precondition).await,
+            Err(StoreError::PreconditionFailed)
+        ));
+    }
+    assert!(matches!(
+        store.patch(2, sold(), Precondition::None).await,
+        Err(StoreError::NotFound(2))
+    ));
+    let pet = store.get(1).await.expect("get").expect("still there");
+    assert_eq!(pet.revision, 1);
+    assert_eq!(ids(store, Some(PetStatus::Available)).await, vec![1]);
+}
+
+pub(super) async fn a_delete_removes_the_pet_its_index_entry_and_its_revision_and_ids_are_not_reused(
+    store: Store,
+) {
+    let store = &store;
+    add(store, new_pet("a", Some(PetStatus::Sold)))
+        .await
+        .expect("create");
+    store
+        .patch(1, PetPatch::default(), Precondition::None)
+        .await
+        .expect("patch");
+    store
+        .delete(1, Precondition::RevisionIn(vec![2]))
+        .await
+        .expect("delete");
+    assert!(store.get(1).await.expect("get").is_none());
+    assert_eq!(ids(store, Some(PetStatus::Sold)).await, Vec::<i64>::new());
+    assert!(matches!(
+        store.delete(1, Precondition::None).await,
+        Err(StoreError::NotFound(1))
+    ));
+    assert_eq!(add(store, new_pet("b", None)).await.expect("create").id, 2);
+    assert_eq!(
+        store.get(2).await.expect("get").map(|p| p.revision),
+        Some(1)
+    );
+}
+
+pub(super) async fn a_key_replays_its_first_answer_refuses_another_pet_and_is_scoped(store: Store) {
+    let store = &store;
+    let first = store
+        .create(new_pet("a", None), Some(key(store, 1, 1)))
+        .await
+        .expect("create");
+    assert!(!first.replayed);
+    store
+        .patch(first.pet.id, sold(), Precondition::None)
+        .await
+        .expect("patch");
+    let again = store
+        .create(new_pet("a", None), Some(key(store, 1, 1)))
+        .await
+        .expect("replay");
+    assert!(again.replayed);
+    assert_eq!((again.pet.id, again.pet.revision), (first.pet.id, 1));
+    assert_eq!(
+        again.pet.json, first.pet.json,
+        "the first answer, not the pet now"
+    );
+    assert!(matches!(
+        store
+            .create(new_pet("b", None), Some(key(store, 1, 2)))
+            .await,
+        Err(StoreError::IdempotencyKeyReused)
+    ));
+    let other = store
+        .create(new_pet("a", None), Some(key(store, 2, 1)))
+        .await
+        .expect("create");
+    assert_eq!((other.pet.id, other.replayed), (2, false));
+    assert_eq!(ids(store, None).await, vec![1, 2]);
+}
+
+pub(super) async fn a_key_in_flight_is_refused_and_released_when_its_create_ends(store: Store) {
+    let store = &store;
+    let claim = store.claim_key([1; 32]).expect("free");
+    assert!(matches!(
+        store.claim_key([1; 32]),
+        Err(StoreError::IdempotencyKeyInFlight)
+    ));
+    assert!(store.claim_key([2; 32]).is_ok(), "another scope");
+    drop(claim);
+    store
+        .create(new_pet("a", None), Some(key(store, 1, 1)))
+        .await
+        .expect("create");
+    assert!(store.claim_key([1; 32]).is_ok(), "released with the write");
+}
+
+/// A throwaway cluster shared by the PostgreSQL tests that run at the same time; it stops when
+/// the last of them ends.
+fn shared_cluster() -> Arc<Cluster> {
+    static SHARED: Mutex<Weak<Cluster>> = Mutex::new(Weak::new());
+    let mut shared = SHARED.lock().unwrap_or_else(PoisonError::into_inner);
+    if let Some(cluster) = shared.upgrade() {
+        return cluster;
+    }
+    let cluster = Arc::new(Cluster::start());
+    *shared = Arc::downgrade(&cluster);
+    cluster
+}
+
+/// Runs `case` on a fresh store of each backend.
+fn on_every_backend<F>(case: fn(Store) -> F)
+where
+    F: std::future::Future<Output = ()>,
+{
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a current-thread runtime builds");
+    let dir = tempfile::tempdir().expect("temp dir");
+    runtime.block_on(async {
+        let redb = Location::Redb {
+            path: dir.path().join("pets.redb"),
+            cache_bytes: 1 << 20,
+        };
+        let (store, _) = Store::open(redb, TTL).await.expect("open redb");
+        case(store.clone()).await;
+        store.close().await;
+    });
+    let cluster = shared_cluster();
+    static DATABASES: AtomicUsize = AtomicUsize::new(0);
+    let database = format!("suite_{}", DATABASES.fetch_add(1, Ordering::Relaxed));
+    cluster.psql(&format!("CREATE DATABASE {database}"));
+    let url = cluster
+        .url()
+        .replace("/petstore?", &format!("/{database}?"));
+    let target = postgres::connect::parse(&url, None, None, 4, Duration::from_secs(5))
+        .expect("a test cluster URL");
+    runtime.block_on(async {
+        let (store, pets) = Store::open(Location::Postgres(Box::new(target)), TTL)
+            .await
+            .expect("open postgres");
+        assert_eq!(pets, 0);
+        case(store.clone()).await;
+        store.close().await;
+    });
+}
+
+macro_rules! suite {
+    ($($case:ident),* $(,)?) => {
+        $(
+            #[test]
+            fn $case() {
+                on_every_backend(super::$case);
+            }
+        )*
+    };
+}
+
+mod on_both_backends {
+    use super::on_every_backend;
+
+    suite!(
+        ids_start_at_one_and_a_created_pet_reads_back,
+        concurrent_creates_get_unique_ids_in_the_order_they_are_listed,
+        a_page_starts_after_its_cursor_and_says_whether_more_follow,
+        a_patch_moves_the_index_entry_and_bumps_the_revision,
+        a_stale_revision_or_a_missing_pet_changes_nothing,
+        a_delete_removes_the_pet_its_index_entry_and_its_revision_and_ids_are_not_reused,
+        a_key_replays_its_first_answer_refuses_another_pet_and_is_scoped,
+        a_key_in_flight_is_refused_and_released_when_its_create_ends,
+    );
+}
