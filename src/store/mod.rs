@@ -15,6 +15,8 @@ use bytes::Bytes;
 use crate::pet::{NewPet, PetId, PetPatch, PetStatus};
 
 mod claims;
+#[cfg(test)]
+pub mod pg_cluster;
 mod redb;
 
 pub use claims::{IdempotencyKey, KeyClaim};
