@@ -1,5 +1,6 @@
 //! Integration tests: the real `petstore` binary, over real TLS on an ephemeral port, with a
-//! temp redb file. One module per area; `support` holds the harness.
+//! temp redb file. One module per area; `support` holds the harness, and `pg_cluster` (the
+//! store's own file, shared with its unit tests) runs throwaway PostgreSQL clusters.
 
 mod auth;
 mod crash;
@@ -15,6 +16,9 @@ mod logs;
 mod openapi;
 mod paging;
 mod patch;
+#[path = "../../src/store/pg_cluster.rs"]
+mod pg_cluster;
+mod pg_cluster_harness;
 mod reload;
 mod support;
 mod tls;
