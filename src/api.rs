@@ -320,9 +320,11 @@ mod tests {
                 path: dir.path().join("pets.redb"),
                 cache_bytes: 1 << 20,
             };
-            let (store, _) = Store::open(location, Duration::from_secs(60))
-                .await
-                .expect("open");
+            let tuning = crate::store::Tuning {
+                idempotency_ttl: Duration::from_secs(60),
+                max_write_batch: crate::store::DEFAULT_MAX_WRITE_BATCH,
+            };
+            let (store, _) = Store::open(location, tuning).await.expect("open");
             let ok = healthz(&store).await.expect("healthy");
             assert_eq!(
                 (ok.status, &ok.body[..]),

@@ -141,6 +141,17 @@ pub struct Cli {
     )]
     cache_size: usize,
 
+    /// Most queued writes one transaction takes (group commit); 1 commits each write alone,
+    /// for measurements. Larger batches trade a little latency for fewer fsyncs.
+    #[arg(
+        long,
+        env = "PETSTORE_MAX_WRITE_BATCH",
+        default_value_t = crate::store::DEFAULT_MAX_WRITE_BATCH as u32,
+        value_name = "COUNT",
+        value_parser = clap::value_parser!(u32).range(1..)
+    )]
+    max_write_batch: u32,
+
     /// How long a create's Idempotency-Key answers retries, e.g. `90s`, `15m`, `24h`, `7d`.
     #[arg(
         long,
@@ -241,6 +252,8 @@ pub struct Config {
     pub cache_bytes: usize,
     /// How long an idempotency record answers its key.
     pub idempotency_ttl: Duration,
+    /// Most writes one transaction takes.
+    pub max_write_batch: usize,
     pub log_format: LogFormat,
     pub log_level: Option<String>,
 }
@@ -298,6 +311,7 @@ impl Cli {
             idle_timeout: Duration::from_secs(self.idle_timeout),
             cache_bytes: self.cache_size.saturating_mul(1 << 20),
             idempotency_ttl: self.idempotency_ttl,
+            max_write_batch: self.max_write_batch as usize,
             log_format: self.log_format,
             log_level: self.log_level,
         })))

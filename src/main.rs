@@ -88,7 +88,11 @@ async fn serve(config: Config) -> anyhow::Result<()> {
             url.clone(),
         ),
     };
-    let (store, pets) = store::Store::open(location, config.idempotency_ttl)
+    let tuning = store::Tuning {
+        idempotency_ttl: config.idempotency_ttl,
+        max_write_batch: config.max_write_batch,
+    };
+    let (store, pets) = store::Store::open(location, tuning)
         .await
         .with_context(|| format!("opening database {name}"))?;
     tracing::info!(database = %name, pets, "database open");

@@ -25,6 +25,7 @@ mod write;
 
 pub use claims::{IdempotencyKey, KeyClaim};
 pub use postgres::connect::{PgTarget, parse as parse_postgres};
+pub use write::DEFAULT_MAX_WRITE_BATCH;
 
 /// A pet as the store keeps it: its id, its revision (1 at creation, one more with every
 /// change) and its JSON object.
@@ -230,6 +231,15 @@ pub enum Location {
     Postgres(Box<PgTarget>),
 }
 
+/// How a store behaves, whatever its backend.
+#[derive(Clone, Copy, Debug)]
+pub struct Tuning {
+    /// How long an idempotency record answers its key.
+    pub idempotency_ttl: Duration,
+    /// Most queued writes one transaction takes (1: group commit off, for measurements).
+    pub max_write_batch: usize,
+}
+
 /// Runs the same future on whichever backend the store has.
 macro_rules! on_backend {
     ($store:expr, $backend:ident => $call:expr) => {
@@ -241,19 +251,16 @@ macro_rules! on_backend {
 }
 
 impl Store {
-    /// Opens (or creates) the store at `location`; idempotency records answer for
-    /// `idempotency_ttl`. Returns the store and the number of pets it holds.
-    pub async fn open(
-        location: Location,
-        idempotency_ttl: Duration,
-    ) -> Result<(Store, u64), StoreError> {
+    /// Opens (or creates) the store at `location`. Returns the store and the number of pets
+    /// it holds.
+    pub async fn open(location: Location, tuning: Tuning) -> Result<(Store, u64), StoreError> {
         match location {
             Location::Redb { path, cache_bytes } => {
-                let (store, pets) = redb::RedbStore::open(&path, cache_bytes, idempotency_ttl)?;
+                let (store, pets) = redb::RedbStore::open(&path, cache_bytes, tuning)?;
                 Ok((Store(Backend::Redb(store)), pets))
             }
             Location::Postgres(target) => {
-                let (store, pets) = postgres::PgStore::open(*target, idempotency_ttl).await?;
+                let (store, pets) = postgres::PgStore::open(*target, tuning).await?;
                 Ok((Store(Backend::Postgres(store)), pets))
             }
         }

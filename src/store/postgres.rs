@@ -16,10 +16,10 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_postgres::error::SqlState;
 
 use super::claims::Claims;
-use super::write::{Command, Keyed, MAX_BATCH, Pending, Write, gather, unix_now};
+use super::write::{Command, Keyed, Pending, Write, gather, unix_now};
 use super::{
     Created, IdempotencyKey, KeyClaim, Page, PageBuilder, Precondition, Record, StoreError,
-    StoredPet,
+    StoredPet, Tuning,
 };
 use crate::pet::{NewPet, Pet, PetId, PetPatch, PetStatus};
 
@@ -76,7 +76,7 @@ impl PgStore {
     /// the purge. Returns the store and its number of pets.
     pub(super) async fn open(
         target: PgTarget,
-        idempotency_ttl: Duration,
+        tuning: Tuning,
     ) -> Result<(PgStore, u64), StoreError> {
         let mut config = target.config;
         // Every statement is bounded, so a stuck lock or a database that stops answering
@@ -103,13 +103,17 @@ impl PgStore {
             .map_err(|e| StoreError::Corrupt(format!("building the connection pool: {e}")))?;
         let pets = migrate(&pool).await?;
         let (writer, queue) = mpsc::channel(WRITE_QUEUE);
-        tokio::spawn(write_loop(pool.clone(), queue));
+        tokio::spawn(write_loop(
+            pool.clone(),
+            queue,
+            tuning.max_write_batch.max(1),
+        ));
         tokio::spawn(purge_loop(writer.downgrade()));
         let store = PgStore {
             pool,
             writer,
             claims: Arc::default(),
-            idempotency_ttl,
+            idempotency_ttl: tuning.idempotency_ttl,
         };
         Ok((store, pets))
     }
@@ -305,10 +309,10 @@ async fn migrate(pool: &Pool) -> Result<u64, StoreError> {
 }
 
 /// The writer task: every write queued while the last transaction ran goes into the next.
-async fn write_loop(pool: Pool, mut queue: mpsc::Receiver<Command>) {
-    let mut batch = Vec::with_capacity(MAX_BATCH);
+async fn write_loop(pool: Pool, mut queue: mpsc::Receiver<Command>, max_batch: usize) {
+    let mut batch = Vec::with_capacity(max_batch);
     while let Some(first) = queue.recv().await {
-        let closing = gather(first, &mut queue, &mut batch);
+        let closing = gather(first, &mut queue, &mut batch, max_batch);
         if !batch.is_empty() {
             let failure = run_batch(&pool, &mut batch).await.err();
             if let Some(e) = &failure {

@@ -17,6 +17,7 @@ use tokio::sync::{mpsc, oneshot};
 use super::claims::Claims;
 use super::{
     Created, IdempotencyKey, KeyClaim, Page, PageBuilder, Precondition, StoreError, StoredPet,
+    Tuning,
 };
 use crate::pet::{NewPet, PetId, PetPatch, PetStatus};
 
@@ -122,7 +123,7 @@ impl RedbStore {
     pub(super) fn open(
         path: &Path,
         cache_bytes: usize,
-        idempotency_ttl: Duration,
+        tuning: Tuning,
     ) -> Result<(RedbStore, u64), StoreError> {
         let (db, count) = open_database(path, cache_bytes)?;
         let shared = Arc::new(Shared {
@@ -131,7 +132,12 @@ impl RedbStore {
             claims: Arc::default(),
         });
         let (writer, queue) = mpsc::channel(WRITE_QUEUE);
-        let mut thread_writer = Writer::new(Arc::clone(&shared), path, cache_bytes);
+        let mut thread_writer = Writer::new(
+            Arc::clone(&shared),
+            path,
+            cache_bytes,
+            tuning.max_write_batch,
+        );
         thread::Builder::new()
             .name("petstore-writer".into())
             .spawn(move || {
@@ -146,7 +152,7 @@ impl RedbStore {
         let store = RedbStore {
             shared,
             writer,
-            idempotency_ttl,
+            idempotency_ttl: tuning.idempotency_ttl,
         };
         Ok((store, count))
     }
@@ -422,6 +428,10 @@ mod tests {
 
     const TEST_CACHE_BYTES: usize = 1 << 20;
     const TTL: Duration = Duration::from_secs(3600);
+    const TUNING: Tuning = Tuning {
+        idempotency_ttl: TTL,
+        max_write_batch: crate::store::DEFAULT_MAX_WRITE_BATCH,
+    };
 
     fn new_pet(name: &str, status: Option<PetStatus>) -> NewPet {
         NewPet {
@@ -463,13 +473,13 @@ mod tests {
         let dir = tempfile::tempdir().expect("temp dir");
         let path = dir.path().join("pets.redb");
         runtime().block_on(async {
-            let (store, count) = Store::open(&path, TEST_CACHE_BYTES, TTL).expect("open");
+            let (store, count) = Store::open(&path, TEST_CACHE_BYTES, TUNING).expect("open");
             assert_eq!(count, 0);
             assert_eq!(add(&store, new_pet("a", None)).await.expect("create").id, 1);
             assert_eq!(add(&store, new_pet("b", None)).await.expect("create").id, 2);
             store.close().await;
 
-            let (store, count) = Store::open(&path, TEST_CACHE_BYTES, TTL).expect("reopen");
+            let (store, count) = Store::open(&path, TEST_CACHE_BYTES, TUNING).expect("reopen");
             assert_eq!(count, 2);
             let third = add(&store, new_pet("c", None)).await.expect("create");
             assert_eq!(third.id, 3);
@@ -482,7 +492,7 @@ mod tests {
     fn list_joins_stored_objects_and_filters_by_index() {
         let dir = tempfile::tempdir().expect("temp dir");
         runtime().block_on(async {
-            let (store, _) = Store::open(&dir.path().join("pets.redb"), TEST_CACHE_BYTES, TTL).expect("open");
+            let (store, _) = Store::open(&dir.path().join("pets.redb"), TEST_CACHE_BYTES, TUNING).expect("open");
             for (name, status) in [("a", Some(PetStatus::Sold)), ("b", None), ("c", Some(PetStatus::Sold))] {
                 add(&store, new_pet(name, status)).await.expect("create");
             }
@@ -503,7 +513,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("temp dir");
         runtime().block_on(async {
             let (store, _) =
-                Store::open(&dir.path().join("pets.redb"), TEST_CACHE_BYTES, TTL).expect("open");
+                Store::open(&dir.path().join("pets.redb"), TEST_CACHE_BYTES, TUNING).expect("open");
             assert_eq!(&list(&store, None, 20).await.expect("list")[..], b"[]");
             let first = snapshot(&store);
             assert!(Arc::ptr_eq(&first, &snapshot(&store)));
@@ -529,9 +539,9 @@ mod tests {
         let dir = tempfile::tempdir().expect("temp dir");
         let path = dir.path().join("pets.redb");
         runtime().block_on(async {
-            let (store, _) = Store::open(&path, TEST_CACHE_BYTES, TTL).expect("open");
+            let (store, _) = Store::open(&path, TEST_CACHE_BYTES, TUNING).expect("open");
             assert!(matches!(
-                Store::open(&path, TEST_CACHE_BYTES, TTL),
+                Store::open(&path, TEST_CACHE_BYTES, TUNING),
                 Err(StoreError::Locked)
             ));
             store.close().await;
@@ -552,7 +562,7 @@ mod tests {
             txn.commit().expect("commit");
         }
         assert!(matches!(
-            Store::open(&path, TEST_CACHE_BYTES, TTL),
+            Store::open(&path, TEST_CACHE_BYTES, TUNING),
             Err(StoreError::NewerSchema { found, supported: SCHEMA_VERSION }) if found == SCHEMA_VERSION + 1
         ));
     }
@@ -562,13 +572,13 @@ mod tests {
         let dir = tempfile::tempdir().expect("temp dir");
         let path = dir.path().join("pets.redb");
         runtime().block_on(async {
-            let (store, _) = Store::open(&path, TEST_CACHE_BYTES, TTL).expect("open");
+            let (store, _) = Store::open(&path, TEST_CACHE_BYTES, TUNING).expect("open");
             for name in ["a", "b"] {
                 add(&store, new_pet(name, None)).await.expect("create");
             }
             let before = snapshot(&store);
             // The writer thread is idle between creates, so this stands in for it.
-            Writer::new(Arc::clone(&store.shared), &path, TEST_CACHE_BYTES).reopen();
+            Writer::new(Arc::clone(&store.shared), &path, TEST_CACHE_BYTES, 1024).reopen();
             assert!(
                 !Arc::ptr_eq(&before, &snapshot(&store)),
                 "no snapshot of the old database"
@@ -588,7 +598,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("temp dir");
         let path = dir.path().join("pets.redb");
         runtime().block_on(async {
-            let (store, _) = Store::open(&path, TEST_CACHE_BYTES, TTL).expect("open");
+            let (store, _) = Store::open(&path, TEST_CACHE_BYTES, TUNING).expect("open");
             add(&store, new_pet("a", None)).await.expect("create");
             // As a failed reopen leaves it: the database out, and the file not openable (here
             // held by another handle, as a disk still failing would refuse it).
@@ -615,7 +625,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("temp dir");
         let path = dir.path().join("pets.redb");
         runtime().block_on(async {
-            let (store, _) = Store::open(&path, TEST_CACHE_BYTES, TTL).expect("open");
+            let (store, _) = Store::open(&path, TEST_CACHE_BYTES, TUNING).expect("open");
             store.close().await;
         });
         {
@@ -628,7 +638,7 @@ mod tests {
             txn.commit().expect("commit");
         }
         runtime().block_on(async {
-            let (store, _) = Store::open(&path, TEST_CACHE_BYTES, TTL).expect("open");
+            let (store, _) = Store::open(&path, TEST_CACHE_BYTES, TUNING).expect("open");
             let before = snapshot(&store);
             assert!(matches!(
                 add(&store, new_pet("a", None)).await,
@@ -663,7 +673,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("temp dir");
         runtime().block_on(async {
             let (store, _) =
-                Store::open(&dir.path().join("pets.redb"), TEST_CACHE_BYTES, TTL).expect("open");
+                Store::open(&dir.path().join("pets.redb"), TEST_CACHE_BYTES, TUNING).expect("open");
             let other = store.clone();
             assert!(other.check().await.is_ok());
             store.close().await;
@@ -700,13 +710,13 @@ mod tests {
         let dir = tempfile::tempdir().expect("temp dir");
         let path = dir.path().join("pets.redb");
         runtime().block_on(async {
-            let (store, _) = Store::open(&path, TEST_CACHE_BYTES, TTL).expect("open");
+            let (store, _) = Store::open(&path, TEST_CACHE_BYTES, TUNING).expect("open");
             store
                 .create(new_pet("a", None), Some(key(&store, 1, 1)))
                 .await
                 .expect("create");
             store.close().await;
-            let (store, _) = Store::open(&path, TEST_CACHE_BYTES, TTL).expect("reopen");
+            let (store, _) = Store::open(&path, TEST_CACHE_BYTES, TUNING).expect("reopen");
             let again = store
                 .create(new_pet("a", None), Some(key(&store, 1, 1)))
                 .await
@@ -755,7 +765,7 @@ mod tests {
             txn.commit().expect("commit");
         }
         runtime().block_on(async {
-            let (store, count) = Store::open(&path, TEST_CACHE_BYTES, TTL).expect("open");
+            let (store, count) = Store::open(&path, TEST_CACHE_BYTES, TUNING).expect("open");
             assert_eq!(count, 1);
             assert_eq!(
                 store.get(7).await.expect("get").map(|p| p.revision),

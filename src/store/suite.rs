@@ -12,7 +12,10 @@ use super::pg_cluster::Cluster;
 use super::*;
 use crate::pet::PetPatch;
 
-const TTL: Duration = Duration::from_secs(3600);
+const TUNING: Tuning = Tuning {
+    idempotency_ttl: Duration::from_secs(3600),
+    max_write_batch: DEFAULT_MAX_WRITE_BATCH,
+};
 
 fn new_pet(name: &str, status: Option<PetStatus>) -> NewPet {
     NewPet {
@@ -287,7 +290,7 @@ where
             path: dir.path().join("pets.redb"),
             cache_bytes: 1 << 20,
         };
-        let (store, _) = Store::open(redb, TTL).await.expect("open redb");
+        let (store, _) = Store::open(redb, TUNING).await.expect("open redb");
         case(store.clone()).await;
         store.close().await;
     });
@@ -301,7 +304,7 @@ where
     let target = postgres::connect::parse(&url, None, None, 4, Duration::from_secs(5))
         .expect("a test cluster URL");
     runtime.block_on(async {
-        let (store, pets) = Store::open(Location::Postgres(Box::new(target)), TTL)
+        let (store, pets) = Store::open(Location::Postgres(Box::new(target)), TUNING)
             .await
             .expect("open postgres");
         assert_eq!(pets, 0);

@@ -11,8 +11,8 @@ use tokio::sync::{mpsc, oneshot};
 use super::{Created, IdempotencyKey, Precondition, StoreError, StoredPet};
 use crate::pet::{NewPet, PetId, PetPatch};
 
-/// How many queued writes one transaction may take; bounds the latency of the batch.
-pub(crate) const MAX_BATCH: usize = 1024;
+/// How many queued writes one transaction takes by default; bounds the latency of a batch.
+pub const DEFAULT_MAX_WRITE_BATCH: usize = 1024;
 
 /// What the writer takes from its queue.
 pub(crate) enum Command {
@@ -88,13 +88,14 @@ impl Write {
     }
 }
 
-/// Adds `first` and every write queued behind it (up to `MAX_BATCH`) to `batch`. On a close,
+/// Adds `first` and every write queued behind it (up to `max` in all) to `batch`. On a close,
 /// the writes already queued behind it are taken too, since their callers are waiting, and the
 /// queue is closed; returns the close's reply then.
 pub(crate) fn gather(
     first: Command,
     queue: &mut mpsc::Receiver<Command>,
     batch: &mut Vec<Write>,
+    max: usize,
 ) -> Option<oneshot::Sender<()>> {
     let mut next = Some(first);
     while let Some(command) = next.take() {
@@ -108,7 +109,7 @@ pub(crate) fn gather(
                 return Some(done);
             }
         }
-        if batch.len() < MAX_BATCH {
+        if batch.len() < max {
             next = queue.try_recv().ok();
         }
     }

@@ -18,7 +18,7 @@ use super::{
     StoredPet, open_database,
 };
 use crate::pet::{NewPet, Pet, PetId, PetPatch};
-use crate::store::write::{Command, Keyed, MAX_BATCH, Write, gather, unix_now};
+use crate::store::write::{Command, Keyed, Write, gather, unix_now};
 
 /// After a reopen, the next waits this long. A disk that stays full fails every batch, and
 /// each reopen repairs the file while reads get 503: between reopens, creates fail at once
@@ -32,6 +32,8 @@ pub(super) struct Writer {
     /// Where to open the file again after a write fails on I/O, with the same cache size.
     path: PathBuf,
     cache_bytes: usize,
+    /// Most writes one transaction takes.
+    max_batch: usize,
     /// Reopens that failed since the database was last open, so a lasting fault logs one error.
     failed_reopens: u64,
     /// No reopen before this: see `REOPEN_INTERVAL`.
@@ -45,10 +47,10 @@ pub(super) fn write_loop(
     writer: &mut Writer,
     mut queue: mpsc::Receiver<Command>,
 ) -> Option<oneshot::Sender<()>> {
-    let mut batch = Vec::with_capacity(MAX_BATCH);
+    let mut batch = Vec::with_capacity(writer.max_batch);
     let mut stats = WriteStats::default();
     while let Some(first) = queue.blocking_recv() {
-        let closing = gather(first, &mut queue, &mut batch);
+        let closing = gather(first, &mut queue, &mut batch, writer.max_batch);
         if !batch.is_empty() {
             let changed = writer.commit_batch(&mut batch);
             // A batch that changed nothing was aborted, not committed.
@@ -65,11 +67,17 @@ pub(super) fn write_loop(
 }
 
 impl Writer {
-    pub(super) fn new(shared: Arc<Shared>, path: &Path, cache_bytes: usize) -> Writer {
+    pub(super) fn new(
+        shared: Arc<Shared>,
+        path: &Path,
+        cache_bytes: usize,
+        max_batch: usize,
+    ) -> Writer {
         Writer {
             shared,
             path: path.to_owned(),
             cache_bytes,
+            max_batch: max_batch.max(1),
             failed_reopens: 0,
             next_reopen: Instant::now(),
         }
