@@ -37,9 +37,13 @@ const WRITE_QUEUE: usize = 4096;
 const PURGE_BATCH: i64 = 1000;
 /// How often expired idempotency records are looked for.
 const PURGE_INTERVAL: Duration = Duration::from_secs(60);
-/// How long a request waits for a pooled connection before it gets 503: with the connect
-/// timeout this bounds every wait on an unreachable database.
+/// How long a request waits for a pooled connection before it gets 503.
 const POOL_WAIT: Duration = Duration::from_secs(2);
+/// The longest a request waits on the database, whatever it waits for (a connection, a
+/// connect, a statement, its batch's commit): past it, 503. A write still queued or in flight
+/// then may yet commit; its client got 503, never a 201, and a retry with the same
+/// Idempotency-Key finds out which.
+const ANSWER_WITHIN: Duration = Duration::from_secs(5);
 
 /// Version 1: the pets (their JSON as the API sends it, with status and revision beside it for
 /// the index and preconditions), the status index, the idempotency records and the counter.
@@ -135,15 +139,17 @@ impl PgStore {
                 .await;
         };
         let now = unix_now();
-        let client = self.pool.get().await.map_err(pool_error)?;
-        let row = client
-            .query_opt(
-                "SELECT fingerprint, expires_at, pet_id, json FROM idempotency WHERE scope = $1",
-                &[&key.scope().as_slice()],
-            )
-            .await
-            .map_err(pg_error)?;
-        drop(client);
+        let row = bounded(async {
+            let client = self.pool.get().await.map_err(pool_error)?;
+            client
+                .query_opt(
+                    "SELECT fingerprint, expires_at, pet_id, json FROM idempotency WHERE scope = $1",
+                    &[&key.scope().as_slice()],
+                )
+                .await
+                .map_err(pg_error)
+        })
+        .await?;
         if let Some(answer) = row.and_then(|row| record_answer(&row, &key, now)) {
             return answer;
         }
@@ -175,20 +181,23 @@ impl PgStore {
     }
 
     pub(super) async fn get(&self, id: PetId) -> Result<Option<StoredPet>, StoreError> {
-        let client = self.pool.get().await.map_err(pool_error)?;
-        let statement = client
-            .prepare_cached("SELECT revision, json FROM pets WHERE id = $1")
-            .await
-            .map_err(pg_error)?;
-        let row = client
-            .query_opt(&statement, &[&id])
-            .await
-            .map_err(pg_error)?;
-        Ok(row.map(|row| StoredPet {
-            id,
-            revision: revision(row.get(0)),
-            json: Bytes::from(row.get::<_, String>(1)),
-        }))
+        bounded(async {
+            let client = self.pool.get().await.map_err(pool_error)?;
+            let statement = client
+                .prepare_cached("SELECT revision, json FROM pets WHERE id = $1")
+                .await
+                .map_err(pg_error)?;
+            let row = client
+                .query_opt(&statement, &[&id])
+                .await
+                .map_err(pg_error)?;
+            Ok(row.map(|row| StoredPet {
+                id,
+                revision: revision(row.get(0)),
+                json: Bytes::from(row.get::<_, String>(1)),
+            }))
+        })
+        .await
     }
 
     pub(super) async fn list(
@@ -197,47 +206,53 @@ impl PgStore {
         after: Option<PetId>,
         limit: usize,
     ) -> Result<Page, StoreError> {
-        let after = after.unwrap_or(i64::MIN);
-        // One more than the page, to tell whether another follows.
-        let fetch = i64::try_from(limit + 1).unwrap_or(i64::MAX);
-        let client = self.pool.get().await.map_err(pool_error)?;
-        let rows = match status {
-            None => {
-                let statement = client
-                    .prepare_cached(
-                        "SELECT id, json FROM pets WHERE id > $1 ORDER BY id LIMIT $2",
-                    )
-                    .await
-                    .map_err(pg_error)?;
-                client.query(&statement, &[&after, &fetch]).await
+        bounded(async {
+            let after = after.unwrap_or(i64::MIN);
+            // One more than the page, to tell whether another follows.
+            let fetch = i64::try_from(limit + 1).unwrap_or(i64::MAX);
+            let client = self.pool.get().await.map_err(pool_error)?;
+            let rows = match status {
+                None => {
+                    let statement = client
+                        .prepare_cached(
+                            "SELECT id, json FROM pets WHERE id > $1 ORDER BY id LIMIT $2",
+                        )
+                        .await
+                        .map_err(pg_error)?;
+                    client.query(&statement, &[&after, &fetch]).await
+                }
+                Some(status) => {
+                    let statement = client
+                        .prepare_cached(
+                            "SELECT id, json FROM pets WHERE status = $1 AND id > $2 ORDER BY id LIMIT $3",
+                        )
+                        .await
+                        .map_err(pg_error)?;
+                    client
+                        .query(&statement, &[&status_code(Some(status)), &after, &fetch])
+                        .await
+                }
             }
-            Some(status) => {
-                let statement = client
-                    .prepare_cached(
-                        "SELECT id, json FROM pets WHERE status = $1 AND id > $2 ORDER BY id LIMIT $3",
-                    )
-                    .await
-                    .map_err(pg_error)?;
-                client
-                    .query(&statement, &[&status_code(Some(status)), &after, &fetch])
-                    .await
+            .map_err(pg_error)?;
+            let mut page = PageBuilder::new(limit);
+            for row in &rows {
+                page.push(row.get(0), row.get::<_, &str>(1).as_bytes());
             }
-        }
-        .map_err(pg_error)?;
-        let mut page = PageBuilder::new(limit);
-        for row in &rows {
-            page.push(row.get(0), row.get::<_, &str>(1).as_bytes());
-        }
-        Ok(page.finish())
+            Ok(page.finish())
+        })
+        .await
     }
 
     pub(super) async fn check(&self) -> Result<(), StoreError> {
-        if self.writer.is_closed() {
-            return Err(StoreError::Closed);
-        }
-        let client = self.pool.get().await.map_err(pool_error)?;
-        client.execute("SELECT 1", &[]).await.map_err(pg_error)?;
-        Ok(())
+        bounded(async {
+            if self.writer.is_closed() {
+                return Err(StoreError::Closed);
+            }
+            let client = self.pool.get().await.map_err(pool_error)?;
+            client.execute("SELECT 1", &[]).await.map_err(pg_error)?;
+            Ok(())
+        })
+        .await
     }
 
     pub(super) async fn close(self) {
@@ -253,11 +268,15 @@ impl PgStore {
         make: impl FnOnce(oneshot::Sender<Result<T, StoreError>>) -> Write,
     ) -> Result<T, StoreError> {
         let (reply, answer) = oneshot::channel();
-        self.writer
-            .send(Command::Write(make(reply)))
-            .await
-            .map_err(|_| StoreError::Closed)?;
-        answer.await.map_err(|_| StoreError::Closed)?
+        let command = Command::Write(make(reply));
+        bounded(async {
+            self.writer
+                .send(command)
+                .await
+                .map_err(|_| StoreError::Closed)?;
+            answer.await.map_err(|_| StoreError::Closed)?
+        })
+        .await
     }
 }
 
@@ -620,6 +639,18 @@ async fn purge_loop(writer: mpsc::WeakSender<Command>) {
             }
         }
     }
+}
+
+/// `work`, or `Io` if the database has not answered it within `ANSWER_WITHIN`.
+async fn bounded<T>(work: impl Future<Output = Result<T, StoreError>>) -> Result<T, StoreError> {
+    tokio::time::timeout(ANSWER_WITHIN, work)
+        .await
+        .unwrap_or_else(|_| {
+            Err(StoreError::Io(format!(
+                "no answer from the database within {} s",
+                ANSWER_WITHIN.as_secs()
+            )))
+        })
 }
 
 /// A PostgreSQL error by meaning: a lost or refused connection, a timeout, a conflict to retry
