@@ -71,6 +71,8 @@ pub struct Options {
     pub env: Vec<(String, String)>,
     /// A command the server runs under, e.g. `prlimit --fsize=N --`.
     pub wrapper: Vec<String>,
+    /// What `--db` gets (e.g. a `postgres://` URL); `None`: `pets.redb` in the server's dir.
+    pub db: Option<String>,
 }
 
 impl Default for Options {
@@ -82,6 +84,7 @@ impl Default for Options {
             args: Vec::new(),
             env: Vec::new(),
             wrapper: Vec::new(),
+            db: None,
         }
     }
 }
@@ -100,7 +103,10 @@ fn command(dir: &Path, options: &Options) -> Command {
         .arg("--listen")
         .arg("127.0.0.1:0")
         .arg("--db")
-        .arg(dir.join("pets.redb"))
+        .arg(match &options.db {
+            Some(db) => db.into(),
+            None => dir.join("pets.redb").into_os_string(),
+        })
         .arg("--tls-cert")
         .arg(&options.tls_cert)
         .arg("--tls-key")
