@@ -8,7 +8,6 @@ mod conditional;
 mod config;
 mod cursor;
 mod error;
-mod framing;
 mod lifecycle;
 mod log;
 mod log_format;

@@ -2,8 +2,8 @@
 //! that runs the TLS handshake under a deadline and then serves HTTP/1.1 or HTTP/2, idle
 //! connections closed, and the graceful drain on stop. It knows no routes, pets or keys:
 //! each request goes to `App`. Invariant: the accept loop never waits on a client, and every
-//! wait on a client is bounded (handshake, request head, idleness, drain). HTTP/1.1 bytes
-//! reach hyper through `framing::Guarded`, which checks each request head first.
+//! wait on a client is bounded (handshake, request head, idleness, drain). hyper is the one
+//! HTTP parser: a request it cannot parse gets its own bodiless 400 or 431 and a close.
 
 use std::future::Future;
 use std::io;
@@ -24,7 +24,6 @@ use tokio::sync::{Semaphore, watch};
 use tokio::time::Instant;
 use tokio_rustls::TlsAcceptor;
 
-use crate::framing::{self, Guarded};
 use crate::service::App;
 
 /// After a failed accept (e.g. out of file descriptors), wait this long before the next.
@@ -37,6 +36,11 @@ const MAX_CONCURRENT_STREAMS: u32 = 128;
 /// settings, and their test, mean something.
 const MAX_PENDING_RESET_STREAMS: usize = 16;
 const MAX_LOCAL_ERROR_RESET_STREAMS: usize = 256;
+/// hyper's own bounds on a request head. They sit above `service`'s (64 fields, 16 KiB), so
+/// that a request just over ours is still parsed and gets the JSON 431 naming our bounds; past
+/// these, hyper answers 431 itself, without a body, and closes.
+const MAX_HEAD_FIELDS: usize = 256;
+const MAX_HEAD_BYTES: usize = 64 * 1024;
 
 /// The bounds a client can run into at the connection level.
 #[derive(Clone, Copy, Debug)]
@@ -63,27 +67,22 @@ pub async fn serve(
 ) {
     let acceptor = TlsAcceptor::from(tls);
     let mut http = auto::Builder::new(TokioExecutor::new());
-    // `framing` refuses heads past its bounds before hyper parses them; hyper gets the same
-    // bounds as a backstop. Both sit above `service`'s header limits, so that a request just
-    // over ours still reaches the service and gets its JSON 431.
-    //
-    // Half-close: after a refused head, `framing` ends the stream hyper reads, and hyper must
-    // still answer the requests before it; without this, hyper drops a connection whose read
-    // side ends while a request is in flight. It also lets a client that shuts its sending side
-    // after a request read the answer. The cost: a client that vanishes mid-request is noticed
-    // when the answer is written rather than at once.
+    // Half-close: a client that shuts its sending side after a request still reads the answer
+    // (hyper would otherwise drop a connection whose read side ends while a request is in
+    // flight). The cost: a client that vanishes mid-request is noticed when the answer is
+    // written rather than at once.
     http.http1()
         .timer(TokioTimer::new())
         .header_read_timeout(limits.header_timeout)
         .half_close(true)
-        .max_headers(framing::MAX_HEAD_FIELDS)
-        .max_buf_size(framing::MAX_HEAD_BYTES);
+        .max_headers(MAX_HEAD_FIELDS)
+        .max_buf_size(MAX_HEAD_BYTES);
     http.http2()
         .timer(TokioTimer::new())
         .max_concurrent_streams(MAX_CONCURRENT_STREAMS)
         .max_pending_accept_reset_streams(MAX_PENDING_RESET_STREAMS)
         .max_local_error_reset_streams(MAX_LOCAL_ERROR_RESET_STREAMS)
-        .max_header_list_size(framing::MAX_HEAD_BYTES as u32);
+        .max_header_list_size(MAX_HEAD_BYTES as u32);
     let slots = Arc::new(Semaphore::new(limits.max_connections));
     // Every connection task holds a receiver: `closed()` on the sender is the end of the drain.
     let (stopping, stop_seen) = watch::channel(false);
@@ -171,20 +170,20 @@ impl Connection {
                 Ok::<_, std::convert::Infallible>(response)
             }
         });
-        let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2");
         let watched = Watched {
             inner: tls,
             activity: Arc::clone(&activity),
         };
-        let io = TokioIo::new(if h2 {
-            Guarded::http2(watched, peer)
-        } else {
-            Guarded::http1(watched, peer, self.limits.header_timeout)
-        });
+        let io = TokioIo::new(watched);
         let connection = self.http.serve_connection(io, service);
         tokio::pin!(connection);
 
         let mut closing = false;
+        // After an idle close began, when the connection is dropped however far its graceful
+        // shutdown got: an HTTP/2 client that never acknowledges the GOAWAY's PING would
+        // otherwise hold it open for ever. A stop has no such deadline here: the server's
+        // drain timeout bounds it, and must be the one to say that the drain timed out.
+        let mut close_by: Option<Instant> = None;
         // While a request is in flight the silence deadline may lie in the past; look again
         // no sooner than one idle period later, rather than spin.
         let mut next_check = Instant::now();
@@ -208,9 +207,14 @@ impl Connection {
                         tracing::debug!(%peer, "closing an idle connection");
                         connection.as_mut().graceful_shutdown();
                         closing = true;
+                        close_by = Some(Instant::now() + self.limits.idle_timeout);
                     } else {
                         next_check = Instant::now() + self.limits.idle_timeout;
                     }
+                }
+                () = tokio::time::sleep_until(close_by.unwrap_or(idle_at)), if close_by.is_some() => {
+                    tracing::debug!(%peer, "dropping a connection that did not finish closing");
+                    return;
                 }
             }
         }

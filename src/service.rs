@@ -13,7 +13,7 @@ use hyper::body::Body as _;
 use hyper::body::Incoming;
 use hyper::header::{
     AUTHORIZATION, CONNECTION, CONTENT_LENGTH, CONTENT_TYPE, HOST, HeaderValue,
-    STRICT_TRANSPORT_SECURITY, X_CONTENT_TYPE_OPTIONS,
+    STRICT_TRANSPORT_SECURITY, TRANSFER_ENCODING, X_CONTENT_TYPE_OPTIONS,
 };
 use hyper::http::request::Parts;
 use hyper::{Method, Request, Response, StatusCode, Version};
@@ -270,10 +270,14 @@ fn into_response(
     response
 }
 
-/// HTTP's own rules for a request, checked before anything else reads it: RFC 9112 3.2 (an
-/// HTTP/1.1 request has a Host), our bound on header size, and one Content-Length. Over
-/// HTTP/1.1, `framing` has refused the smuggling shapes before hyper parsed the head; the
-/// Content-Length check here covers HTTP/2, where a repeat reaches us.
+/// HTTP's own rules for a request hyper parsed, checked before anything else reads it: RFC
+/// 9112 3.2 (an HTTP/1.1 request has a Host), our bound on header size, one Content-Length,
+/// and no transfer coding but `chunked` (RFC 9112 6.1: hyper frames `gzip, chunked` by its
+/// last coding, and we would read gzip as JSON). hyper has already refused, with its own
+/// bodiless 400, the heads it cannot frame (differing Content-Lengths, an unknown last coding);
+/// with both Transfer-Encoding and Content-Length it framed by the first and closes after the
+/// answer, so nothing can be smuggled behind it. The Content-Length check covers HTTP/2, where
+/// a repeat reaches us.
 fn check_framing(parts: &Parts) -> Result<(), Error> {
     let headers = &parts.headers;
     let bytes: usize = headers
@@ -289,6 +293,14 @@ fn check_framing(parts: &Parts) -> Result<(), Error> {
     if parts.version == Version::HTTP_11 && !headers.contains_key(HOST) {
         return Err(Error::InvalidRequest(
             "HTTP/1.1 requests must carry a Host header",
+        ));
+    }
+    let mut codings = headers.get_all(TRANSFER_ENCODING).iter();
+    if let Some(coding) = codings.next()
+        && (codings.next().is_some() || !coding.as_bytes().eq_ignore_ascii_case(b"chunked"))
+    {
+        return Err(Error::InvalidRequest(
+            "Transfer-Encoding must be given once, as exactly chunked",
         ));
     }
     if headers.get_all(CONTENT_LENGTH).iter().count() > 1 {
