@@ -7,6 +7,7 @@ mod crash;
 mod create;
 mod errors;
 mod get;
+mod haproxy;
 mod health;
 mod idempotency;
 mod lifecycle;
