@@ -8,6 +8,7 @@ mod crash;
 mod create;
 mod errors;
 mod get;
+mod haproxy;
 mod health;
 mod idempotency;
 mod lifecycle;

@@ -73,6 +73,8 @@ pub struct Options {
     pub wrapper: Vec<String>,
     /// What `--db` gets (e.g. a `postgres://` URL); `None`: `pets.redb` in the server's dir.
     pub db: Option<String>,
+    /// What `--listen` gets; `None`: a free loopback port.
+    pub listen: Option<SocketAddr>,
 }
 
 impl Default for Options {
@@ -85,6 +87,7 @@ impl Default for Options {
             env: Vec::new(),
             wrapper: Vec::new(),
             db: None,
+            listen: None,
         }
     }
 }
@@ -101,7 +104,11 @@ fn command(dir: &Path, options: &Options) -> Command {
     };
     command
         .arg("--listen")
-        .arg("127.0.0.1:0")
+        .arg(
+            options
+                .listen
+                .map_or("127.0.0.1:0".into(), |addr| addr.to_string()),
+        )
         .arg("--db")
         .arg(match &options.db {
             Some(db) => db.into(),
