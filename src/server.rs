@@ -1,16 +1,18 @@
-//! Connections: the accept loop (bounded by `--max-connections`), one task per connection
-//! that runs the TLS handshake under a deadline and then serves HTTP/1.1 or HTTP/2, idle
-//! connections closed, and the graceful drain on stop. It knows no routes, pets or keys:
+//! Connections: the accept loop (bounded by `--max-connections`, making room by closing the
+//! connection idle longest when every place is taken), one task per connection that runs the
+//! TLS handshake under a deadline and then serves HTTP/1.1 or HTTP/2, idle connections
+//! closed, and the graceful drain on stop. It knows no routes, pets or keys:
 //! each request goes to `App`. Invariant: the accept loop never waits on a client, and every
 //! wait on a client is bounded (handshake, request head, idleness, drain). hyper is the one
 //! HTTP parser: a request it cannot parse gets its own bodiless 400 or 431 and a close.
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -20,7 +22,7 @@ use hyper_util::server::conn::auto;
 use rustls::ServerConfig;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{Semaphore, watch};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, watch};
 use tokio::time::Instant;
 use tokio_rustls::TlsAcceptor;
 
@@ -28,6 +30,10 @@ use crate::service::App;
 
 /// After a failed accept (e.g. out of file descriptors), wait this long before the next.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
+/// With every place taken, how long the accept loop waits for an evicted connection to go
+/// before it picks another (the first may have taken a request meanwhile, or every
+/// connection is busy and only a finished one frees a place).
+const EVICT_RETRY: Duration = Duration::from_millis(50);
 /// HTTP/2 streams one connection may have open at once.
 const MAX_CONCURRENT_STREAMS: u32 = 128;
 /// CVE-2023-44487 (rapid reset): streams a client may open and reset before the server has
@@ -45,7 +51,8 @@ const MAX_HEAD_BYTES: usize = 64 * 1024;
 /// The bounds a client can run into at the connection level.
 #[derive(Clone, Copy, Debug)]
 pub struct Limits {
-    /// Connections served at once; more wait in the listen backlog.
+    /// Connections served at once; beyond it the connection idle longest is closed, or, when
+    /// all are busy, new ones wait in the listen backlog.
     pub max_connections: usize,
     /// A TLS handshake must finish within this.
     pub handshake_timeout: Duration,
@@ -84,15 +91,12 @@ pub async fn serve(
         .max_local_error_reset_streams(MAX_LOCAL_ERROR_RESET_STREAMS)
         .max_header_list_size(MAX_HEAD_BYTES as u32);
     let slots = Arc::new(Semaphore::new(limits.max_connections));
+    let open = Arc::new(Open::default());
     // Every connection task holds a receiver: `closed()` on the sender is the end of the drain.
     let (stopping, stop_seen) = watch::channel(false);
 
     tokio::pin!(stop);
     loop {
-        let slot = tokio::select! {
-            slot = Arc::clone(&slots).acquire_owned() => slot.expect("the semaphore is never closed"),
-            () = &mut stop => break,
-        };
         let (tcp, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok(accepted) => accepted,
@@ -104,13 +108,25 @@ pub async fn serve(
             },
             () = &mut stop => break,
         };
+        let slot = match Arc::clone(&slots).try_acquire_owned() {
+            Ok(slot) => slot,
+            Err(_) => {
+                let room = make_room(&open, &slots);
+                tokio::select! {
+                    slot = room => slot,
+                    () = &mut stop => break,
+                }
+            }
+        };
+        let activity = Arc::new(Activity::new());
         let connection = Connection {
             acceptor: acceptor.clone(),
             http: http.clone(),
             app: app.clone(),
             limits,
             stop: stop_seen.clone(),
-            _slot: slot,
+            _place: Place::take(&open, slot, Arc::clone(&activity)),
+            activity,
         };
         tokio::spawn(connection.run(tcp, peer));
     }
@@ -136,7 +152,80 @@ struct Connection {
     /// Turns true when the server stops; the task then finishes its requests and ends.
     stop: watch::Receiver<bool>,
     /// This connection's place under `--max-connections`, given back when the task ends.
-    _slot: tokio::sync::OwnedSemaphorePermit,
+    _place: Place,
+    /// Bytes moved, requests in flight, and the accept loop's call to make room.
+    activity: Arc<Activity>,
+}
+
+/// Waits for a place under `--max-connections`, asking the connection idle longest to go
+/// (as nginx closes reusable keep-alive connections); never one with a request in flight.
+async fn make_room(open: &Open, slots: &Arc<Semaphore>) -> OwnedSemaphorePermit {
+    loop {
+        open.evict_longest_idle();
+        tokio::select! {
+            slot = Arc::clone(slots).acquire_owned() => {
+                return slot.expect("the semaphore is never closed");
+            }
+            () = tokio::time::sleep(EVICT_RETRY) => {}
+        }
+    }
+}
+
+/// The open connections' activity, by a number of their own, for eviction.
+#[derive(Default)]
+struct Open {
+    connections: Mutex<HashMap<u64, Arc<Activity>>>,
+    next: AtomicU64,
+}
+
+impl Open {
+    /// Asks the connection with no request in flight and the oldest last byte to close, if
+    /// there is one. O(open connections), only when every place is taken.
+    fn evict_longest_idle(&self) {
+        let connections = self.connections.lock().unwrap_or_else(|e| e.into_inner());
+        let victim = connections
+            .values()
+            .filter(|a| {
+                a.in_flight.load(Ordering::Relaxed) == 0 && !a.evicted.load(Ordering::Relaxed)
+            })
+            .min_by_key(|a| a.last_moved());
+        if let Some(victim) = victim {
+            victim.evicted.store(true, Ordering::Relaxed);
+            victim.evict.notify_one();
+        }
+    }
+}
+
+/// A connection's place: its permit and its entry in `Open`, both given back on drop.
+struct Place {
+    open: Arc<Open>,
+    number: u64,
+    _slot: OwnedSemaphorePermit,
+}
+
+impl Place {
+    fn take(open: &Arc<Open>, slot: OwnedSemaphorePermit, activity: Arc<Activity>) -> Place {
+        let number = open.next.fetch_add(1, Ordering::Relaxed);
+        open.connections
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(number, activity);
+        Place {
+            open: Arc::clone(open),
+            number,
+            _slot: slot,
+        }
+    }
+}
+
+impl Drop for Place {
+    fn drop(&mut self) {
+        self.open
+            .connections
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&self.number);
+    }
 }
 
 impl Connection {
@@ -145,6 +234,7 @@ impl Connection {
         let _ = tcp.set_nodelay(true);
         let handshake =
             tokio::time::timeout(self.limits.handshake_timeout, self.acceptor.accept(tcp));
+        let activity = Arc::clone(&self.activity);
         let tls = tokio::select! {
             tls = handshake => match tls {
                 Ok(Ok(tls)) => tls,
@@ -153,11 +243,14 @@ impl Connection {
                 Err(_) => return tracing::debug!(%peer, "TLS handshake timed out"),
             },
             _ = self.stop.wait_for(|stopped| *stopped) => return,
+            () = activity.evict.notified() => {
+                return tracing::debug!(%peer, "closed during its handshake to make room");
+            }
         };
+        activity.touch();
 
         // Formatted once: the request log line would otherwise format it for every request.
         let peer_name: Arc<str> = peer.to_string().into();
-        let activity = Arc::new(Activity::new());
         let app = self.app;
         let counted = Arc::clone(&activity);
         let service = service_fn(move |request| {
@@ -212,6 +305,14 @@ impl Connection {
                         next_check = Instant::now() + self.limits.idle_timeout;
                     }
                 }
+                () = activity.evict.notified() => {
+                    // Picked while idle; a request may have arrived since, and that one is
+                    // answered: the accept loop then picks another.
+                    if activity.in_flight.load(Ordering::Relaxed) == 0 {
+                        return tracing::debug!(%peer, "closed while idle to make room");
+                    }
+                    activity.evicted.store(false, Ordering::Relaxed);
+                }
                 () = tokio::time::sleep_until(close_by.unwrap_or(idle_at)), if close_by.is_some() => {
                     tracing::debug!(%peer, "dropping a connection that did not finish closing");
                     return;
@@ -221,11 +322,15 @@ impl Connection {
     }
 }
 
-/// When a connection last moved bytes, and how many of its requests are being answered.
+/// When a connection last moved bytes, how many of its requests are being answered, and
+/// whether the accept loop asked it to make room.
 struct Activity {
     started: Instant,
     last_io_ms: AtomicU64,
     in_flight: AtomicUsize,
+    /// Set when picked to make room, so the next pick takes another.
+    evicted: AtomicBool,
+    evict: Notify,
 }
 
 impl Activity {
@@ -234,7 +339,14 @@ impl Activity {
             started: Instant::now(),
             last_io_ms: AtomicU64::new(0),
             in_flight: AtomicUsize::new(0),
+            evicted: AtomicBool::new(false),
+            evict: Notify::new(),
         }
+    }
+
+    /// When bytes last moved (or the connection was accepted).
+    fn last_moved(&self) -> Instant {
+        self.started + Duration::from_millis(self.last_io_ms.load(Ordering::Relaxed))
     }
 
     fn touch(&self) {
@@ -243,7 +355,7 @@ impl Activity {
     }
 
     fn idle_deadline(&self, idle_timeout: Duration) -> Instant {
-        self.started + Duration::from_millis(self.last_io_ms.load(Ordering::Relaxed)) + idle_timeout
+        self.last_moved() + idle_timeout
     }
 
     fn is_idle(&self, idle_timeout: Duration) -> bool {

@@ -484,29 +484,150 @@ async fn an_idle_http2_client_that_never_answers_the_goaway_is_still_closed() {
     server.stop();
 }
 
+/// Connections that take a place and send nothing: TLS done (HTTP/2, which no head timer
+/// closes) or never started (a bare TCP connection in its handshake).
+async fn idle_connections(server: &Server, tls: usize, bare: usize) -> Vec<Box<dyn std::any::Any>> {
+    let mut held: Vec<Box<dyn std::any::Any>> = Vec::new();
+    for _ in 0..bare {
+        held.push(Box::new(
+            TcpStream::connect(server.addr).await.expect("TCP"),
+        ));
+    }
+    let mut opening = tokio::task::JoinSet::new();
+    for _ in 0..tls {
+        let addr = server.addr;
+        opening.spawn(async move {
+            tls_connect(addr, tls_config(b"h2", rustls::DEFAULT_VERSIONS)).await
+        });
+        if opening.len() >= 32
+            && let Some(Ok(Ok(tls))) = opening.join_next().await
+        {
+            held.push(Box::new(tls));
+        }
+    }
+    while let Some(opened) = opening.join_next().await {
+        if let Ok(Ok(tls)) = opened {
+            held.push(Box::new(tls));
+        }
+    }
+    held
+}
+
+/// One GET on a new connection, and how long it took from the connect; the client is kept.
+async fn timed_get(server: &Server) -> (u16, Duration, crate::support::Client) {
+    let started = std::time::Instant::now();
+    let mut client = server.h1().await;
+    let status = client.get("/v1/pets").await.status;
+    (status, started.elapsed(), client)
+}
+
 #[tokio::test(flavor = "multi_thread")]
-async fn beyond_max_connections_a_client_waits_until_a_place_frees_up() {
-    let server = Server::start_with(with_args(&["--max-connections", "2"]));
-    let mut first = server.h1().await;
-    let mut second = server.h1().await;
-    let third = tokio::spawn(crate::support::Client::connect(
+async fn with_every_place_taken_by_idle_connections_the_longest_idle_makes_room() {
+    let server = Server::start_with(with_args(&[
+        "--max-connections",
+        "4",
+        "--log-level",
+        "info,petstore::server=debug",
+    ]));
+    // Two that never start TLS, the oldest; then two idle HTTP/2 connections.
+    let _held = idle_connections(&server, 2, 2).await;
+    // Each client stays open, so each next one must make room again.
+    let mut clients = Vec::new();
+    for _ in 0..3 {
+        let (status, _, client) = tokio::time::timeout(Duration::from_secs(5), timed_get(&server))
+            .await
+            .expect("answered while idle connections hold every place");
+        assert_eq!(status, 200);
+        clients.push(client);
+    }
+    server.wait_for_log("closed during its handshake to make room", 2);
+    server.wait_for_log("closed while idle to make room", 1);
+    server.stop();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_connection_with_a_request_in_flight_is_never_closed_to_make_room() {
+    let server = Server::start_with(with_args(&[
+        "--max-connections",
+        "2",
+        "--log-level",
+        "info,petstore::service=debug",
+    ]));
+    // The oldest connection has a request in flight: its body is still coming.
+    let (mut body, answer) = crate::support::start_streaming_create(&server).await;
+    body.send_data(Bytes::from_static(b"{\"name\":"))
+        .await
+        .expect("a first part");
+    server.wait_for_log("request started method=POST", 1);
+    let _held = idle_connections(&server, 1, 0).await;
+    for _ in 0..3 {
+        let (status, _, _) = tokio::time::timeout(Duration::from_secs(5), timed_get(&server))
+            .await
+            .expect("answered: the idle connection made room");
+        assert_eq!(status, 200);
+    }
+    body.send_data(Bytes::from_static(b"\"kept\",\"categoryId\":1}"))
+        .await
+        .expect("the rest");
+    drop(body);
+    let reply = crate::support::streamed_reply(answer).await;
+    assert_eq!(reply.status, 201, "{:?}", reply.body);
+    server.stop();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn with_every_connection_busy_a_new_one_waits_for_a_place() {
+    let server = Server::start_with(with_args(&[
+        "--max-connections",
+        "1",
+        "--log-level",
+        "info,petstore::service=debug",
+    ]));
+    let (mut body, answer) = crate::support::start_streaming_create(&server).await;
+    body.send_data(Bytes::from_static(b"{\"name\":"))
+        .await
+        .expect("a first part");
+    server.wait_for_log("request started method=POST", 1);
+    let waiting = tokio::spawn(crate::support::Client::connect(
         server.addr,
         crate::support::Protocol::Http1,
     ));
-    for _ in 0..3 {
-        assert_eq!(first.get("/v1/pets").await.status, 200);
-        assert_eq!(second.get("/v1/pets").await.status, 200);
-    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
     assert!(
-        !third.is_finished(),
-        "the third connection is not served while two are open"
+        !waiting.is_finished(),
+        "no place while the only one is busy"
     );
-    drop(first);
-    let mut third = tokio::time::timeout(Duration::from_secs(10), third)
+    body.send_data(Bytes::from_static(b"\"busy\",\"categoryId\":1}"))
+        .await
+        .expect("the rest");
+    drop(body);
+    assert_eq!(crate::support::streamed_reply(answer).await.status, 201);
+    // The busy connection is idle now: the waiting one takes its place.
+    let mut client = tokio::time::timeout(Duration::from_secs(10), waiting)
         .await
         .expect("served once a place is free")
         .expect("task");
-    assert_eq!(third.get("/v1/pets").await.status, 200);
+    assert_eq!(client.get("/v1/pets").await.status, 200);
+    server.stop();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn two_thousand_idle_tls_connections_do_not_keep_a_client_waiting() {
+    // The default --max-connections (1,024) against 2,000 idle TLS connections, as a client
+    // that opens many and sends nothing would hold them.
+    let server = Server::start();
+    let held = idle_connections(&server, 2000, 0).await;
+    assert!(held.len() >= 1024, "{} held", held.len());
+    let mut slowest = Duration::ZERO;
+    for _ in 0..20 {
+        let (status, took, _) = tokio::time::timeout(Duration::from_secs(10), timed_get(&server))
+            .await
+            .expect("answered, not left waiting for an idle timeout");
+        assert_eq!(status, 200);
+        slowest = slowest.max(took);
+    }
+    // A figure, not an assertion: the machine is shared (README: Limits).
+    eprintln!("slowest of 20 answers with 2,000 idle connections held: {slowest:?}");
     server.stop();
 }
 
