@@ -24,6 +24,7 @@ use super::{
 use crate::pet::{NewPet, Pet, PetId, PetPatch, PetStatus};
 
 pub mod connect;
+pub(super) mod copy;
 
 use connect::PgTarget;
 

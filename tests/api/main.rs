@@ -3,6 +3,7 @@
 //! store's own file, shared with its unit tests) runs throwaway PostgreSQL clusters.
 
 mod auth;
+mod copy;
 mod crash;
 mod create;
 mod errors;
