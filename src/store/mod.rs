@@ -1,5 +1,6 @@
 //! The store interface: what the service needs of a pet database (create, get, list a page
-//! after a cursor, patch, delete, idempotency records, health, close), its result types and
+//! after a cursor, patch, delete, idempotency records, health, close), what `petstore copy`
+//! needs (a whole-store export, a bulk import into an empty store), its result types and
 //! `StoreError`, by meaning. Each backend lives in its own module and no engine type crosses
 //! this one: `redb` is the embedded file, the default; `postgres` serves several instances. Invariants every backend keeps: an
 //! answer leaves only after its change is durable; ids are unique, never reused, and increase
@@ -394,8 +395,8 @@ pub(crate) fn pet_status(pet: &StoredPet) -> Result<Option<PetStatus>, StoreErro
 const EXPORT_AHEAD: usize = 2;
 
 /// A bulk write into an empty store, for a copy: chunks in the order an export yields them,
-/// then the id counter with `commit`. Nothing of it is visible to a crash or to the backend's
-/// readers' durable state before `commit`; after a failure, `abort` leaves the store empty.
+/// then the id counter with `commit`. Nothing of it survives a crash before `commit`; after a
+/// failure, `abort` leaves the store empty.
 pub struct Import {
     backend: ImportBackend,
     /// The highest pet id written so far: the counter set at the commit stays above it.
