@@ -6,6 +6,7 @@
 
 use std::ffi::OsStr;
 use std::path::Path;
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
@@ -335,4 +336,78 @@ fn a_bad_url_an_unreachable_database_or_a_missing_source_is_a_clear_error() {
         !source.exists(),
         "the target is not made before the source opens"
     );
+}
+
+/// Asks `sql` until it answers `expected`; fails past a generous deadline.
+#[track_caller]
+fn wait_for(cluster: &Cluster, sql: &str, expected: &str) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while cluster.psql(sql) != expected {
+        assert!(Instant::now() < deadline, "{sql} never gave {expected}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_source_written_during_the_copy_fails_the_check_with_both_sides_printed() {
+    let cluster = Cluster::start();
+    serve(cluster.url()).stop();
+    fill(&cluster, 1000, false);
+    cluster.psql("CREATE DATABASE other");
+    let other = cluster.url().replace("/petstore?", "/other?");
+    serve(&other).stop();
+
+    // The target's pets are locked against writes until the test opens a gate, so the copy
+    // stops at its first chunk, after the source's snapshot was taken; the source gets a pet
+    // meanwhile.
+    cluster.psql("\\c other\nCREATE TABLE gate (open int)");
+    let outcome = {
+        let locked = "SELECT count(*) FROM pg_locks WHERE locktype = 'relation' \
+                      AND mode = 'ShareLock' AND granted";
+        let cluster = &cluster;
+        std::thread::scope(|threads| {
+            let holder = threads.spawn(move || {
+                cluster.psql(
+                    "\\c other
+                     BEGIN;
+                     LOCK TABLE pets IN SHARE MODE;
+                     DO $$ BEGIN
+                         FOR i IN 1..3000 LOOP
+                             EXIT WHEN EXISTS (SELECT 1 FROM gate);
+                             PERFORM pg_sleep(0.01);
+                         END LOOP;
+                     END $$;
+                     COMMIT;",
+                )
+            });
+            wait_for(cluster, locked, "1");
+            let copier = threads.spawn(|| copy(cluster.url().as_ref(), other.as_ref()));
+            wait_for(
+                cluster,
+                "SELECT count(*) FROM pg_locks WHERE locktype = 'relation' AND NOT granted",
+                "1",
+            );
+            fill_one(cluster, 1001);
+            cluster.psql("\\c other\nINSERT INTO gate VALUES (1)");
+            (copier.join().expect("the copy runs"), holder.join().is_ok())
+        })
+    };
+    let ((code, stdout, stderr), held) = outcome;
+    assert!(held, "the lock was held and let go");
+    assert_eq!(code, Some(1), "stdout:\n{stdout}\nstderr:\n{stderr}");
+    assert!(
+        stderr.contains("error: the target does not match the source"),
+        "{stderr}"
+    );
+    assert!(stdout.contains("source: 1001 pets, "), "{stdout}");
+    assert!(stdout.contains("target: 1000 pets, "), "{stdout}");
+}
+
+/// Adds the pet `id` to the PostgreSQL store at `cluster` straight in SQL.
+fn fill_one(cluster: &Cluster, id: u32) {
+    cluster.psql(&format!(
+        "INSERT INTO pets (id, status, revision, json)
+             VALUES ({id}, NULL, 1, '{{\"id\":{id},\"name\":\"late\",\"categoryId\":1}}');
+         UPDATE petstore_meta SET value = {id} + 1 WHERE name = 'next_id';"
+    ));
 }
