@@ -329,7 +329,10 @@ fn a_bad_url_an_unreachable_database_or_a_missing_source_is_a_clear_error() {
     let (code, _, stderr) = copy(unreachable.as_ref(), source.as_os_str());
     assert_eq!(code, Some(1), "{stderr}");
     assert!(
-        stderr.starts_with(&format!("error: opening --from {unreachable}")),
+        stderr.starts_with(&format!(
+            "error: opening --from {unreachable}: storage I/O failed: error connecting to \
+             server: Connection refused"
+        )),
         "{stderr}"
     );
     assert!(
