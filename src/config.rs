@@ -1,5 +1,5 @@
 //! The command line: clap's `Cli` (every flag also read from `PETSTORE_*`), the `new-key`
-//! subcommand, and the validated `Config` the server starts from. It opens no file and no
+//! and `copy` subcommands, and the validated `Config` the server starts from. It opens no file and no
 //! socket: it only says what the operator asked for. `--db` is classified here (a redb path
 //! or a PostgreSQL URL); the URL itself is checked by `store::connect`.
 
@@ -187,6 +187,27 @@ enum Command {
         /// Name of the key's holder, shown in the logs (A-Z a-z 0-9 . _ -).
         label: String,
     },
+    /// Copy every pet, the id counter and the live idempotency records from one store into an
+    /// empty one (redb or PostgreSQL, either way), then compare both sides.
+    Copy {
+        /// The store to copy: a redb file or a PostgreSQL URL, as --db takes them.
+        #[arg(long, value_name = "PATH|URL")]
+        from: OsString,
+
+        /// The store to fill, which must be empty: a redb file (created if missing) or a
+        /// PostgreSQL URL.
+        #[arg(long, value_name = "PATH|URL")]
+        to: OsString,
+
+        /// PostgreSQL only: file holding the database password, for each PostgreSQL side.
+        #[arg(long, value_name = "PATH")]
+        db_password_file: Option<PathBuf>,
+
+        /// PostgreSQL only: PEM file with the CA certificates to verify each PostgreSQL side
+        /// against; without it, the system's roots.
+        #[arg(long, value_name = "PATH")]
+        db_ca: Option<PathBuf>,
+    },
 }
 
 /// What the operator asked this process to do.
@@ -194,6 +215,18 @@ enum Command {
 pub enum Action {
     Serve(Box<Config>),
     NewKey { label: String },
+    Copy(CopyConfig),
+}
+
+/// What `petstore copy` copies, from where to where.
+#[derive(Clone, Debug)]
+pub struct CopyConfig {
+    pub from: Database,
+    pub to: Database,
+    /// PostgreSQL only: the file holding the password, for each PostgreSQL side.
+    pub db_password_file: Option<PathBuf>,
+    /// PostgreSQL only: the PEM file of CA certificates, for each PostgreSQL side.
+    pub db_ca: Option<PathBuf>,
 }
 
 /// Where the pets are kept, as `--db` says.
@@ -206,9 +239,10 @@ pub enum Database {
 }
 
 impl Database {
-    /// Classifies a `--db` value: a `postgres://` or `postgresql://` URL (scheme in any case),
-    /// another `scheme://` (refused), or else a redb file path.
-    fn from_flag(value: OsString) -> anyhow::Result<Database> {
+    /// Classifies a `--db` value (or `--from`, `--to`, as `flag` says): a `postgres://` or
+    /// `postgresql://` URL (scheme in any case), another `scheme://` (refused), or else a redb
+    /// file path.
+    fn from_flag(flag: &str, value: OsString) -> anyhow::Result<Database> {
         // A path that is not UTF-8 cannot be a URL.
         let Some(text) = value.to_str() else {
             return Ok(Database::Redb(value.into()));
@@ -220,7 +254,7 @@ impl Database {
             return Ok(Database::Postgres(text.to_owned()));
         }
         bail!(
-            "--db: unsupported scheme {scheme:?}; use a redb file path (e.g. pets.redb) or a \
+            "{flag}: unsupported scheme {scheme:?}; use a redb file path (e.g. pets.redb) or a \
              postgres:// or postgresql:// URL"
         )
     }
@@ -260,13 +294,38 @@ pub struct Config {
 
 impl Cli {
     pub fn into_action(self) -> anyhow::Result<Action> {
-        if let Some(Command::NewKey { label }) = self.command {
-            return Ok(Action::NewKey { label });
+        match self.command {
+            Some(Command::NewKey { label }) => return Ok(Action::NewKey { label }),
+            Some(Command::Copy {
+                from,
+                to,
+                db_password_file,
+                db_ca,
+            }) => {
+                let from = Database::from_flag("--from", from)?;
+                let to = Database::from_flag("--to", to)?;
+                let postgres = [&from, &to]
+                    .iter()
+                    .any(|db| matches!(db, Database::Postgres(_)));
+                if !postgres && (db_password_file.is_some() || db_ca.is_some()) {
+                    bail!(
+                        "--db-password-file and --db-ca are for PostgreSQL, but --from and --to \
+                         are both redb files"
+                    );
+                }
+                return Ok(Action::Copy(CopyConfig {
+                    from,
+                    to,
+                    db_password_file,
+                    db_ca,
+                }));
+            }
+            None => {}
         }
         // clap enforces `required` whenever no subcommand is given, so these are present; the
         // errors below only guard against that attribute being dropped.
         let missing = |flag: &str| anyhow::anyhow!("{flag} is required");
-        let db = Database::from_flag(self.db)?;
+        let db = Database::from_flag("--db", self.db)?;
         if let Database::Redb(path) = &db {
             let given: Vec<&str> = [
                 ("--db-password-file", self.db_password_file.is_some()),
@@ -396,7 +455,7 @@ mod tests {
         let args = SERVE.iter().chain(flags);
         match Cli::try_parse_from(args)?.into_action()? {
             Action::Serve(config) => Ok(*config),
-            Action::NewKey { .. } => panic!("expected a serve action"),
+            Action::NewKey { .. } | Action::Copy(_) => panic!("expected a serve action"),
         }
     }
 
@@ -505,5 +564,50 @@ mod tests {
             .expect("parses")
             .into_action();
         assert!(matches!(action, Ok(Action::NewKey { label }) if label == "alice"));
+    }
+
+    fn copy(args: &[&str]) -> anyhow::Result<CopyConfig> {
+        let args = ["petstore", "copy"].iter().chain(args);
+        match Cli::try_parse_from(args)?.into_action()? {
+            Action::Copy(config) => Ok(config),
+            _ => panic!("expected a copy action"),
+        }
+    }
+
+    #[test]
+    fn copy_takes_two_stores_as_db_does_and_no_server_flags() {
+        let config =
+            copy(&["--from", "pets.redb", "--to", "postgres://app@db/pets"]).expect("parses");
+        assert_eq!(config.from, Database::Redb(PathBuf::from("pets.redb")));
+        assert_eq!(
+            config.to,
+            Database::Postgres("postgres://app@db/pets".into())
+        );
+        let config = copy(&[
+            "--from",
+            "postgresql://app@h1,h2/pets",
+            "--to",
+            "new.redb",
+            "--db-password-file",
+            "pw",
+            "--db-ca",
+            "ca.pem",
+        ])
+        .expect("parses");
+        assert_eq!(config.db_password_file, Some(PathBuf::from("pw")));
+        assert_eq!(config.db_ca, Some(PathBuf::from("ca.pem")));
+        let error = copy(&["--from", "a.redb", "--to", "mysql://db/pets"]).expect_err("refused");
+        assert!(
+            format!("{error:#}").starts_with("--to: unsupported scheme \"mysql\""),
+            "{error:#}"
+        );
+        let error = copy(&["--from", "a.redb", "--to", "b.redb", "--db-ca", "ca.pem"])
+            .expect_err("refused");
+        assert!(
+            format!("{error:#}").contains("both redb files"),
+            "{error:#}"
+        );
+        assert!(copy(&["--from", "a.redb"]).is_err(), "--to is required");
+        assert!(copy(&["--to", "a.redb"]).is_err(), "--from is required");
     }
 }

@@ -247,9 +247,10 @@ impl From<StoreError> for Error {
             | StoreError::Closed
             | StoreError::IdsExhausted
             | StoreError::Reopening => Error::Unavailable(e.to_string()),
-            StoreError::Locked | StoreError::NewerSchema { .. } | StoreError::Corrupt(_) => {
-                Error::Internal(e.to_string())
-            }
+            StoreError::Locked
+            | StoreError::NewerSchema { .. }
+            | StoreError::NotEmpty { .. }
+            | StoreError::Corrupt(_) => Error::Internal(e.to_string()),
         }
     }
 }

@@ -1,11 +1,13 @@
 //! petstore: the Animal Store API over HTTPS, in one binary. This file only wires the parts
-//! together (flags, logging, keys, TLS, socket, store, serve, stop) and maps the outcome to
-//! an exit code: 0 for a clean stop, 1 with `error: ...` on stderr for a failed start.
+//! together (flags, logging, keys, TLS, socket, store, serve, stop; or a subcommand) and maps
+//! the outcome to an exit code: 0 for a clean stop, 1 with `error: ...` on stderr for a failed
+//! start or subcommand.
 
 mod api;
 mod auth;
 mod conditional;
 mod config;
+mod copy;
 mod cursor;
 mod error;
 mod lifecycle;
@@ -45,6 +47,16 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             eprintln!("the first line is the key: give it to the client, it is shown only once");
             eprintln!("the second line admits it: append it to the API keys file");
             Ok(())
+        }
+        Action::Copy(config) => {
+            // Progress and the outcome are the command's own lines; the store logs only trouble.
+            let _logs = init_logging(LogFormat::Text, Some("warn"))?;
+            tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .thread_name("petstore-copy")
+                .build()
+                .context("starting the async runtime")?
+                .block_on(copy::run(config))
         }
         Action::Serve(config) => {
             // Held to the end of `run`, so every line is written before the process exits.

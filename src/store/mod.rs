@@ -1,5 +1,6 @@
 //! The store interface: what the service needs of a pet database (create, get, list a page
-//! after a cursor, patch, delete, idempotency records, health, close), its result types and
+//! after a cursor, patch, delete, idempotency records, health, close), what `petstore copy`
+//! needs (a whole-store export, a bulk import into an empty store), its result types and
 //! `StoreError`, by meaning. Each backend lives in its own module and no engine type crosses
 //! this one: `redb` is the embedded file, the default; `postgres` serves several instances. Invariants every backend keeps: an
 //! answer leaves only after its change is durable; ids are unique, never reused, and increase
@@ -97,6 +98,12 @@ pub enum StoreError {
     Locked,
     /// At start: the database was written by a newer petstore.
     NewerSchema { found: u64, supported: u64 },
+    /// A copy's target already holds data: pets, idempotency records, or ids given out.
+    NotEmpty {
+        pets: u64,
+        records: u64,
+        next_id: u64,
+    },
 }
 
 impl fmt::Display for StoreError {
@@ -121,6 +128,15 @@ impl fmt::Display for StoreError {
             StoreError::NewerSchema { found, supported } => write!(
                 f,
                 "the database has schema version {found}, newer than the {supported} this petstore understands"
+            ),
+            StoreError::NotEmpty {
+                pets,
+                records,
+                next_id,
+            } => write!(
+                f,
+                "the database is not empty: it holds {pets} pets and {records} idempotency \
+                 records, and its next id is {next_id}"
             ),
         }
     }
@@ -243,9 +259,12 @@ pub struct Tuning {
 /// Runs the same future on whichever backend the store has.
 macro_rules! on_backend {
     ($store:expr, $backend:ident => $call:expr) => {
+        on_backend!(Backend; $store, $backend => $call)
+    };
+    ($kind:ident; $store:expr, $backend:ident => $call:expr) => {
         match $store {
-            Backend::Redb($backend) => $call,
-            Backend::Postgres($backend) => $call,
+            $kind::Redb($backend) => $call,
+            $kind::Postgres($backend) => $call,
         }
     };
 }
@@ -324,5 +343,117 @@ impl Store {
     /// Finishes the writes already queued and closes the store; later calls get `Closed`.
     pub async fn close(self) {
         on_backend!(self.0, store => store.close().await)
+    }
+}
+
+/// An idempotency record as a copy carries it from one store to another, whatever either
+/// keeps: the scope it answers for and what it answers with.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct IdempotencyRecord {
+    /// A digest of the API key and the Idempotency-Key.
+    pub scope: [u8; 32],
+    /// A digest of the pet the first create asked for.
+    pub fingerprint: [u8; 32],
+    /// Unix seconds from which the record answers nothing.
+    pub expires_at: u64,
+    pub pet_id: PetId,
+    /// The pet's JSON as the first create answered it.
+    pub json: Bytes,
+}
+
+/// A piece of a store in transit: an export yields every pet in ascending id order, in chunks,
+/// then every live idempotency record, in chunks.
+#[derive(Debug)]
+pub enum Chunk {
+    Pets(Vec<StoredPet>),
+    Records(Vec<IdempotencyRecord>),
+}
+
+/// A streaming read of a whole store from one snapshot, for a copy: the id counter, then the
+/// chunks as the backend reads them; it reads ahead of the consumer by a chunk or two.
+pub struct Export {
+    /// The id the next create would get: above every id ever given, deleted pets' included.
+    pub next_id: u64,
+    chunks: tokio::sync::mpsc::Receiver<Result<Chunk, StoreError>>,
+}
+
+impl Export {
+    /// The next chunk; `None` once the whole store has been read. An error ends the export.
+    pub async fn next(&mut self) -> Option<Result<Chunk, StoreError>> {
+        self.chunks.recv().await
+    }
+}
+
+/// The status a stored pet's JSON gives it, for the index an import writes beside it.
+pub(crate) fn pet_status(pet: &StoredPet) -> Result<Option<PetStatus>, StoreError> {
+    crate::pet::Pet::from_json(&pet.json)
+        .map(|read| read.status)
+        .map_err(|e| StoreError::Corrupt(format!("pet {} does not read back: {e}", pet.id)))
+}
+
+/// How far ahead of the consumer an export reads, in chunks.
+const EXPORT_AHEAD: usize = 2;
+
+/// A bulk write into an empty store, for a copy: chunks in the order an export yields them,
+/// then the id counter with `commit`. Nothing of it survives a crash before `commit`; after a
+/// failure, `abort` leaves the store empty.
+pub struct Import {
+    backend: ImportBackend,
+    /// The highest pet id written so far: the counter set at the commit stays above it.
+    max_id: Option<PetId>,
+}
+
+enum ImportBackend {
+    Redb(redb::copy::RedbImport),
+    Postgres(postgres::copy::PgImport),
+}
+
+impl Store {
+    /// Starts a read of every pet (in chunks of up to `chunk` pets, ascending id order), the
+    /// id counter and every idempotency record still live at Unix time `now`, all from one
+    /// snapshot.
+    pub async fn export(&self, chunk: usize, now: u64) -> Result<Export, StoreError> {
+        let (sender, chunks) = tokio::sync::mpsc::channel(EXPORT_AHEAD);
+        let chunk = chunk.max(1);
+        let next_id = on_backend!(&self.0, store => store.export(chunk, now, sender).await)?;
+        Ok(Export { next_id, chunks })
+    }
+
+    /// Starts a bulk write into this store, which must be empty: no pet, no idempotency record,
+    /// no id given out; else `NotEmpty`, and the store is left as it was.
+    pub async fn import(&self) -> Result<Import, StoreError> {
+        let backend = match &self.0 {
+            Backend::Redb(store) => ImportBackend::Redb(store.import().await?),
+            Backend::Postgres(store) => ImportBackend::Postgres(store.import().await?),
+        };
+        Ok(Import {
+            backend,
+            max_id: None,
+        })
+    }
+}
+
+impl Import {
+    /// Writes one chunk: pets go in with their revisions, records as they are.
+    pub async fn write(&mut self, chunk: Chunk) -> Result<(), StoreError> {
+        if let Chunk::Pets(pets) = &chunk {
+            self.max_id = pets.iter().map(|pet| pet.id).chain(self.max_id).max();
+        }
+        on_backend!(ImportBackend; &mut self.backend, import => import.write(chunk).await)
+    }
+
+    /// Sets the id counter to `next_id`, or above the highest id written if that is higher,
+    /// and makes everything written durable at once.
+    pub async fn commit(self, next_id: u64) -> Result<(), StoreError> {
+        let above = self
+            .max_id
+            .map_or(1, |id| u64::try_from(id).unwrap_or(0).saturating_add(1));
+        let next_id = next_id.max(above);
+        on_backend!(ImportBackend; self.backend, import => import.commit(next_id).await)
+    }
+
+    /// Gives up: the store is left empty, as the import found it.
+    pub async fn abort(self) -> Result<(), StoreError> {
+        on_backend!(ImportBackend; self.backend, import => import.abort().await)
     }
 }

@@ -24,6 +24,7 @@ use super::{
 use crate::pet::{NewPet, Pet, PetId, PetPatch, PetStatus};
 
 pub mod connect;
+pub(super) mod copy;
 
 use connect::PgTarget;
 
@@ -656,18 +657,23 @@ async fn bounded<T>(work: impl Future<Output = Result<T, StoreError>>) -> Result
 /// A PostgreSQL error by meaning: a lost or refused connection, a timeout, a conflict to retry
 /// or a standby that takes no writes is `Io` (503, retry); anything else is a fault.
 fn pg_error(e: tokio_postgres::Error) -> StoreError {
+    // tokio-postgres's own text is only the kind ("db error"); the cause says what happened.
+    let text = match std::error::Error::source(&e) {
+        Some(cause) => format!("{e}: {cause}"),
+        None => e.to_string(),
+    };
     let Some(code) = e.code() else {
         // No SQLSTATE: the connection failed, closed, or timed out.
-        return StoreError::Io(e.to_string());
+        return StoreError::Io(text);
     };
     let class = &code.code()[..2];
     let transient = matches!(class, "08" | "40" | "53" | "57" | "58")
         || *code == SqlState::READ_ONLY_SQL_TRANSACTION
         || *code == SqlState::LOCK_NOT_AVAILABLE;
     if transient {
-        StoreError::Io(e.to_string())
+        StoreError::Io(text)
     } else {
-        StoreError::Corrupt(e.to_string())
+        StoreError::Corrupt(text)
     }
 }
 

@@ -21,6 +21,7 @@ use super::{
 };
 use crate::pet::{NewPet, PetId, PetPatch, PetStatus};
 
+pub(super) mod copy;
 mod idempotency;
 mod snapshot;
 mod writer;

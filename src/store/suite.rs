@@ -262,6 +262,87 @@ pub(super) async fn a_key_in_flight_is_refused_and_released_when_its_create_ends
     assert!(store.claim_key([1; 32]).is_ok(), "released with the write");
 }
 
+/// Every chunk of an export, in order.
+async fn exported(store: &Store, chunk: usize, now: u64) -> (u64, Vec<Chunk>) {
+    let mut export = store.export(chunk, now).await.expect("export");
+    let mut chunks = Vec::new();
+    while let Some(chunk) = export.next().await {
+        chunks.push(chunk.expect("a chunk"));
+    }
+    (export.next_id, chunks)
+}
+
+pub(super) async fn an_export_reads_every_pet_in_id_order_with_its_revision_the_counter_and_live_records(
+    store: Store,
+) {
+    let store = &store;
+    let (next_id, chunks) = exported(store, 2, 0).await;
+    assert_eq!((next_id, chunks.len()), (1, 0), "an empty store");
+    for name in ["a", "b", "c", "d"] {
+        add(store, new_pet(name, None)).await.expect("create");
+    }
+    let keyed = store
+        .create(new_pet("k", Some(PetStatus::Sold)), Some(key(store, 9, 9)))
+        .await
+        .expect("create")
+        .pet;
+    for id in [2, 2, 3] {
+        store
+            .patch(id, sold(), Precondition::None)
+            .await
+            .expect("patch");
+    }
+    add(store, new_pet("gone", None)).await.expect("create");
+    store.delete(6, Precondition::None).await.expect("delete");
+    store.delete(1, Precondition::None).await.expect("delete");
+
+    let now = write::unix_now();
+    let (next_id, chunks) = exported(store, 2, now).await;
+    assert_eq!(next_id, 7, "deleted ids count");
+    let mut pets = Vec::new();
+    let mut records = Vec::new();
+    for chunk in chunks {
+        match chunk {
+            Chunk::Pets(chunk) => {
+                assert!(records.is_empty(), "pets come first");
+                assert!((1..=2).contains(&chunk.len()), "{chunk:?}");
+                pets.extend(chunk);
+            }
+            Chunk::Records(chunk) => records.extend(chunk),
+        }
+    }
+    let listed: Vec<_> = pets.iter().map(|pet| (pet.id, pet.revision)).collect();
+    assert_eq!(listed, [(2, 3), (3, 2), (4, 1), (5, 1)]);
+    for pet in &pets {
+        let stored = store.get(pet.id).await.expect("get").expect("stored");
+        assert_eq!(stored.json, pet.json);
+    }
+    assert_eq!(
+        records,
+        [IdempotencyRecord {
+            scope: [9; 32],
+            fingerprint: [9; 32],
+            expires_at: records.first().map_or(0, |r| r.expires_at),
+            pet_id: 5,
+            json: keyed.json,
+        }]
+    );
+    assert!(records[0].expires_at > now);
+    let (_, chunks) = exported(store, 2, records[0].expires_at).await;
+    assert!(
+        chunks.iter().all(|chunk| matches!(chunk, Chunk::Pets(_))),
+        "an expired record is not exported"
+    );
+    assert!(matches!(
+        store.import().await.err(),
+        Some(StoreError::NotEmpty {
+            pets: 4,
+            records: 1,
+            next_id: 7
+        })
+    ));
+}
+
 /// A throwaway cluster shared by the PostgreSQL tests that run at the same time; it stops when
 /// the last of them ends.
 fn shared_cluster() -> Arc<Cluster> {
@@ -336,5 +417,6 @@ mod on_both_backends {
         a_delete_removes_the_pet_its_index_entry_and_its_revision_and_ids_are_not_reused,
         a_key_replays_its_first_answer_refuses_another_pet_and_is_scoped,
         a_key_in_flight_is_refused_and_released_when_its_create_ends,
+        an_export_reads_every_pet_in_id_order_with_its_revision_the_counter_and_live_records,
     );
 }

@@ -4,6 +4,7 @@
 
 mod auth;
 mod connection_fuzz;
+mod copy;
 mod crash;
 mod create;
 mod errors;

@@ -45,7 +45,7 @@ pub(super) fn find(
 }
 
 /// Reads a record's bytes: see `insert` for the layout.
-fn decode(bytes: &[u8]) -> Result<Record<'_>, StoreError> {
+pub(super) fn decode(bytes: &[u8]) -> Result<Record<'_>, StoreError> {
     let corrupt = || StoreError::Corrupt("an idempotency record is too short".into());
     let (head, json) = bytes.split_at_checked(RECORD_HEAD).ok_or_else(corrupt)?;
     let (fingerprint, rest) = head.split_at(32);

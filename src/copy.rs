@@ -1,0 +1,280 @@
+//! `petstore copy --from DB --to DB`: copies a whole store (every pet with its revision, the
+//! id counter, the live idempotency records) into an empty one through the store's export and
+//! import, whichever backend either side is, with progress on stderr. Then it reads both stores
+//! again and compares what they hold (count and checksum of the pets, the counter, count and
+//! checksum of the records); a difference fails the command. A copy that fails leaves the
+//! target empty, so it can simply be run again.
+
+use std::fmt;
+use std::path::Path;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::{Context, anyhow, bail};
+use sha2::{Digest, Sha256};
+
+use crate::config::{CopyConfig, Database};
+use crate::store::{self, Chunk, Import, Location, Store, StoreError, Tuning};
+
+/// Pets per chunk: the unit read, written (one transaction or one `COPY` each) and counted.
+const CHUNK: usize = 20_000;
+/// How often progress is shown.
+const PROGRESS_EVERY: Duration = Duration::from_secs(1);
+/// The redb page cache of each redb side.
+const REDB_CACHE_BYTES: usize = 64 << 20;
+/// Connections of each PostgreSQL side: the export or the import takes one, opening another.
+const PG_POOL_SIZE: usize = 2;
+/// The statement bound of the PostgreSQL sides' pooled connections; the copy's own statements
+/// set a longer one (see `store::postgres::copy`).
+const PG_STATEMENT_TIMEOUT: Duration = Duration::from_secs(5);
+/// The check compares the idempotency records still live this long after it starts: records
+/// expiring sooner may be purged from one side and not the other while it reads.
+const RECORDS_LIVE_FOR: u64 = 600;
+
+/// Runs the copy and its check; any failure is an error, so the process exits non-zero.
+pub async fn run(config: CopyConfig) -> anyhow::Result<()> {
+    if let (Database::Redb(from), Database::Redb(to)) = (&config.from, &config.to)
+        && same_file(from, to)
+    {
+        bail!("--from and --to are the same file {}", from.display());
+    }
+    // Opening a redb path creates the file: a mistyped source must not become an empty one.
+    if let Database::Redb(path) = &config.from
+        && !path.is_file()
+    {
+        bail!("--from {}: no such file", path.display());
+    }
+    let (source, pets) = open(&config, &config.from, "--from").await?;
+    let target = match open(&config, &config.to, "--to").await {
+        Ok((target, _)) => target,
+        Err(e) => {
+            source.close().await;
+            return Err(e);
+        }
+    };
+    let result = copy_and_check(&source, &target, pets, &config).await;
+    source.close().await;
+    target.close().await;
+    result
+}
+
+async fn copy_and_check(
+    source: &Store,
+    target: &Store,
+    pets: u64,
+    config: &CopyConfig,
+) -> anyhow::Result<()> {
+    let started = Instant::now();
+    let mut import = target.import().await.map_err(|e| match e {
+        StoreError::NotEmpty { .. } => anyhow!(
+            "--to {}: {e}; copy only into a new or empty store (it was left as it was)",
+            name(&config.to)
+        ),
+        e => anyhow!(e).context(format!("--to {}", name(&config.to))),
+    })?;
+    let copied = match transfer(source, &mut import, pets).await {
+        Ok(copied) => copied,
+        Err(e) => {
+            let e = match import.abort().await {
+                Ok(()) => e.context("the copy failed; the target was left empty"),
+                Err(abort) => e.context(format!(
+                    "the copy failed, and emptying the target again failed too ({abort}): \
+                     remove what it holds before copying again"
+                )),
+            };
+            return Err(e);
+        }
+    };
+    import
+        .commit(copied.next_id)
+        .await
+        .context("committing the copy; the target was left empty")?;
+    let seconds = started.elapsed().as_secs_f64();
+    eprintln!(
+        "copied {} pets and {} idempotency records in {seconds:.1} s ({:.0} pets/s)",
+        copied.pets,
+        copied.records,
+        copied.pets as f64 / seconds.max(0.001)
+    );
+
+    let started = Instant::now();
+    eprintln!("checking: reading both stores again");
+    let live_after = unix_now().saturating_add(RECORDS_LIVE_FOR);
+    let (from, to) = tokio::join!(Tally::of(source, live_after), Tally::of(target, live_after));
+    let from = from.context("reading --from again")?;
+    let to = to.context("reading --to again")?;
+    println!("source: {from}");
+    println!("target: {to}");
+    if from != to {
+        bail!(
+            "the target does not match the source (was the source written to during the \
+             copy?)"
+        );
+    }
+    println!(
+        "the copy matches its source (checked in {:.1} s)",
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+/// What the copy moved, and the counter to commit.
+struct Copied {
+    pets: u64,
+    records: u64,
+    next_id: u64,
+}
+
+/// Streams the source's export into the import, chunk by chunk; the export reads the next
+/// chunks while one is written.
+async fn transfer(source: &Store, import: &mut Import, total: u64) -> anyhow::Result<Copied> {
+    let mut export = source
+        .export(CHUNK, unix_now())
+        .await
+        .context("reading --from")?;
+    let mut copied = Copied {
+        pets: 0,
+        records: 0,
+        next_id: export.next_id,
+    };
+    let started = Instant::now();
+    let mut shown = started;
+    while let Some(chunk) = export.next().await {
+        let chunk = chunk.context("reading --from")?;
+        match &chunk {
+            Chunk::Pets(pets) => copied.pets += pets.len() as u64,
+            Chunk::Records(records) => copied.records += records.len() as u64,
+        }
+        import.write(chunk).await.context("writing --to")?;
+        if shown.elapsed() >= PROGRESS_EVERY {
+            shown = Instant::now();
+            let rate = copied.pets as f64 / started.elapsed().as_secs_f64().max(0.001);
+            let percent = (copied.pets * 100)
+                .checked_div(total)
+                .unwrap_or(100)
+                .min(100);
+            eprintln!(
+                "copying: {} of {total} pets ({percent}%), {rate:.0} pets/s, {} idempotency records",
+                copied.pets, copied.records
+            );
+        }
+    }
+    Ok(copied)
+}
+
+/// What a store holds, as the check compares it: counts and SHA-256 digests, in id order, over
+/// every pet's id, revision and JSON, and over every record still live at a given time.
+#[derive(PartialEq, Eq)]
+struct Tally {
+    pets: u64,
+    pets_digest: [u8; 32],
+    next_id: u64,
+    records: u64,
+    records_digest: [u8; 32],
+}
+
+impl Tally {
+    async fn of(store: &Store, live_after: u64) -> Result<Tally, StoreError> {
+        let mut export = store.export(CHUNK, live_after).await?;
+        let (mut pets, mut pets_digest) = (0, Sha256::new());
+        let (mut records, mut records_digest) = (0, Sha256::new());
+        while let Some(chunk) = export.next().await {
+            match chunk? {
+                Chunk::Pets(chunk) => {
+                    for pet in &chunk {
+                        pets_digest.update(pet.id.to_be_bytes());
+                        pets_digest.update(pet.revision.to_be_bytes());
+                        pets_digest.update((pet.json.len() as u64).to_be_bytes());
+                        pets_digest.update(&pet.json);
+                    }
+                    pets += chunk.len() as u64;
+                }
+                Chunk::Records(chunk) => {
+                    for record in &chunk {
+                        records_digest.update(record.scope);
+                        records_digest.update(record.fingerprint);
+                        records_digest.update(record.expires_at.to_be_bytes());
+                        records_digest.update(record.pet_id.to_be_bytes());
+                        records_digest.update((record.json.len() as u64).to_be_bytes());
+                        records_digest.update(&record.json);
+                    }
+                    records += chunk.len() as u64;
+                }
+            }
+        }
+        Ok(Tally {
+            pets,
+            pets_digest: pets_digest.finalize().into(),
+            next_id: export.next_id,
+            records,
+            records_digest: records_digest.finalize().into(),
+        })
+    }
+}
+
+impl fmt::Display for Tally {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} pets, sha256 {}, next id {}; {} idempotency records, sha256 {}",
+            self.pets,
+            hex(&self.pets_digest),
+            self.next_id,
+            self.records,
+            hex(&self.records_digest)
+        )
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|byte| format!("{byte:02x}")).collect()
+}
+
+/// Opens one side; returns it and its number of pets.
+async fn open(config: &CopyConfig, db: &Database, flag: &str) -> anyhow::Result<(Store, u64)> {
+    let location = match db {
+        Database::Redb(path) => Location::Redb {
+            path: path.clone(),
+            cache_bytes: REDB_CACHE_BYTES,
+        },
+        Database::Postgres(url) => Location::Postgres(Box::new(
+            store::parse_postgres(
+                url,
+                config.db_password_file.as_deref(),
+                config.db_ca.as_deref(),
+                PG_POOL_SIZE,
+                PG_STATEMENT_TIMEOUT,
+            )
+            .with_context(|| format!("{flag} {url}"))?,
+        )),
+    };
+    // Neither side serves creates, so these only have to be valid.
+    let tuning = Tuning {
+        idempotency_ttl: Duration::from_secs(24 * 3600),
+        max_write_batch: store::DEFAULT_MAX_WRITE_BATCH,
+    };
+    Store::open(location, tuning)
+        .await
+        .with_context(|| format!("opening {flag} {}", name(db)))
+}
+
+/// The store as the operator named it; a URL never holds the password.
+fn name(db: &Database) -> String {
+    match db {
+        Database::Redb(path) => path.display().to_string(),
+        Database::Postgres(url) => url.clone(),
+    }
+}
+
+/// Whether two paths name one file: the same path, or, for files that exist, the same inode.
+fn same_file(a: &Path, b: &Path) -> bool {
+    match (a.canonicalize(), b.canonicalize()) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => a == b,
+    }
+}
+
+fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |elapsed| elapsed.as_secs())
+}

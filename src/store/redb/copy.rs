@@ -1,0 +1,316 @@
+//! Copying a redb store out and in, for `petstore copy`. The export is one read transaction,
+//! streamed in chunks from a blocking thread. The import writes each chunk in its own large
+//! transaction that is not made durable (redb's `Durability::None`) and makes everything
+//! durable with the last one, which sets the id counter: a crash before it leaves the file as
+//! empty as it was, and `abort` empties it again after a failure. Only this module turns
+//! redb's idempotency record into the store's `IdempotencyRecord` and back.
+
+use std::sync::Arc;
+
+use redb::{
+    Database, Durability, ReadTransaction, ReadableDatabase, ReadableTable, ReadableTableMetadata,
+    Table,
+};
+use tokio::sync::{mpsc, oneshot};
+
+use super::idempotency::{self, IDEMPOTENCY, IDEMPOTENCY_EXPIRY};
+use super::{META, META_NEXT_ID, PETS, PETS_BY_STATUS, REVISIONS, RedbStore, Shared};
+use crate::store::{Chunk, IdempotencyRecord, StoreError, StoredPet, pet_status};
+
+impl RedbStore {
+    /// Starts streaming the store into `sender` from one read transaction; returns its id
+    /// counter. See `Store::export`.
+    pub(in crate::store) async fn export(
+        &self,
+        chunk: usize,
+        now: u64,
+        sender: mpsc::Sender<Result<Chunk, StoreError>>,
+    ) -> Result<u64, StoreError> {
+        let shared = Arc::clone(&self.shared);
+        let (counter, next_id) = oneshot::channel();
+        // The guard is held to the end of the export, so a reopen waits for it.
+        tokio::task::spawn_blocking(move || {
+            let db = shared.db();
+            let Some(db) = db.as_ref() else {
+                let _ = counter.send(Err(StoreError::Reopening));
+                return;
+            };
+            let begun = db
+                .begin_read()
+                .map_err(StoreError::storage)
+                .and_then(|txn| Ok((next_id_in(&txn)?, txn)));
+            let txn = match begun {
+                Ok((next_id, txn)) => {
+                    let _ = counter.send(Ok(next_id));
+                    txn
+                }
+                Err(e) => {
+                    let _ = counter.send(Err(e));
+                    return;
+                }
+            };
+            if let Err(e) = stream(&txn, chunk, now, &sender) {
+                let _ = sender.blocking_send(Err(e));
+            }
+        });
+        next_id.await.map_err(|_| worker_gone())?
+    }
+
+    /// Starts a bulk write, after checking that the store is empty. See `Store::import`.
+    pub(in crate::store) async fn import(&self) -> Result<RedbImport, StoreError> {
+        let shared = Arc::clone(&self.shared);
+        on_blocking(&shared, |db| {
+            let txn = db.begin_read().map_err(StoreError::storage)?;
+            let pets = txn
+                .open_table(PETS)
+                .and_then(|pets| Ok(pets.len()?))
+                .map_err(StoreError::storage)?;
+            let records = txn
+                .open_table(IDEMPOTENCY)
+                .and_then(|records| Ok(records.len()?))
+                .map_err(StoreError::storage)?;
+            let next_id = next_id_in(&txn)?;
+            if pets > 0 || records > 0 || next_id != 1 {
+                return Err(StoreError::NotEmpty {
+                    pets,
+                    records,
+                    next_id,
+                });
+            }
+            Ok(())
+        })
+        .await?;
+        Ok(RedbImport { shared })
+    }
+}
+
+/// A bulk write in progress; see `Import`.
+pub(in crate::store) struct RedbImport {
+    shared: Arc<Shared>,
+}
+
+impl RedbImport {
+    /// Writes one chunk in one transaction that is not yet durable.
+    pub(in crate::store) async fn write(&mut self, chunk: Chunk) -> Result<(), StoreError> {
+        self.transaction(Durability::None, move |txn| match chunk {
+            Chunk::Pets(pets) => {
+                let mut table = txn.open_table(PETS).map_err(StoreError::write)?;
+                let mut by_status = txn.open_table(PETS_BY_STATUS).map_err(StoreError::write)?;
+                let mut revisions = txn.open_table(REVISIONS).map_err(StoreError::write)?;
+                for pet in &pets {
+                    table
+                        .insert(pet.id, pet.json.as_ref())
+                        .map_err(StoreError::write)?;
+                    if let Some(status) = pet_status(pet)? {
+                        by_status
+                            .insert((status.to_code(), pet.id), pet.json.as_ref())
+                            .map_err(StoreError::write)?;
+                    }
+                    // A pet not listed is at revision 1: see `REVISIONS`.
+                    if pet.revision != 1 {
+                        revisions
+                            .insert(pet.id, pet.revision)
+                            .map_err(StoreError::write)?;
+                    }
+                }
+                Ok(())
+            }
+            Chunk::Records(records) => {
+                let mut table = txn.open_table(IDEMPOTENCY).map_err(StoreError::write)?;
+                let mut expiry = txn
+                    .open_table(IDEMPOTENCY_EXPIRY)
+                    .map_err(StoreError::write)?;
+                for record in &records {
+                    import_record(&mut table, &mut expiry, record)?;
+                }
+                Ok(())
+            }
+        })
+        .await
+    }
+
+    /// Sets the id counter in a durable transaction, which makes every chunk before it durable
+    /// too.
+    pub(in crate::store) async fn commit(self, next_id: u64) -> Result<(), StoreError> {
+        self.transaction(Durability::Immediate, move |txn| {
+            let mut meta = txn.open_table(META).map_err(StoreError::write)?;
+            meta.insert(META_NEXT_ID, next_id)
+                .map_err(StoreError::write)?;
+            Ok(())
+        })
+        .await
+    }
+
+    /// Empties every table the import wrote and puts the counter back to 1, durably.
+    pub(in crate::store) async fn abort(self) -> Result<(), StoreError> {
+        self.transaction(Durability::Immediate, |txn| {
+            txn.delete_table(PETS).map_err(StoreError::write)?;
+            txn.delete_table(PETS_BY_STATUS)
+                .map_err(StoreError::write)?;
+            txn.delete_table(REVISIONS).map_err(StoreError::write)?;
+            txn.delete_table(IDEMPOTENCY).map_err(StoreError::write)?;
+            txn.delete_table(IDEMPOTENCY_EXPIRY)
+                .map_err(StoreError::write)?;
+            txn.open_table(PETS).map_err(StoreError::write)?;
+            txn.open_table(PETS_BY_STATUS).map_err(StoreError::write)?;
+            txn.open_table(REVISIONS).map_err(StoreError::write)?;
+            idempotency::create_tables(txn)?;
+            txn.open_table(META)
+                .map_err(StoreError::write)?
+                .insert(META_NEXT_ID, 1)
+                .map_err(StoreError::write)?;
+            Ok(())
+        })
+        .await
+    }
+
+    /// Runs `work` in one write transaction on a blocking thread and commits it with
+    /// `durability`.
+    async fn transaction(
+        &self,
+        durability: Durability,
+        work: impl FnOnce(&redb::WriteTransaction) -> Result<(), StoreError> + Send + 'static,
+    ) -> Result<(), StoreError> {
+        let shared = Arc::clone(&self.shared);
+        on_blocking(&self.shared, move |db| {
+            let mut txn = db.begin_write().map_err(StoreError::write)?;
+            txn.set_durability(durability).map_err(StoreError::write)?;
+            work(&txn)?;
+            txn.commit().map_err(StoreError::write)?;
+            shared.snapshots.committed();
+            Ok(())
+        })
+        .await
+    }
+}
+
+/// Runs `work` on the open database on a blocking thread.
+async fn on_blocking<T: Send + 'static>(
+    shared: &Arc<Shared>,
+    work: impl FnOnce(&Database) -> Result<T, StoreError> + Send + 'static,
+) -> Result<T, StoreError> {
+    let shared = Arc::clone(shared);
+    tokio::task::spawn_blocking(move || {
+        let db = shared.db();
+        work(db.as_ref().ok_or(StoreError::Reopening)?)
+    })
+    .await
+    .map_err(|_| worker_gone())?
+}
+
+fn worker_gone() -> StoreError {
+    StoreError::Corrupt("the copy's database thread ended without an answer".into())
+}
+
+fn next_id_in(txn: &ReadTransaction) -> Result<u64, StoreError> {
+    let meta = txn.open_table(META).map_err(StoreError::storage)?;
+    Ok(meta
+        .get(META_NEXT_ID)
+        .map_err(StoreError::storage)?
+        .map_or(1, |v| v.value()))
+}
+
+/// Sends every pet, then every record live at `now`, in chunks; returns early, without an
+/// error, when the receiver has gone.
+fn stream(
+    txn: &ReadTransaction,
+    chunk: usize,
+    now: u64,
+    sender: &mpsc::Sender<Result<Chunk, StoreError>>,
+) -> Result<(), StoreError> {
+    let pets = txn.open_table(PETS).map_err(StoreError::storage)?;
+    let revisions = txn.open_table(REVISIONS).map_err(StoreError::storage)?;
+    // Both tables are in id order, so one pass over each joins them.
+    let mut changed = revisions.iter().map_err(StoreError::storage)?;
+    let mut next_changed = || -> Result<Option<(i64, u64)>, StoreError> {
+        changed
+            .next()
+            .transpose()
+            .map_err(StoreError::storage)
+            .map(|entry| entry.map(|(id, revision)| (id.value(), revision.value())))
+    };
+    let mut revised = next_changed()?;
+    let mut batch = Vec::with_capacity(chunk);
+    for entry in pets.iter().map_err(StoreError::storage)? {
+        let (id, json) = entry.map_err(StoreError::storage)?;
+        let id = id.value();
+        while let Some((changed_id, _)) = revised
+            && changed_id < id
+        {
+            revised = next_changed()?;
+        }
+        let revision = match revised {
+            Some((changed_id, revision)) if changed_id == id => revision,
+            _ => 1,
+        };
+        batch.push(StoredPet {
+            id,
+            revision,
+            json: bytes::Bytes::copy_from_slice(json.value()),
+        });
+        if batch.len() == chunk {
+            let full = std::mem::replace(&mut batch, Vec::with_capacity(chunk));
+            if sender.blocking_send(Ok(Chunk::Pets(full))).is_err() {
+                return Ok(());
+            }
+        }
+    }
+    if !batch.is_empty() && sender.blocking_send(Ok(Chunk::Pets(batch))).is_err() {
+        return Ok(());
+    }
+    let records = txn.open_table(IDEMPOTENCY).map_err(StoreError::storage)?;
+    let mut batch = Vec::new();
+    for entry in records.iter().map_err(StoreError::storage)? {
+        let (scope, bytes) = entry.map_err(StoreError::storage)?;
+        let record = export_record(scope.value(), bytes.value())?;
+        if record.expires_at <= now {
+            continue;
+        }
+        batch.push(record);
+        if batch.len() == chunk {
+            let full = std::mem::take(&mut batch);
+            if sender.blocking_send(Ok(Chunk::Records(full))).is_err() {
+                return Ok(());
+            }
+        }
+    }
+    if !batch.is_empty() {
+        let _ = sender.blocking_send(Ok(Chunk::Records(batch)));
+    }
+    Ok(())
+}
+
+/// redb's record of `scope` as the store's.
+fn export_record(scope: [u8; 32], bytes: &[u8]) -> Result<IdempotencyRecord, StoreError> {
+    let record = idempotency::decode(bytes)?;
+    Ok(IdempotencyRecord {
+        scope,
+        fingerprint: record.fingerprint.try_into().map_err(|_| {
+            StoreError::Corrupt("an idempotency record's fingerprint is not 32 bytes".into())
+        })?,
+        expires_at: record.expires_at,
+        pet_id: record.id,
+        json: bytes::Bytes::copy_from_slice(record.json),
+    })
+}
+
+/// Writes the store's record as redb keeps it (see `idempotency::insert`), with its expiry
+/// entry.
+fn import_record(
+    records: &mut Table<[u8; 32], &'static [u8]>,
+    expiry: &mut Table<(u64, [u8; 32]), ()>,
+    record: &IdempotencyRecord,
+) -> Result<(), StoreError> {
+    let mut bytes = Vec::with_capacity(48 + record.json.len());
+    bytes.extend_from_slice(&record.fingerprint);
+    bytes.extend_from_slice(&record.expires_at.to_be_bytes());
+    bytes.extend_from_slice(&record.pet_id.to_be_bytes());
+    bytes.extend_from_slice(&record.json);
+    records
+        .insert(record.scope, bytes.as_slice())
+        .map_err(StoreError::write)?;
+    expiry
+        .insert((record.expires_at, record.scope), ())
+        .map_err(StoreError::write)?;
+    Ok(())
+}
