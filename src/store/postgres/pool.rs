@@ -56,8 +56,10 @@ impl Connections {
         // Every host may use its whole bound before the last one answers.
         let connect_within = each_host.saturating_mul(u32::try_from(count).unwrap_or(u32::MAX));
         let first = Arc::new(AtomicUsize::new(0));
+        let names = hosts.iter().map(host_name).collect();
         let connect = HostByHost {
             hosts,
+            names,
             tls,
             each_host,
             first: Arc::clone(&first),
@@ -209,6 +211,8 @@ impl Drop for Lease {
 /// silent first host costs one attempt its bound, not every attempt: the next goes straight on.
 struct HostByHost {
     hosts: Vec<tokio_postgres::Config>,
+    /// Each host as the log names it.
+    names: Vec<String>,
     tls: MakeRustlsConnect,
     each_host: Duration,
     first: Arc<AtomicUsize>,
@@ -244,13 +248,34 @@ impl Connect for HostByHost {
                         });
                         return Ok((client, task));
                     }
-                    Ok(Err(e)) => last_error = Some(e),
-                    // tokio-postgres's own timeout error, the one its connect_timeout gives.
-                    Err(_) => last_error = Some(tokio_postgres::Error::__private_api_timeout()),
+                    Ok(Err(e)) => {
+                        tracing::warn!(host = %self.names[host], error = %describe(&e), "connecting to a database host failed");
+                        last_error = Some(e);
+                    }
+                    Err(_) => {
+                        tracing::warn!(
+                            host = %self.names[host],
+                            seconds = self.each_host.as_secs_f32(),
+                            "a database host did not answer the connect in time"
+                        );
+                        // tokio-postgres's own timeout error, the one its connect_timeout gives.
+                        last_error = Some(tokio_postgres::Error::__private_api_timeout());
+                    }
                 }
             }
             Err(last_error.unwrap_or_else(tokio_postgres::Error::__private_api_timeout))
         })
+    }
+}
+
+/// `host:port` (or the socket directory) of a one-host configuration.
+fn host_name(config: &tokio_postgres::Config) -> String {
+    let port = config.get_ports().first().copied().unwrap_or(5432);
+    match (config.get_hosts().first(), config.get_hostaddrs().first()) {
+        (Some(tokio_postgres::config::Host::Tcp(host)), _) => format!("{host}:{port}"),
+        (Some(tokio_postgres::config::Host::Unix(dir)), _) => dir.display().to_string(),
+        (None, Some(addr)) => format!("{addr}:{port}"),
+        (None, None) => "(no host)".to_owned(),
     }
 }
 
