@@ -48,6 +48,10 @@ const CONTENDED_RETRIES: usize = 3;
 /// Idempotency-Key finds out which.
 const ANSWER_WITHIN: Duration = Duration::from_secs(5);
 
+/// An idempotency record, by its scope.
+const READ_RECORD: &str =
+    "SELECT fingerprint, expires_at, pet_id, json FROM idempotency WHERE scope = $1";
+
 /// Version 1: the pets (their JSON as the API sends it, with status and revision beside it for
 /// the index and preconditions), the status index, the idempotency records and the counter.
 const MIGRATION_1: &str = "
@@ -138,16 +142,15 @@ impl PgStore {
                 .await;
         };
         let now = unix_now();
+        // The read and the write share one bound: the client waits at most ANSWER_WITHIN.
+        let started = std::time::Instant::now();
         let row = self
             .pool
             .run(async |client| {
-            client
-                .query_opt(
-                    "SELECT fingerprint, expires_at, pet_id, json FROM idempotency WHERE scope = $1",
-                    &[&key.scope().as_slice()],
-                )
-                .await
-                .map_err(pg_error)
+                client
+                    .query_opt(READ_RECORD, &[&key.scope().as_slice()])
+                    .await
+                    .map_err(pg_error)
             })
             .await?;
         if let Some(answer) = row.and_then(|row| record_answer(&row, &key, now)) {
@@ -157,8 +160,11 @@ impl PgStore {
             key,
             expires_at: now.saturating_add(self.idempotency_ttl.as_secs()),
         };
-        self.write(|reply| Write::Create(pet, Some(keyed), Pending::new(reply)))
-            .await
+        let left = ANSWER_WITHIN.saturating_sub(started.elapsed());
+        self.write_within(left, |reply| {
+            Write::Create(pet, Some(keyed), Pending::new(reply))
+        })
+        .await
     }
 
     pub(super) async fn patch(
@@ -266,9 +272,17 @@ impl PgStore {
         &self,
         make: impl FnOnce(oneshot::Sender<Result<T, StoreError>>) -> Write,
     ) -> Result<T, StoreError> {
+        self.write_within(ANSWER_WITHIN, make).await
+    }
+
+    async fn write_within<T>(
+        &self,
+        within: Duration,
+        make: impl FnOnce(oneshot::Sender<Result<T, StoreError>>) -> Write,
+    ) -> Result<T, StoreError> {
         let (reply, answer) = oneshot::channel();
         let command = Command::Write(make(reply));
-        bounded(async {
+        bounded(within, async {
             self.writer
                 .send(command)
                 .await
@@ -514,10 +528,7 @@ async fn create(
             .map_err(pg_error)?;
         if taken.is_none() {
             let row = txn
-                .query_one(
-                    "SELECT fingerprint, expires_at, pet_id, json FROM idempotency WHERE scope = $1",
-                    &[&keyed.key.scope().as_slice()],
-                )
+                .query_one(READ_RECORD, &[&keyed.key.scope().as_slice()])
                 .await
                 .map_err(pg_error)?;
             return Ok(record_answer(&row, &keyed.key, now).unwrap_or_else(|| {
@@ -663,10 +674,13 @@ async fn purge_loop(writer: mpsc::WeakSender<Command>) {
     }
 }
 
-/// A write's wait for the writer (its queue and its batch), or `Io` past `ANSWER_WITHIN`; the
-/// write itself may yet commit, and is not run at all if its batch has not begun.
-async fn bounded<T>(work: impl Future<Output = Result<T, StoreError>>) -> Result<T, StoreError> {
-    tokio::time::timeout(ANSWER_WITHIN, work)
+/// A write's wait for the writer (its queue and its batch), or `Io` past `within`; the write
+/// itself may yet commit, and is not run at all if its batch has not begun.
+async fn bounded<T>(
+    within: Duration,
+    work: impl Future<Output = Result<T, StoreError>>,
+) -> Result<T, StoreError> {
+    tokio::time::timeout(within, work)
         .await
         .unwrap_or_else(|_| {
             Err(StoreError::Io(format!(
@@ -702,8 +716,7 @@ fn pg_error(e: tokio_postgres::Error) -> StoreError {
     }
     let transient = matches!(class, "08" | "40" | "53" | "57" | "58")
         || *code == SqlState::READ_ONLY_SQL_TRANSACTION
-        || *code == SqlState::LOCK_NOT_AVAILABLE
-        || *code == SqlState::CANNOT_CONNECT_NOW;
+        || *code == SqlState::LOCK_NOT_AVAILABLE;
     if transient {
         StoreError::Io(text)
     } else {
