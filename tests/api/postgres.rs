@@ -367,12 +367,48 @@ async fn three_instances_under_concurrent_writes_keep_ids_unique_and_increasing_
     const OPERATIONS: usize = 40;
     let cluster = Cluster::start();
     let servers: Vec<Server> = (0..3).map(|_| start(&cluster.url())).collect();
+    // Every id acknowledged so far, and every id a delete has been sent for.
+    let created: Arc<Mutex<BTreeSet<i64>>> = Arc::default();
+    let deleted: Arc<Mutex<BTreeSet<i64>>> = Arc::default();
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let walker = {
+        let mut clients = Vec::new();
+        for server in &servers {
+            clients.push(server.h2().await);
+        }
+        let (created, deleted, stop) = (created.clone(), deleted.clone(), stop.clone());
+        // Walks while the writes go on: each finds every pet acknowledged before it began
+        // and not deleted since, whichever instance committed it, in id order.
+        tokio::spawn(async move {
+            let mut walks = 0;
+            // At least one walk, however soon the writes end.
+            while walks == 0 || !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let before = created.lock().expect("lock").clone();
+                let pets = walk(&mut clients, 4).await;
+                let ids: Vec<i64> = pets.iter().filter_map(|pet| pet["id"].as_i64()).collect();
+                assert!(ids.windows(2).all(|pair| pair[0] < pair[1]), "{ids:?}");
+                let seen: BTreeSet<i64> = ids.into_iter().collect();
+                let deleted = deleted.lock().expect("lock").clone();
+                let missed: Vec<_> = before
+                    .difference(&seen)
+                    .filter(|id| !deleted.contains(id))
+                    .collect();
+                assert!(
+                    missed.is_empty(),
+                    "a walk during the writes missed {missed:?}"
+                );
+                walks += 1;
+            }
+            walks
+        })
+    };
     let mut workers = tokio::task::JoinSet::new();
     for worker in 0..WORKERS {
         let mut clients = Vec::new();
         for server in &servers {
             clients.push(server.h1().await);
         }
+        let (created, deleted) = (created.clone(), deleted.clone());
         workers.spawn(async move {
             // This worker's surviving pets as last acknowledged, and its ids in the order
             // their creates were acknowledged.
@@ -392,6 +428,7 @@ async fn three_instances_under_concurrent_writes_keep_ids_unique_and_increasing_
                             assert!(id > *last, "worker {worker}: id {id} after {last}");
                         }
                         ids.push(id);
+                        created.lock().expect("lock").insert(id);
                         mine.insert(id, pet);
                     }
                     2 => {
@@ -408,6 +445,7 @@ async fn three_instances_under_concurrent_writes_keep_ids_unique_and_increasing_
                     }
                     _ => {
                         let (&id, _) = mine.first_key_value().expect("a pet of mine");
+                        deleted.lock().expect("lock").insert(id);
                         let reply = client.delete(&format!("/v1/pets/{id}")).await;
                         assert_eq!(reply.status, 204, "{:?}", reply.body);
                         mine.remove(&id);
@@ -417,9 +455,13 @@ async fn three_instances_under_concurrent_writes_keep_ids_unique_and_increasing_
             (ids, mine)
         });
     }
+    let results = workers.join_all().await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let walks = walker.await.expect("the walker");
+    eprintln!("{walks} walks during the writes");
     let mut every_id = BTreeSet::new();
     let mut surviving = BTreeMap::new();
-    for (ids, mine) in workers.join_all().await {
+    for (ids, mine) in results {
         for id in ids {
             assert!(every_id.insert(id), "id {id} given twice");
         }
