@@ -244,6 +244,8 @@ impl From<StoreError> for Error {
             // stopping leaves the data as it was: the request may be retried, so say so rather
             // than claim a fault.
             StoreError::Io(_)
+            | StoreError::Contended(_)
+            | StoreError::Refused(_)
             | StoreError::Closed
             | StoreError::IdsExhausted
             | StoreError::Reopening => Error::Unavailable(e.to_string()),
@@ -361,6 +363,8 @@ mod tests {
         assert_eq!(status(StoreError::IdempotencyKeyReused), 422);
         for unavailable in [
             StoreError::Io("EIO".into()),
+            StoreError::Contended("40001".into()),
+            StoreError::Refused("28P01".into()),
             StoreError::Closed,
             StoreError::IdsExhausted,
             StoreError::Reopening,

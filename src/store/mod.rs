@@ -92,6 +92,11 @@ pub enum StoreError {
     Reopening,
     /// Unavailable: the medium failed (a disk error, a lost connection); nothing was changed.
     Io(String),
+    /// Unavailable: a concurrent transaction got in the way (a serialization failure, a
+    /// deadlock); nothing was changed, and the same write may succeed at once.
+    Contended(String),
+    /// Unavailable, and fatal at start: the database refused our credentials.
+    Refused(String),
     /// Fault: stored data that does not read back, or an engine error that is not the medium's.
     Corrupt(String),
     /// At start: another process has the database open.
@@ -123,6 +128,12 @@ impl fmt::Display for StoreError {
                 f.write_str("the database is being reopened after a failed write")
             }
             StoreError::Io(e) => write!(f, "storage I/O failed: {e}"),
+            StoreError::Contended(e) => write!(f, "a concurrent transaction got in the way: {e}"),
+            StoreError::Refused(e) => write!(
+                f,
+                "the database refused authentication: {e}; check the user in --db and the \
+                 password in --db-password-file"
+            ),
             StoreError::Corrupt(what) => write!(f, "stored data is corrupt: {what}"),
             StoreError::Locked => f.write_str("the database is in use by another process"),
             StoreError::NewerSchema { found, supported } => write!(

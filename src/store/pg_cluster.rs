@@ -44,6 +44,8 @@ pub struct Cluster {
     /// Holds the data directory and the server log; removed on drop, after the server stops.
     dir: TempDir,
     port: u16,
+    /// The processes `freeze` stopped, to continue at `thaw` (and before a drop's stop).
+    frozen: Vec<u32>,
 }
 
 /// The server binaries and who must run them, found once per test process.
@@ -243,7 +245,11 @@ impl Cluster {
             std::os::unix::fs::chown(dir.path(), Some(uid), Some(gid))
                 .expect("root can give the temp dir to postgres");
         }
-        Cluster { dir, port: 0 }
+        Cluster {
+            dir,
+            port: 0,
+            frozen: Vec::new(),
+        }
     }
 
     fn data(&self) -> PathBuf {
@@ -353,6 +359,41 @@ impl Cluster {
         }
     }
 
+    /// Makes the server go silent without closing anything: SIGSTOP to the postmaster, then to
+    /// every one of its children (backends, walsender, checkpointer...). Open connections stay
+    /// open and unanswered, and a new one is accepted by the kernel and then never answered, as
+    /// with a hung server or a host gone behind a firewall that drops packets. `thaw` ends it.
+    #[track_caller]
+    pub fn freeze(&mut self) {
+        assert!(self.frozen.is_empty(), "the cluster is frozen already");
+        let postmaster = self.postmaster_pid();
+        // The postmaster first, so that it forks no child after the children are listed.
+        signal(postmaster, "STOP");
+        self.frozen.push(postmaster);
+        for child in children(postmaster) {
+            signal(child, "STOP");
+            self.frozen.push(child);
+        }
+    }
+
+    /// Lets the processes `freeze` stopped run again (children first, as they were stopped last).
+    pub fn thaw(&mut self) {
+        for pid in self.frozen.drain(..).rev() {
+            signal(pid, "CONT");
+        }
+    }
+
+    /// The postmaster's pid, the first line of `postmaster.pid` in the data dir.
+    #[track_caller]
+    fn postmaster_pid(&self) -> u32 {
+        let text = fs::read_to_string(self.data().join("postmaster.pid"))
+            .unwrap_or_else(|e| self.fail(&format!("no postmaster.pid: {e}")));
+        text.lines()
+            .next()
+            .and_then(|line| line.trim().parse().ok())
+            .unwrap_or_else(|| self.fail(&format!("postmaster.pid without a pid: {text:?}")))
+    }
+
     /// Runs SQL (one or more statements) in the database `petstore` with `psql -At`; returns
     /// the rows it printed, one per line, without the last newline. Panics if a statement fails.
     #[track_caller]
@@ -372,6 +413,37 @@ impl Cluster {
             .args(["-U", "postgres", "-d", DATABASE, "-f", "-"]);
         let out = run(&mut psql, Some(sql))?;
         Ok(out.strip_suffix('\n').unwrap_or(&out).to_owned())
+    }
+
+    /// Adds the role `user`, owner of the database `petstore`, who must give `password`
+    /// (scram-sha-256) over TCP; `postgres` keeps trust. Returns once the server asks for it.
+    #[track_caller]
+    pub fn add_password_user(&self, user: &str, password: &str) {
+        self.psql(&format!(
+            "CREATE ROLE {user} LOGIN PASSWORD '{password}';\n\
+             ALTER DATABASE {DATABASE} OWNER TO {user};"
+        ));
+        let hba = self.data().join("pg_hba.conf");
+        let rules = fs::read_to_string(&hba).unwrap_or_else(|e| self.fail(&format!("{e}")));
+        // The first matching line decides, so this one goes first.
+        let rule = format!("host all {user} 127.0.0.1/32 scram-sha-256\n");
+        fs::write(&hba, rule + &rules).unwrap_or_else(|e| self.fail(&format!("{e}")));
+        self.psql("SELECT pg_reload_conf();");
+        // The reload reaches the postmaster in its own time; until then `user` gets in freely.
+        let deadline = Instant::now() + REPLICATION_DEADLINE;
+        loop {
+            let mut psql = tool("psql", self.dir.path(), false);
+            psql.args(["-X", "-w", "-A", "-t", "-c", "SELECT 1"])
+                .args(["-h", "127.0.0.1", "-p", &self.port.to_string()])
+                .args(["-U", user, "-d", DATABASE]);
+            match run(&mut psql, None) {
+                Err(e) if e.contains("password") => return,
+                _ if Instant::now() > deadline => {
+                    self.fail(&format!("{user} still gets in without a password"))
+                }
+                _ => thread::sleep(POLL_INTERVAL),
+            }
+        }
     }
 
     /// Makes a streaming standby of this server on another free port and makes it synchronous,
@@ -444,9 +516,37 @@ impl Cluster {
 
 impl Drop for Cluster {
     fn drop(&mut self) {
+        // A stopped postmaster would leave its SIGQUIT pending and pg_ctl waiting.
+        self.thaw();
         // It may have crashed already, or never started: then there is nothing to stop.
         let _ = self.pg_ctl_stop();
     }
+}
+
+/// Sends a signal by name; a process that has already gone is no error.
+fn signal(pid: u32, name: &str) {
+    let _ = Command::new("kill")
+        .args([format!("-{name}"), pid.to_string()])
+        .stderr(Stdio::null())
+        .status();
+}
+
+/// The processes whose parent is `parent`, from `/proc/*/stat` (field 4 is the parent's pid,
+/// after the command name in parentheses, which may itself hold spaces and parentheses).
+fn children(parent: u32) -> Vec<u32> {
+    let Ok(entries) = fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(Result::ok)
+        .filter_map(|entry| {
+            let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
+            let stat = fs::read_to_string(entry.path().join("stat")).ok()?;
+            let (_, after_name) = stat.rsplit_once(')')?;
+            let ppid: u32 = after_name.split_whitespace().nth(1)?.parse().ok()?;
+            (ppid == parent).then_some(pid)
+        })
+        .collect()
 }
 
 /// A URL naming every cluster's host, for a client that must find the one taking writes

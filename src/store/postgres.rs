@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use deadpool_postgres::{Manager, ManagerConfig, Pool, PoolError, RecyclingMethod, Runtime};
+use deadpool_postgres::{ClientWrapper, PoolError};
 use tokio::sync::{mpsc, oneshot};
 use tokio_postgres::error::SqlState;
 
@@ -25,8 +25,10 @@ use crate::pet::{NewPet, Pet, PetId, PetPatch, PetStatus};
 
 pub mod connect;
 pub(super) mod copy;
+mod pool;
 
 use connect::PgTarget;
+use pool::Connections;
 
 /// The schema this binary writes; a database at a newer one is refused, naming both.
 const SCHEMA_VERSION: i64 = 1;
@@ -38,13 +40,18 @@ const WRITE_QUEUE: usize = 4096;
 const PURGE_BATCH: i64 = 1000;
 /// How often expired idempotency records are looked for.
 const PURGE_INTERVAL: Duration = Duration::from_secs(60);
-/// How long a request waits for a pooled connection before it gets 503.
-const POOL_WAIT: Duration = Duration::from_secs(2);
+/// How many times a batch that a concurrent transaction got in the way of (a serialization
+/// failure, a deadlock: nothing of it committed) runs again before its callers get 503.
+const CONTENDED_RETRIES: usize = 3;
 /// The longest a request waits on the database, whatever it waits for (a connection, a
 /// connect, a statement, its batch's commit): past it, 503. A write still queued or in flight
 /// then may yet commit; its client got 503, never a 201, and a retry with the same
 /// Idempotency-Key finds out which.
 const ANSWER_WITHIN: Duration = Duration::from_secs(5);
+
+/// An idempotency record, by its scope.
+const READ_RECORD: &str =
+    "SELECT fingerprint, expires_at, pet_id, json FROM idempotency WHERE scope = $1";
 
 /// Version 1: the pets (their JSON as the API sends it, with status and revision beside it for
 /// the index and preconditions), the status index, the idempotency records and the counter.
@@ -70,7 +77,7 @@ const MIGRATION_1: &str = "
 /// A handle to the PostgreSQL store; cheap to clone.
 #[derive(Clone)]
 pub(super) struct PgStore {
-    pool: Pool,
+    pool: Connections,
     writer: mpsc::Sender<Command>,
     claims: Arc<Claims>,
     idempotency_ttl: Duration,
@@ -90,23 +97,19 @@ impl PgStore {
             "-c statement_timeout={}",
             target.statement_timeout.as_millis()
         ));
-        config.connect_timeout(target.connect_timeout);
-        let manager = Manager::from_config(
-            config,
+        let pool = Connections::build(
+            &config,
             target.tls,
-            ManagerConfig {
-                recycling_method: RecyclingMethod::Fast,
-            },
-        );
-        let pool = Pool::builder(manager)
-            .max_size(target.pool_size)
-            .wait_timeout(Some(POOL_WAIT))
-            .create_timeout(Some(target.connect_timeout))
-            .recycle_timeout(Some(target.connect_timeout))
-            .runtime(Runtime::Tokio1)
-            .build()
-            .map_err(|e| StoreError::Corrupt(format!("building the connection pool: {e}")))?;
-        let pets = migrate(&pool).await?;
+            target.connect_timeout,
+            target.pool_size,
+            ANSWER_WITHIN,
+        )?;
+        // At start, every host may have to be tried before the one that takes writes.
+        let pets = pool
+            .run_within(pool.connect_within() + ANSWER_WITHIN, async |client| {
+                migrate(client).await
+            })
+            .await?;
         let (writer, queue) = mpsc::channel(WRITE_QUEUE);
         tokio::spawn(write_loop(
             pool.clone(),
@@ -140,17 +143,17 @@ impl PgStore {
                 .await;
         };
         let now = unix_now();
-        let row = bounded(async {
-            let client = self.pool.get().await.map_err(pool_error)?;
-            client
-                .query_opt(
-                    "SELECT fingerprint, expires_at, pet_id, json FROM idempotency WHERE scope = $1",
-                    &[&key.scope().as_slice()],
-                )
-                .await
-                .map_err(pg_error)
-        })
-        .await?;
+        // The read and the write share one bound: the client waits at most ANSWER_WITHIN.
+        let started = std::time::Instant::now();
+        let row = self
+            .pool
+            .run(async |client| {
+                client
+                    .query_opt(READ_RECORD, &[&key.scope().as_slice()])
+                    .await
+                    .map_err(pg_error)
+            })
+            .await?;
         if let Some(answer) = row.and_then(|row| record_answer(&row, &key, now)) {
             return answer;
         }
@@ -158,8 +161,11 @@ impl PgStore {
             key,
             expires_at: now.saturating_add(self.idempotency_ttl.as_secs()),
         };
-        self.write(|reply| Write::Create(pet, Some(keyed), Pending::new(reply)))
-            .await
+        let left = ANSWER_WITHIN.saturating_sub(started.elapsed());
+        self.write_within(left, |reply| {
+            Write::Create(pet, Some(keyed), Pending::new(reply))
+        })
+        .await
     }
 
     pub(super) async fn patch(
@@ -182,23 +188,23 @@ impl PgStore {
     }
 
     pub(super) async fn get(&self, id: PetId) -> Result<Option<StoredPet>, StoreError> {
-        bounded(async {
-            let client = self.pool.get().await.map_err(pool_error)?;
-            let statement = client
-                .prepare_cached("SELECT revision, json FROM pets WHERE id = $1")
-                .await
-                .map_err(pg_error)?;
-            let row = client
-                .query_opt(&statement, &[&id])
-                .await
-                .map_err(pg_error)?;
-            Ok(row.map(|row| StoredPet {
-                id,
-                revision: revision(row.get(0)),
-                json: Bytes::from(row.get::<_, String>(1)),
-            }))
-        })
-        .await
+        self.pool
+            .run(async |client| {
+                let statement = client
+                    .prepare_cached("SELECT revision, json FROM pets WHERE id = $1")
+                    .await
+                    .map_err(pg_error)?;
+                let row = client
+                    .query_opt(&statement, &[&id])
+                    .await
+                    .map_err(pg_error)?;
+                Ok(row.map(|row| StoredPet {
+                    id,
+                    revision: revision(row.get(0)),
+                    json: Bytes::from(row.get::<_, String>(1)),
+                }))
+            })
+            .await
     }
 
     pub(super) async fn list(
@@ -207,11 +213,10 @@ impl PgStore {
         after: Option<PetId>,
         limit: usize,
     ) -> Result<Page, StoreError> {
-        bounded(async {
-            let after = after.unwrap_or(i64::MIN);
-            // One more than the page, to tell whether another follows.
-            let fetch = i64::try_from(limit + 1).unwrap_or(i64::MAX);
-            let client = self.pool.get().await.map_err(pool_error)?;
+        let after = after.unwrap_or(i64::MIN);
+        // One more than the page, to tell whether another follows.
+        let fetch = i64::try_from(limit + 1).unwrap_or(i64::MAX);
+        self.pool.run(async |client| {
             let rows = match status {
                 None => {
                     let statement = client
@@ -245,15 +250,15 @@ impl PgStore {
     }
 
     pub(super) async fn check(&self) -> Result<(), StoreError> {
-        bounded(async {
-            if self.writer.is_closed() {
-                return Err(StoreError::Closed);
-            }
-            let client = self.pool.get().await.map_err(pool_error)?;
-            client.execute("SELECT 1", &[]).await.map_err(pg_error)?;
-            Ok(())
-        })
-        .await
+        if self.writer.is_closed() {
+            return Err(StoreError::Closed);
+        }
+        self.pool
+            .run(async |client| {
+                client.execute("SELECT 1", &[]).await.map_err(pg_error)?;
+                Ok(())
+            })
+            .await
     }
 
     pub(super) async fn close(self) {
@@ -268,9 +273,17 @@ impl PgStore {
         &self,
         make: impl FnOnce(oneshot::Sender<Result<T, StoreError>>) -> Write,
     ) -> Result<T, StoreError> {
+        self.write_within(ANSWER_WITHIN, make).await
+    }
+
+    async fn write_within<T>(
+        &self,
+        within: Duration,
+        make: impl FnOnce(oneshot::Sender<Result<T, StoreError>>) -> Write,
+    ) -> Result<T, StoreError> {
         let (reply, answer) = oneshot::channel();
         let command = Command::Write(make(reply));
-        bounded(async {
+        bounded(within, async {
             self.writer
                 .send(command)
                 .await
@@ -283,8 +296,7 @@ impl PgStore {
 
 /// Creates or upgrades the schema. The transaction holds an advisory lock, so instances that
 /// start together apply each migration once, one after the other.
-async fn migrate(pool: &Pool) -> Result<u64, StoreError> {
-    let mut client = pool.get().await.map_err(pool_error)?;
+async fn migrate(client: &mut ClientWrapper) -> Result<u64, StoreError> {
     let txn = client.transaction().await.map_err(pg_error)?;
     txn.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
         .await
@@ -329,12 +341,16 @@ async fn migrate(pool: &Pool) -> Result<u64, StoreError> {
 }
 
 /// The writer task: every write queued while the last transaction ran goes into the next.
-async fn write_loop(pool: Pool, mut queue: mpsc::Receiver<Command>, max_batch: usize) {
+async fn write_loop(pool: Connections, mut queue: mpsc::Receiver<Command>, max_batch: usize) {
     let mut batch = Vec::with_capacity(max_batch);
     while let Some(first) = queue.recv().await {
         let closing = gather(first, &mut queue, &mut batch, max_batch);
+        // Writes whose callers stopped waiting (they got 503 while the database was slow or
+        // down) are not run: nobody would hear of them, and an outage's backlog would replay
+        // at once when it ends. A retry with the same Idempotency-Key creates the pet then.
+        batch.retain(|write| !write.abandoned());
         if !batch.is_empty() {
-            let failure = run_batch(&pool, &mut batch).await.err();
+            let failure = commit(&pool, &mut batch).await.err();
             if let Some(e) = &failure {
                 tracing::warn!(error = %e, writes = batch.len(), "write transaction failed");
             }
@@ -349,13 +365,32 @@ async fn write_loop(pool: Pool, mut queue: mpsc::Receiver<Command>, max_batch: u
     }
 }
 
+/// Runs a batch in one transaction on a pooled connection, within `ANSWER_WITHIN`, again if
+/// a concurrent transaction got in its way. A batch whose database stops answering is given
+/// up at the deadline and its connection closed, so the writer goes on to the next batch
+/// rather than queueing every later write behind a statement that will never finish.
+async fn commit(pool: &Connections, batch: &mut [Write]) -> Result<(), StoreError> {
+    let mut retries = 0;
+    loop {
+        match pool
+            .run(async |client| run_batch(client, batch).await)
+            .await
+        {
+            Err(StoreError::Contended(e)) if retries < CONTENDED_RETRIES => {
+                retries += 1;
+                tracing::debug!(error = %e, retries, "write transaction ran into another; running it again");
+            }
+            outcome => return outcome,
+        }
+    }
+}
+
 /// Runs a batch in one transaction. Pet rows to change are locked first, in id order, so two
 /// instances' batches never wait on each other in a cycle; the counter row comes next, only
 /// when the batch creates. An error fails the whole batch: nothing of it is committed, or, when
 /// the commit itself failed, its outcome is unknown and the callers get 503 (a retry with the
 /// same Idempotency-Key then finds the truth).
-async fn run_batch(pool: &Pool, batch: &mut [Write]) -> Result<(), StoreError> {
-    let mut client = pool.get().await.map_err(pool_error)?;
+async fn run_batch(client: &mut ClientWrapper, batch: &mut [Write]) -> Result<(), StoreError> {
     let txn = client.transaction().await.map_err(pg_error)?;
     let mut locked: Vec<PetId> = batch
         .iter()
@@ -393,7 +428,8 @@ async fn run_batch(pool: &Pool, batch: &mut [Write]) -> Result<(), StoreError> {
                     Some(create(&txn, pet, keyed.as_ref(), id, now, &mut new_pets).await?);
             }
             Write::Patch(id, patch, precondition, pending) => {
-                let patch = std::mem::take(patch);
+                // A clone, not the patch itself: the batch may run again.
+                let patch = patch.clone();
                 pending.outcome = Some(patch_pet(&txn, *id, patch, precondition).await?);
             }
             Write::Delete(id, precondition, pending) => {
@@ -493,10 +529,7 @@ async fn create(
             .map_err(pg_error)?;
         if taken.is_none() {
             let row = txn
-                .query_one(
-                    "SELECT fingerprint, expires_at, pet_id, json FROM idempotency WHERE scope = $1",
-                    &[&keyed.key.scope().as_slice()],
-                )
+                .query_one(READ_RECORD, &[&keyed.key.scope().as_slice()])
                 .await
                 .map_err(pg_error)?;
             return Ok(record_answer(&row, &keyed.key, now).unwrap_or_else(|| {
@@ -642,9 +675,13 @@ async fn purge_loop(writer: mpsc::WeakSender<Command>) {
     }
 }
 
-/// `work`, or `Io` if the database has not answered it within `ANSWER_WITHIN`.
-async fn bounded<T>(work: impl Future<Output = Result<T, StoreError>>) -> Result<T, StoreError> {
-    tokio::time::timeout(ANSWER_WITHIN, work)
+/// A write's wait for the writer (its queue and its batch), or `Io` past `within`; the write
+/// itself may yet commit, and is not run at all if its batch has not begun.
+async fn bounded<T>(
+    within: Duration,
+    work: impl Future<Output = Result<T, StoreError>>,
+) -> Result<T, StoreError> {
+    tokio::time::timeout(within, work)
         .await
         .unwrap_or_else(|_| {
             Err(StoreError::Io(format!(
@@ -654,19 +691,30 @@ async fn bounded<T>(work: impl Future<Output = Result<T, StoreError>>) -> Result
         })
 }
 
-/// A PostgreSQL error by meaning: a lost or refused connection, a timeout, a conflict to retry
-/// or a standby that takes no writes is `Io` (503, retry); anything else is a fault.
+/// A PostgreSQL error by meaning, with the server's own message: refused credentials
+/// (SQLSTATE class 28, or a password the server asks for and we lack) are `Refused`; a
+/// serialization failure or a deadlock (40001, 40P01: nothing committed) is `Contended`, run
+/// again; a lost or refused connection, a timeout, a server shutting down or out of
+/// resources, or a standby that takes no writes is `Io` (503, retry); anything else is a fault.
 fn pg_error(e: tokio_postgres::Error) -> StoreError {
-    // tokio-postgres's own text is only the kind ("db error"); the cause says what happened.
-    let text = match std::error::Error::source(&e) {
-        Some(cause) => format!("{e}: {cause}"),
-        None => e.to_string(),
-    };
+    let text = describe(&e);
     let Some(code) = e.code() else {
-        // No SQLSTATE: the connection failed, closed, or timed out.
+        // No SQLSTATE: the connection failed, closed or timed out, or never got as far as
+        // a server's answer. tokio-postgres's kinds are private; these two are its top lines
+        // for a password it was asked for and lacks and for an authentication it could not do.
+        let top = e.to_string();
+        if top == "invalid configuration" || top == "authentication error" {
+            return StoreError::Refused(text);
+        }
         return StoreError::Io(text);
     };
     let class = &code.code()[..2];
+    if class == "28" {
+        return StoreError::Refused(text);
+    }
+    if *code == SqlState::T_R_SERIALIZATION_FAILURE || *code == SqlState::T_R_DEADLOCK_DETECTED {
+        return StoreError::Contended(text);
+    }
     let transient = matches!(class, "08" | "40" | "53" | "57" | "58")
         || *code == SqlState::READ_ONLY_SQL_TRANSACTION
         || *code == SqlState::LOCK_NOT_AVAILABLE;
@@ -677,7 +725,34 @@ fn pg_error(e: tokio_postgres::Error) -> StoreError {
     }
 }
 
-fn pool_error(e: PoolError) -> StoreError {
+/// What went wrong, as the server said it (severity, SQLSTATE, message, detail, hint) or with
+/// every cause of a client-side error: tokio-postgres's own `Display` stops at "db error".
+pub(super) fn describe(e: &tokio_postgres::Error) -> String {
+    if let Some(db) = e.as_db_error() {
+        let mut text = format!(
+            "PostgreSQL {} {}: {}",
+            db.severity(),
+            db.code().code(),
+            db.message()
+        );
+        for (label, part) in [("detail", db.detail()), ("hint", db.hint())] {
+            if let Some(part) = part {
+                text.push_str(&format!(" ({label}: {part})"));
+            }
+        }
+        return text;
+    }
+    let mut text = e.to_string();
+    let mut source = std::error::Error::source(e);
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
+pub(super) fn pool_error(e: PoolError) -> StoreError {
     match e {
         PoolError::Backend(e) => pg_error(e),
         PoolError::Closed => StoreError::Closed,

@@ -49,6 +49,11 @@ impl<T> Pending<T> {
         }
     }
 
+    /// Whether the caller stopped waiting for the answer.
+    pub(crate) fn abandoned(&self) -> bool {
+        self.reply.is_closed()
+    }
+
     /// Answers the caller: its outcome if the transaction committed, else the failure.
     pub(crate) fn answer(self, failure: Option<&StoreError>) {
         let result = match (failure, self.outcome) {
@@ -72,6 +77,16 @@ impl Write {
             Write::Patch(.., pending) => pending.answer(failure),
             Write::Delete(.., pending) => pending.answer(failure),
             Write::Purge(_, pending) => pending.answer(failure),
+        }
+    }
+
+    /// Whether the caller of this write stopped waiting for it (its time ran out).
+    pub(crate) fn abandoned(&self) -> bool {
+        match self {
+            Write::Create(.., pending) => pending.abandoned(),
+            Write::Patch(.., pending) => pending.abandoned(),
+            Write::Delete(.., pending) => pending.abandoned(),
+            Write::Purge(_, pending) => pending.abandoned(),
         }
     }
 

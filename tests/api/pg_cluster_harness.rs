@@ -1,6 +1,7 @@
 //! The PostgreSQL harness itself (`pg_cluster`): a cluster answers SQL on its own port, keeps
 //! committed rows through a crash, and goes away with its directory when dropped; a
-//! synchronous standby holds every acknowledged commit and takes writes once promoted.
+//! synchronous standby holds every acknowledged commit and takes writes once promoted; a frozen
+//! one accepts connections and answers nothing until thawed.
 
 use std::fs;
 use std::path::PathBuf;
@@ -88,4 +89,35 @@ fn a_promoted_synchronous_standby_has_every_acknowledged_row_and_takes_writes() 
             standby.port()
         )
     );
+}
+
+#[test]
+fn a_frozen_cluster_accepts_connections_but_answers_nothing_until_thawed() {
+    use std::io::{Read, Write};
+    use std::net::TcpStream;
+    use std::time::Duration;
+
+    // An SSLRequest: a running server answers it with one byte, 'N' (no TLS here) or 'S'.
+    let ask = |port: u16| -> std::io::Result<u8> {
+        let mut stream = TcpStream::connect(("127.0.0.1", port))?;
+        stream.set_read_timeout(Some(Duration::from_secs(1)))?;
+        stream.write_all(&[0, 0, 0, 8, 0x04, 0xd2, 0x16, 0x2f])?;
+        let mut answer = [0u8; 1];
+        stream.read_exact(&mut answer)?;
+        Ok(answer[0])
+    };
+    let mut cluster = Cluster::start();
+    assert_eq!(ask(cluster.port()).expect("an answer"), b'N');
+    cluster.freeze();
+    let silent = ask(cluster.port()).expect_err("no answer while frozen");
+    assert!(
+        matches!(
+            silent.kind(),
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+        ),
+        "{silent}"
+    );
+    cluster.thaw();
+    assert_eq!(ask(cluster.port()).expect("an answer"), b'N');
+    assert_eq!(cluster.psql("SELECT 1"), "1");
 }

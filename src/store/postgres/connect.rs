@@ -26,6 +26,18 @@ use tokio_postgres_rustls::MakeRustlsConnect;
 /// `connect_timeout`.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// Keepalive and send bounds when the URL sets none (libpq's `keepalives_idle`,
+/// `keepalives_interval`, `keepalives_count`, `tcp_user_timeout`): a peer that vanished
+/// without closing (a host gone, a cable pulled) is noticed on an idle pooled connection within
+/// about 15 s, and on one with data unacknowledged within 10 s, rather than after the kernel's
+/// two hours. They are the backstop: every operation has its own deadline anyway.
+pub const DEFAULT_KEEPALIVES_IDLE: Duration = Duration::from_secs(9);
+pub const DEFAULT_KEEPALIVES_INTERVAL: Duration = Duration::from_secs(2);
+pub const DEFAULT_KEEPALIVES_RETRIES: u32 = 3;
+pub const DEFAULT_TCP_USER_TIMEOUT: Duration = Duration::from_secs(10);
+/// tokio-postgres's own `keepalives_idle`, which tells that the URL set none.
+const TOKIO_POSTGRES_KEEPALIVES_IDLE: Duration = Duration::from_secs(2 * 60 * 60);
+
 /// The `sslmode` values accepted, as libpq spells them.
 const SSL_MODES: &str = "disable, prefer, require, verify-ca, verify-full";
 
@@ -116,6 +128,18 @@ pub fn parse(
             DEFAULT_CONNECT_TIMEOUT
         }
     };
+    if config.get_keepalives_idle() == TOKIO_POSTGRES_KEEPALIVES_IDLE {
+        config.keepalives_idle(DEFAULT_KEEPALIVES_IDLE);
+    }
+    if config.get_keepalives_interval().is_none() {
+        config.keepalives_interval(DEFAULT_KEEPALIVES_INTERVAL);
+    }
+    if config.get_keepalives_retries().is_none() {
+        config.keepalives_retries(DEFAULT_KEEPALIVES_RETRIES);
+    }
+    if config.get_tcp_user_timeout().is_none() {
+        config.tcp_user_timeout(DEFAULT_TCP_USER_TIMEOUT);
+    }
     if config.get_application_name().is_none() {
         config.application_name("petstore");
     }
@@ -130,6 +154,69 @@ pub fn parse(
         statement_timeout,
         connect_timeout,
     })
+}
+
+/// One configuration for each host of `config` (with its `hostaddr` and port), the same in all
+/// else, so that each host can be tried with its own bound: tokio-postgres bounds only the
+/// TCP connect of each, not its TLS handshake, authentication or `target_session_attrs`
+/// check, and offers no way to take hosts out of a `Config`.
+pub fn one_per_host(config: &tokio_postgres::Config) -> Vec<tokio_postgres::Config> {
+    let count = config.get_hosts().len().max(config.get_hostaddrs().len());
+    (0..count)
+        .map(|i| {
+            let mut one = tokio_postgres::Config::new();
+            match config.get_hosts().get(i) {
+                Some(Host::Tcp(host)) => {
+                    one.host(host);
+                }
+                Some(Host::Unix(dir)) => {
+                    one.host_path(dir);
+                }
+                None => {}
+            }
+            if let Some(addr) = config.get_hostaddrs().get(i) {
+                one.hostaddr(*addr);
+            }
+            let ports = config.get_ports();
+            if let Some(port) = ports.get(i).or(ports.first()) {
+                one.port(*port);
+            }
+            if let Some(user) = config.get_user() {
+                one.user(user);
+            }
+            if let Some(password) = config.get_password() {
+                one.password(password);
+            }
+            if let Some(dbname) = config.get_dbname() {
+                one.dbname(dbname);
+            }
+            if let Some(options) = config.get_options() {
+                one.options(options);
+            }
+            if let Some(name) = config.get_application_name() {
+                one.application_name(name);
+            }
+            if let Some(timeout) = config.get_connect_timeout() {
+                one.connect_timeout(*timeout);
+            }
+            if let Some(timeout) = config.get_tcp_user_timeout() {
+                one.tcp_user_timeout(*timeout);
+            }
+            if let Some(interval) = config.get_keepalives_interval() {
+                one.keepalives_interval(interval);
+            }
+            if let Some(retries) = config.get_keepalives_retries() {
+                one.keepalives_retries(retries);
+            }
+            one.keepalives(config.get_keepalives())
+                .keepalives_idle(config.get_keepalives_idle())
+                .ssl_mode(config.get_ssl_mode())
+                .ssl_negotiation(config.get_ssl_negotiation())
+                .target_session_attrs(config.get_target_session_attrs())
+                .channel_binding(config.get_channel_binding());
+            one
+        })
+        .collect()
 }
 
 /// The URL with the parameters tokio-postgres does not know taken out, and their values.
@@ -720,6 +807,72 @@ mod tests {
         assert_eq!(target.config.get_user(), Some("app"));
         assert_eq!(target.config.get_dbname(), Some("pets"));
         assert_eq!(target.config.get_ssl_mode(), SslMode::Require);
+    }
+
+    #[test]
+    fn each_host_gets_its_own_configuration_with_everything_else_kept() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("password");
+        std::fs::write(&path, "s3cret\n").expect("write");
+        let url = "postgresql://app@h1:5432,h2:5433/pets?target_session_attrs=read-write\
+                   &sslmode=require&connect_timeout=3&keepalives_idle=30&application_name=x\
+                   &options=-c%20search_path%3Dpets";
+        let target = parse(url, Some(&path), None, 16, Duration::from_secs(5)).expect("parses");
+        let hosts = one_per_host(&target.config);
+        assert_eq!(hosts.len(), 2);
+        for (one, (host, port)) in hosts.iter().zip([("h1", 5432), ("h2", 5433)]) {
+            assert_eq!(one.get_hosts(), [Host::Tcp(host.into())]);
+            assert_eq!(one.get_ports(), [port]);
+            // Everything but the host list, as tokio-postgres shows it.
+            let rest = |config: &tokio_postgres::Config| {
+                let text = format!("{config:?}");
+                let (_, after) = text.split_once("connect_timeout").expect("field");
+                let before = text.split_once("host:").expect("field").0.to_owned();
+                before + after
+            };
+            assert_eq!(rest(one), rest(&target.config));
+            assert_eq!(one.get_password(), Some(&b"s3cret"[..]));
+            assert_eq!(one.get_keepalives_idle(), Duration::from_secs(30));
+        }
+    }
+
+    #[test]
+    fn keepalives_and_the_send_bound_have_defaults_the_url_may_override() {
+        let default = target("postgres://app@db/pets").expect("parses");
+        assert!(default.config.get_keepalives());
+        assert_eq!(
+            (
+                default.config.get_keepalives_idle(),
+                default.config.get_keepalives_interval(),
+                default.config.get_keepalives_retries(),
+                default.config.get_tcp_user_timeout(),
+            ),
+            (
+                DEFAULT_KEEPALIVES_IDLE,
+                Some(DEFAULT_KEEPALIVES_INTERVAL),
+                Some(DEFAULT_KEEPALIVES_RETRIES),
+                Some(&DEFAULT_TCP_USER_TIMEOUT)
+            )
+        );
+        let set = target(
+            "postgres://app@db/pets?keepalives_idle=60&keepalives_interval=5\
+             &keepalives_retries=9&tcp_user_timeout=20",
+        )
+        .expect("parses");
+        assert_eq!(
+            (
+                set.config.get_keepalives_idle(),
+                set.config.get_keepalives_interval(),
+                set.config.get_keepalives_retries(),
+                set.config.get_tcp_user_timeout(),
+            ),
+            (
+                Duration::from_secs(60),
+                Some(Duration::from_secs(5)),
+                Some(9),
+                Some(&Duration::from_secs(20))
+            )
+        );
     }
 
     #[test]

@@ -9,12 +9,12 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use deadpool_postgres::{ClientWrapper, Object};
+use deadpool_postgres::ClientWrapper;
 use tokio::sync::mpsc;
 use tokio_postgres::binary_copy::BinaryCopyInWriter;
 use tokio_postgres::types::{ToSql, Type};
 
-use super::{PgStore, pg_error, pool_error, status_code};
+use super::{PgStore, pg_error, status_code};
 use crate::store::{Chunk, IdempotencyRecord, StoreError, StoredPet, pet_status};
 
 /// The bound on each statement of a copy, in place of the short one requests get: a chunk or
@@ -108,8 +108,7 @@ impl PgStore {
 
     /// A connection of the copy's own, out of the pool.
     async fn own_connection(&self) -> Result<ClientWrapper, StoreError> {
-        let pooled = self.pool.get().await.map_err(pool_error)?;
-        Ok(Object::take(pooled))
+        self.pool.take_own().await
     }
 }
 
