@@ -4,8 +4,9 @@
 
 use std::time::Duration;
 
+use crate::load::Outcome;
 use crate::report::{Kind, Report};
-use crate::{READ_STORE, SCALE_STEPS};
+use crate::{KEYED_KEYED, KEYED_PLAIN, READ_STORE, SCALE_STEPS, deep, pg};
 
 /// Adds the goal lines; figures a short run did not measure show as "not measured".
 pub fn add(
@@ -83,6 +84,84 @@ pub fn add(
         "start-up at 1M after a crash, ms",
         crash_start.map(|t| t.as_secs_f64() * 1000.0),
     );
+    // Issue 10: a deep page costs what the first page costs, with and without a filter.
+    for (first, deep, _, _) in deep::PAGES {
+        let what = format!("{deep} (1M store) over {first}: req/s");
+        rps_goal(report, &what, deep, first, ">= 0.90", |v| v >= 0.90);
+    }
+    // Issue 10: a create with an Idempotency-Key costs at most 15% more than one without.
+    rps_goal(
+        report,
+        "create, 64 clients, with a unique Idempotency-Key over without: creates/s",
+        KEYED_KEYED,
+        KEYED_PLAIN,
+        ">= 0.87",
+        |v| v >= 0.87,
+    );
+    postgres(report);
+}
+
+/// Issue 11: group commit on PostgreSQL against one transaction per create, and the
+/// PostgreSQL figures beside redb's.
+fn postgres(report: &mut Report) {
+    let rps = |report: &Report, scenario: &str, kind: Kind| {
+        report
+            .find(scenario, kind, None)
+            .map(|row| row.outcome.rps())
+    };
+    let group = rps(report, pg::CREATES, Kind::Postgres);
+    let single = rps(report, pg::CREATES_BATCH1, Kind::Postgres);
+    let redb = rps(report, pg::CREATES, Kind::Petstore);
+    report.goal(
+        "PostgreSQL, 64 clients: creates/s with group commit over one transaction each",
+        group.zip(single).map(|(g, s)| g / s.max(f64::MIN_POSITIVE)),
+        ">= 10",
+        |v| v >= 10.0,
+    );
+    report.report_only("PostgreSQL, 64 clients: durable creates/s", group);
+    report.report_only(
+        "PostgreSQL over redb: creates/s, 64 clients",
+        group.zip(redb).map(|(g, r)| g / r.max(f64::MIN_POSITIVE)),
+    );
+    for (kind, store) in [(Kind::Petstore, "redb"), (Kind::Postgres, "PostgreSQL")] {
+        let (name, value) = match report.median_ratio_of(pg::LIST, kind) {
+            Some((median, rounds)) => (
+                format!(
+                    "list20 on {store}: req/s/core vs baseline, median of {}",
+                    rounds_text(&rounds)
+                ),
+                Some(median),
+            ),
+            None => (format!("list20 on {store}: req/s/core vs baseline"), None),
+        };
+        report.report_only(&name, value);
+    }
+}
+
+/// A goal on the median over rounds of `top`'s req/s over `bottom`'s, with the same ratio
+/// per server core beside it: on a busy host the server's CPU share moves req/s by itself.
+fn rps_goal(
+    report: &mut Report,
+    what: &str,
+    top: &str,
+    bottom: &str,
+    want: &str,
+    met: impl Fn(f64) -> bool,
+) {
+    let (name, value) = match report.median_pair_ratio(top, bottom, Outcome::rps) {
+        Some((median, rounds)) => (
+            format!("{what}, median of {}", rounds_text(&rounds)),
+            Some(median),
+        ),
+        None => (what.to_owned(), None),
+    };
+    report.goal(&name, value, want, met);
+    let per_core = report.median_pair_ratio(top, bottom, Outcome::per_core);
+    let name = match &per_core {
+        Some((_, rounds)) => format!("  the same per server core ({})", rounds_text(rounds)),
+        None => "  the same per server core".to_owned(),
+    };
+    report.report_only(&name, per_core.map(|(median, _)| median));
 }
 
 /// "3 rounds (0.79 0.82 0.85)".
