@@ -11,7 +11,10 @@ use bytes::Bytes;
 use http_body_util::Full;
 use hyper::body::Body as _;
 use hyper::body::Incoming;
-use hyper::header::{AUTHORIZATION, CONNECTION, CONTENT_LENGTH, CONTENT_TYPE, HOST, HeaderValue};
+use hyper::header::{
+    AUTHORIZATION, CONNECTION, CONTENT_LENGTH, CONTENT_TYPE, HOST, HeaderValue,
+    STRICT_TRANSPORT_SECURITY, X_CONTENT_TYPE_OPTIONS,
+};
 use hyper::http::request::Parts;
 use hyper::{Method, Request, Response, StatusCode, Version};
 
@@ -24,6 +27,9 @@ use crate::store::Store;
 const OPENAPI_PATH: &str = "/v1/openapi.json";
 /// The health probe: outside `/v1`, so it needs no key.
 const HEALTH_PATH: &str = "/healthz";
+/// Strict-Transport-Security on every answer (RFC 6797): one year.
+const HSTS: HeaderValue = HeaderValue::from_static("max-age=31536000");
+const NOSNIFF: HeaderValue = HeaderValue::from_static("nosniff");
 
 /// Header fields a request may carry, and their total size (names, values and separators).
 const MAX_HEADER_FIELDS: usize = 64;
@@ -248,6 +254,12 @@ fn into_response(
     if has_content {
         headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
     }
+    // The API is only ever served over TLS: tell browsers and HTTP clients that keep HSTS
+    // state never to try plain HTTP to this host for a year. Not `includeSubDomains`: the
+    // API's host does not speak for its siblings.
+    headers.insert(STRICT_TRANSPORT_SECURITY, HSTS);
+    // An error message may echo the request's path: no browser may read a JSON body as HTML.
+    headers.insert(X_CONTENT_TYPE_OPTIONS, NOSNIFF);
     headers.extend(reply.headers);
     if deprecated {
         headers.extend(api::deprecation_headers());

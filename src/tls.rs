@@ -69,6 +69,9 @@ pub fn load(
         .with_no_client_auth()
         .with_cert_resolver(Arc::clone(&certificate) as Arc<dyn ResolvesServerCert>);
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    // Our order (the provider's: AES-256-GCM, AES-128-GCM, then ChaCha20) wins over the
+    // client's, as TLS graders ask: a client listing a weaker suite first does not get it.
+    config.ignore_client_order = true;
     // Resumed sessions skip the certificate signature, the costliest step of a handshake.
     config.ticketer = ring::Ticketer::new().context("creating the TLS session ticketer")?;
     Ok((Arc::new(config), certificate))

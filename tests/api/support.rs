@@ -377,19 +377,26 @@ pub fn tls_config(
     alpn: &[u8],
     versions: &[&'static rustls::SupportedProtocolVersion],
 ) -> Arc<rustls::ClientConfig> {
+    tls_config_with(rustls::crypto::ring::default_provider(), alpn, versions)
+}
+
+/// `tls_config` with the client's own crypto provider, e.g. its cipher suites in another order.
+pub fn tls_config_with(
+    provider: rustls::crypto::CryptoProvider,
+    alpn: &[u8],
+    versions: &[&'static rustls::SupportedProtocolVersion],
+) -> Arc<rustls::ClientConfig> {
     let mut roots = rustls::RootCertStore::empty();
     for ca in CertificateDer::pem_file_iter(cert("dev-ca.pem")).expect("dev CA") {
         roots
             .add(ca.expect("dev CA parses"))
             .expect("dev CA is a valid root");
     }
-    let mut config = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_protocol_versions(versions)
-    .expect("protocol versions")
-    .with_root_certificates(roots)
-    .with_no_client_auth();
+    let mut config = rustls::ClientConfig::builder_with_provider(Arc::new(provider))
+        .with_protocol_versions(versions)
+        .expect("protocol versions")
+        .with_root_certificates(roots)
+        .with_no_client_auth();
     config.alpn_protocols = vec![alpn.to_vec()];
     Arc::new(config)
 }
