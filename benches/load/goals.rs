@@ -86,13 +86,13 @@ pub fn add(
     );
     // Issue 10: a deep page costs what the first page costs, with and without a filter.
     for (first, deep, _, _) in deep::PAGES {
-        let what = format!("{deep} (1M store) over {first}: req/s");
-        rps_goal(report, &what, deep, first, ">= 0.90", |v| v >= 0.90);
+        let what = format!("{deep} (1M store) over {first}: req/s/core");
+        pair_goal(report, &what, deep, first, ">= 0.90", |v| v >= 0.90);
     }
     // Issue 10: a create with an Idempotency-Key costs at most 15% more than one without.
-    rps_goal(
+    pair_goal(
         report,
-        "create, 64 clients, with a unique Idempotency-Key over without: creates/s",
+        "create, 64 clients, with a unique Idempotency-Key over without: creates/s/core",
         KEYED_KEYED,
         KEYED_PLAIN,
         ">= 0.87",
@@ -138,9 +138,11 @@ fn postgres(report: &mut Report) {
     }
 }
 
-/// A goal on the median over rounds of `top`'s req/s over `bottom`'s, with the same ratio
-/// per server core beside it: on a busy host the server's CPU share moves req/s by itself.
-fn rps_goal(
+/// A goal on the median over rounds of `top`'s requests per server core over `bottom`'s,
+/// with the same ratio of req/s beside it. Per core is the cost: on a busy shared host the
+/// server's CPU share (and so its req/s) moves from one window to the next by itself; on an
+/// idle one the server has its core and both ratios agree.
+fn pair_goal(
     report: &mut Report,
     what: &str,
     top: &str,
@@ -148,7 +150,7 @@ fn rps_goal(
     want: &str,
     met: impl Fn(f64) -> bool,
 ) {
-    let (name, value) = match report.median_pair_ratio(top, bottom, Outcome::rps) {
+    let (name, value) = match report.median_pair_ratio(top, bottom, Outcome::per_core) {
         Some((median, rounds)) => (
             format!("{what}, median of {}", rounds_text(&rounds)),
             Some(median),
@@ -156,12 +158,12 @@ fn rps_goal(
         None => (what.to_owned(), None),
     };
     report.goal(&name, value, want, met);
-    let per_core = report.median_pair_ratio(top, bottom, Outcome::per_core);
-    let name = match &per_core {
-        Some((_, rounds)) => format!("  the same per server core ({})", rounds_text(rounds)),
-        None => "  the same per server core".to_owned(),
+    let rps = report.median_pair_ratio(top, bottom, Outcome::rps);
+    let name = match &rps {
+        Some((_, rounds)) => format!("  the same in req/s ({})", rounds_text(rounds)),
+        None => "  the same in req/s".to_owned(),
     };
-    report.report_only(&name, per_core.map(|(median, _)| median));
+    report.report_only(&name, rps.map(|(median, _)| median));
 }
 
 /// "3 rounds (0.79 0.82 0.85)".

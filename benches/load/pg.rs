@@ -30,6 +30,8 @@ const BATCH1_DB: &str = "petstore_b1";
 struct Durable {
     cluster: Cluster,
     postmaster: u32,
+    /// The CPUs PostgreSQL may run on, as the kernel says after the pinning.
+    cpus: String,
 }
 
 impl Durable {
@@ -84,10 +86,19 @@ impl Durable {
             .and_then(|line| line.trim().parse().ok())
             .ok_or("postmaster.pid starts with the pid")?;
         process::pin_tree(postmaster);
+        let status = std::fs::read_to_string(format!("/proc/{postmaster}/status"))
+            .map_err(|e| format!("the postmaster's status: {e}"))?;
+        let cpus = status
+            .lines()
+            .find_map(|line| line.strip_prefix("Cpus_allowed_list:"))
+            .map(str::trim)
+            .unwrap_or("?")
+            .to_owned();
         cluster.psql(&format!("CREATE DATABASE {BATCH1_DB}"));
         Ok(Durable {
             cluster,
             postmaster,
+            cpus,
         })
     }
 
@@ -124,6 +135,18 @@ impl Durable {
     }
 }
 
+/// Where Debian puts each major version's server binaries, as the harness looks for them.
+const PG_LIB: &str = "/usr/lib/postgresql";
+
+/// Whether the harness will find server binaries (it panics when it does not).
+fn installed() -> bool {
+    std::fs::read_dir(PG_LIB)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .any(|entry| entry.path().join("bin/initdb").is_file())
+}
+
 fn is_root() -> bool {
     Command::new("id")
         .arg("-u")
@@ -134,6 +157,12 @@ fn is_root() -> bool {
 impl Bench<'_> {
     /// The whole part; `baseline` is the running baseline server for the list rounds.
     pub async fn postgres(&mut self, baseline: &Server) {
+        if !installed() {
+            self.report.note(format!(
+                "PostgreSQL part skipped: no {PG_LIB}/*/bin/initdb (apt-get install postgresql)"
+            ));
+            return;
+        }
         let pg = match Durable::start() {
             Ok(pg) => pg,
             Err(why) => {
@@ -141,6 +170,12 @@ impl Bench<'_> {
                 return;
             }
         };
+        self.report.note(format!(
+            "PostgreSQL {} on CPU {} with fsync=on, synchronous_commit={}",
+            pg.cluster.psql("SHOW server_version"),
+            pg.cpus,
+            pg.cluster.psql("SHOW synchronous_commit")
+        ));
         let args = self.settings.petstore_args.clone();
         let window = self.settings.window;
 
