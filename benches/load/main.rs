@@ -59,6 +59,8 @@ const START_LIMIT: Duration = Duration::from_secs(60);
 /// What the columns mean, printed above the first row.
 const LEGEND: &str = "\
 servers pinned to CPU 1 (one core each), load generator (one thread) on CPU 0
+server      petstore = on a redb file; postgres = on a local PostgreSQL, itself pinned to CPU 1,
+            whose processes' CPU counts in the cpu column
 cpu         server CPU time / wall time over the window (1.00 = one core busy)
 req/s/core  req/s / cpu; vs base = petstore's req/s/core over the baseline's
 non-2xx     answers other than 2xx, errors = connection or I/O failures (warm-up included)
