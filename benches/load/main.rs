@@ -524,7 +524,11 @@ async fn bench(settings: &Settings) -> Report {
             }
         }
     }
-    let read_rss_kib = server.peak_rss_kib();
+    // Only the read scenarios make the figure: an idle server's memory says nothing.
+    let read_ran = read_scenarios(READ_STORE)
+        .iter()
+        .any(|(scenario, ..)| settings.wants(scenario));
+    let read_rss_kib = read_ran.then(|| server.peak_rss_kib());
     bench.scale(&server, READ_STORE).await;
     bench.stop(server, "100k store").await;
 
