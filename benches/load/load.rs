@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
-use hyper::header::{AUTHORIZATION, CONNECTION, CONTENT_TYPE, HOST, HeaderValue};
+use hyper::header::{AUTHORIZATION, CONNECTION, CONTENT_TYPE, HOST, HeaderName, HeaderValue};
 use hyper::{Method, Request, Uri};
 use tokio::time::{Instant, timeout_at};
 
@@ -25,6 +25,7 @@ const GRACE: Duration = Duration::from_secs(10);
 const RECONNECT_PAUSE: Duration = Duration::from_millis(10);
 /// Distinct pet ids a `get-one` run cycles through; enough to spread over a store of 1M.
 const PET_ID_SPREAD: usize = 1 << 16;
+const IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("idempotency-key");
 
 /// How requests travel.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -64,6 +65,9 @@ pub struct Workload {
     bearer: HeaderValue,
     close: bool,
     http2: bool,
+    /// Set for keyed creates: every request carries `Idempotency-Key: {this}-{client}-{n}`,
+    /// unique within the run (and across runs, by this per-run prefix).
+    key_prefix: Option<String>,
 }
 
 impl Workload {
@@ -104,6 +108,17 @@ impl Workload {
         )
     }
 
+    /// `POST /v1/pets` with this JSON body and an `Idempotency-Key` of its own on each request,
+    /// as a client that may retry sends it.
+    pub fn create_keyed(addr: SocketAddr, protocol: Protocol, body: &'static str) -> Workload {
+        let mut work = Workload::create(addr, protocol, body);
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |t| t.as_nanos());
+        work.key_prefix = Some(format!("bench-{nanos:x}"));
+        work
+    }
+
     fn new(
         addr: SocketAddr,
         protocol: Protocol,
@@ -133,10 +148,12 @@ impl Workload {
             bearer: HeaderValue::from_static(BEARER),
             close: protocol == Protocol::Handshake,
             http2: protocol.is_http2(),
+            key_prefix: None,
         }
     }
 
-    fn request(&self, index: usize) -> Request<Full<Bytes>> {
+    /// The request client `client` sends as its `index`-th turn (its list position).
+    fn request(&self, client: usize, index: usize) -> Request<Full<Bytes>> {
         let mut request = Request::new(Full::new(self.body.clone()));
         *request.method_mut() = self.method.clone();
         *request.uri_mut() = self.uris[index % self.uris.len()].clone();
@@ -150,6 +167,12 @@ impl Workload {
         }
         if self.close {
             headers.insert(CONNECTION, HeaderValue::from_static("close"));
+        }
+        if let Some(prefix) = &self.key_prefix {
+            // A client's index grows by one a request, so (client, index) is never repeated.
+            let key = HeaderValue::try_from(format!("{prefix}-{client}-{index}"))
+                .expect("a key of hex digits, dashes and letters is a valid header");
+            headers.insert(IDEMPOTENCY_KEY, key);
         }
         request
     }
@@ -354,7 +377,7 @@ async fn client(plan: Arc<Plan>, id: usize, mut conn: Option<Conn>) -> Tally {
             },
         };
         let keep = started >= plan.window_start && plan.sample_wanted.load(Ordering::Relaxed);
-        let request = plan.work.request(index);
+        let request = plan.work.request(id, index);
         let answer = timeout_at(plan.hard_end, exchange(&mut sender, request, keep)).await;
         let done = Instant::now();
         match answer {

@@ -7,9 +7,13 @@
 mod baseline;
 mod check;
 mod client;
+mod deep;
 mod fill;
 mod goals;
 mod load;
+mod pg;
+#[path = "../../src/store/pg_cluster.rs"]
+mod pg_cluster;
 mod process;
 mod report;
 mod settings;
@@ -38,6 +42,9 @@ const H2: Protocol = Protocol::Http2 {
 const LIST20: &str = "/v1/pets?limit=20";
 const SOLD20: &str = "/v1/pets?status=sold&limit=20";
 const NEW_PET: &str = r#"{"name":"bench","categoryId":1,"status":"available"}"#;
+/// The create-keyed part's scenarios: creates without a key, and each with its own key.
+pub const KEYED_PLAIN: &str = "create-keyed plain";
+pub const KEYED_KEYED: &str = "create-keyed keyed";
 /// The read scenarios' store, and the steps of the scaling runs.
 pub const READ_STORE: u64 = 100_000;
 pub const SCALE_STEPS: [u64; 3] = [10_000, 100_000, 1_000_000];
@@ -52,6 +59,8 @@ const START_LIMIT: Duration = Duration::from_secs(60);
 /// What the columns mean, printed above the first row.
 const LEGEND: &str = "\
 servers pinned to CPU 1 (one core each), load generator (one thread) on CPU 0
+server      petstore = on a redb file; postgres = on a local PostgreSQL, itself pinned to CPU 1,
+            whose processes' CPU counts in the cpu column
 cpu         server CPU time / wall time over the window (1.00 = one core busy)
 req/s/core  req/s / cpu; vs base = petstore's req/s/core over the baseline's
 non-2xx     answers other than 2xx, errors = connection or I/O failures (warm-up included)
@@ -89,7 +98,7 @@ fn main() -> ExitCode {
 }
 
 /// The scenarios run against both servers on the read store, in this order.
-fn read_scenarios(pets: u64) -> [(&'static str, Protocol, Expect, Pick); 5] {
+fn read_scenarios(pets: u64) -> [(&'static str, Protocol, Expect, Pick<'static>); 5] {
     [
         (
             "list20",
@@ -121,18 +130,21 @@ fn read_scenarios(pets: u64) -> [(&'static str, Protocol, Expect, Pick); 5] {
 
 /// Which requests a scenario sends.
 #[derive(Clone, Copy)]
-enum Pick {
-    Path(&'static str),
+enum Pick<'a> {
+    Path(&'a str),
     Ids(u64),
     Create,
+    /// Creates, each with an `Idempotency-Key` of its own.
+    CreateKeyed,
 }
 
-impl Pick {
+impl Pick<'_> {
     fn workload(self, server: &Server, protocol: Protocol) -> Workload {
         match self {
             Pick::Path(path) => Workload::get(server.addr, protocol, path),
             Pick::Ids(pets) => Workload::get_one(server.addr, protocol, pets),
             Pick::Create => Workload::create(server.addr, protocol, NEW_PET),
+            Pick::CreateKeyed => Workload::create_keyed(server.addr, protocol, NEW_PET),
         }
     }
 }
@@ -143,21 +155,23 @@ struct Spec<'a> {
     protocol: Protocol,
     /// HTTP/1.1 clients; an HTTP/2 protocol brings its own count.
     clients: usize,
-    pick: Pick,
+    pick: Pick<'a>,
     expect: Expect,
+    warmup: Duration,
     window: Duration,
     /// Which back-to-back pair this run belongs to (see `Settings::rounds`).
     round: usize,
 }
 
 impl Spec<'_> {
-    fn create(scenario: &str, clients: usize, window: Duration) -> Spec<'_> {
+    fn create(scenario: &str, clients: usize, window: Duration, warmup: Duration) -> Spec<'_> {
         Spec {
             scenario,
             protocol: Protocol::Http1,
             clients,
             pick: Pick::Create,
             expect: Expect::Created,
+            warmup,
             window,
             round: 0,
         }
@@ -189,13 +203,13 @@ impl Bench<'_> {
             spec.protocol,
             spec.protocol.clients(spec.clients),
             work,
-            self.settings.warmup,
+            spec.warmup,
             spec.window,
         )
         .await;
         // The baseline answers every request with the list, whatever was asked.
         let expect = match kind {
-            Kind::Petstore => spec.expect,
+            Kind::Petstore | Kind::Postgres => spec.expect,
             Kind::Baseline => Expect::List20,
         };
         let verdict = check(expect, outcome.sample.as_ref());
@@ -256,6 +270,7 @@ impl Bench<'_> {
                 clients: CLIENTS,
                 pick,
                 expect,
+                warmup: self.settings.warmup,
                 window,
                 round: 0,
             };
@@ -279,7 +294,12 @@ impl Bench<'_> {
         let dir = tempfile::tempdir().expect("a temp dir for the create database");
         let server = Server::petstore(&dir.path().join("pets.redb"), &self.settings.petstore_args);
         let scenario = format!("create-{clients}");
-        let spec = Spec::create(&scenario, clients, self.settings.window);
+        let spec = Spec::create(
+            &scenario,
+            clients,
+            self.settings.window,
+            self.settings.warmup,
+        );
         let before = process::ticks_by_thread(server.pid, WRITER_THREAD);
         let (answered, load_time) = self.measure(&spec, &server, Kind::Petstore, Some(0)).await;
         let after = process::ticks_by_thread(server.pid, WRITER_THREAD);
@@ -301,9 +321,7 @@ impl Bench<'_> {
                 w_user + w_sys + r_user + r_sys
             ));
         }
-        let Some(closed) = self.stop(server, &scenario).await else {
-            self.report
-                .fail(format!("{scenario}: no `store closed` line in the log"));
+        let Some(closed) = self.stopped_creates(server, &scenario, answered).await else {
             return;
         };
         let seconds = load_time.as_secs_f64();
@@ -315,11 +333,76 @@ impl Bench<'_> {
             thousands((closed.commits as f64 / seconds).round() as u64),
             seconds,
         ));
-        // Every 201 the client saw must be a pet the writer committed.
+    }
+
+    /// Stops a redb petstore after `answered` creates and checks that the writer wrote every
+    /// pet the client saw a 201 for; returns its counters.
+    async fn stopped_creates(
+        &mut self,
+        server: Server,
+        scenario: &str,
+        answered: u64,
+    ) -> Option<process::StoreClosed> {
+        let Some(closed) = self.stop(server, scenario).await else {
+            self.report
+                .fail(format!("{scenario}: no `store closed` line in the log"));
+            return None;
+        };
         if closed.pets_written < answered {
             self.report.fail(format!(
                 "{scenario}: {answered} creates answered 201 but only {} pets written",
                 closed.pets_written
+            ));
+        }
+        Some(closed)
+    }
+
+    /// One create run of `spec` on `server` (redb, fresh), stopped after it; its counters.
+    async fn create_run(
+        &mut self,
+        spec: &Spec<'_>,
+        server: Server,
+        kind: Kind,
+        pets: Option<u64>,
+    ) -> Option<process::StoreClosed> {
+        let (answered, _) = self.measure(spec, &server, kind, pets.or(Some(0))).await;
+        self.stopped_creates(server, spec.scenario, answered).await
+    }
+
+    /// Creates with a unique Idempotency-Key each against creates without, as back-to-back
+    /// pairs on fresh stores, so the goal compares the same window on the same machine.
+    async fn create_keyed(&mut self) {
+        let rounds = self.settings.rounds;
+        let window = self.settings.window.div_f64(rounds as f64);
+        let mut totals = [(0u64, 0u64); 2];
+        for round in 0..rounds {
+            for (i, (scenario, pick)) in [
+                (KEYED_PLAIN, Pick::Create),
+                (KEYED_KEYED, Pick::CreateKeyed),
+            ]
+            .into_iter()
+            .enumerate()
+            {
+                let dir = tempfile::tempdir().expect("a temp dir for the create database");
+                let server =
+                    Server::petstore(&dir.path().join("pets.redb"), &self.settings.petstore_args);
+                let spec = Spec {
+                    pick,
+                    round,
+                    ..Spec::create(scenario, CLIENTS, window, self.settings.warmup)
+                };
+                if let Some(closed) = self.create_run(&spec, server, Kind::Petstore, None).await {
+                    totals[i].0 += closed.commits;
+                    totals[i].1 += closed.pets_written;
+                }
+            }
+        }
+        for ((commits, pets), scenario) in totals.into_iter().zip([KEYED_PLAIN, KEYED_KEYED]) {
+            self.report.note(format!(
+                "{scenario}: {} commits for {} pets over {rounds} runs: mean batch {:.1}",
+                thousands(commits),
+                thousands(pets),
+                pets as f64 / commits.max(1) as f64
             ));
         }
     }
@@ -433,6 +516,7 @@ async fn bench(settings: &Settings) -> Report {
                     clients: CLIENTS,
                     pick,
                     expect,
+                    warmup: settings.warmup,
                     window: settings.window.div_f64(settings.rounds as f64),
                     round,
                 };
@@ -440,7 +524,11 @@ async fn bench(settings: &Settings) -> Report {
             }
         }
     }
-    let read_rss_kib = server.peak_rss_kib();
+    // Only the read scenarios make the figure: an idle server's memory says nothing.
+    let read_ran = read_scenarios(READ_STORE)
+        .iter()
+        .any(|(scenario, ..)| settings.wants(scenario));
+    let read_rss_kib = read_ran.then(|| server.peak_rss_kib());
     bench.scale(&server, READ_STORE).await;
     bench.stop(server, "100k store").await;
 
@@ -449,13 +537,19 @@ async fn bench(settings: &Settings) -> Report {
             break;
         }
         let scenario = format!("create-{clients}");
-        let spec = Spec::create(&scenario, clients, settings.window);
+        let spec = Spec::create(&scenario, clients, settings.window, settings.warmup);
         bench.measure(&spec, &baseline, Kind::Baseline, None).await;
         bench.create(clients).await;
     }
+    if settings.wants("create-keyed") {
+        bench.create_keyed().await;
+    }
+    if settings.wants("postgres") {
+        bench.postgres(&baseline).await;
+    }
 
     let (mut clean_start, mut crash_start) = (None, None);
-    if settings.skip_1m || !settings.wants("1m") {
+    if settings.skip_1m || !(settings.wants("1m") || settings.wants("deep-page")) {
         bench
             .report
             .note("1M store skipped (BENCH_SKIP_1M or BENCH_ONLY)".to_owned());
@@ -464,7 +558,14 @@ async fn bench(settings: &Settings) -> Report {
         let (server, took) = bench.timed_start(&db, "after a clean stop").await;
         clean_start = took;
         bench.scale(&server, SCALE_STEPS[2]).await;
-        crash_start = bench.crash(server, &db).await;
+        if settings.wants("deep-page") {
+            bench.deep_page(&server, SCALE_STEPS[2]).await;
+        }
+        if settings.wants("1m") {
+            crash_start = bench.crash(server, &db).await;
+        } else {
+            bench.stop(server, "1M store").await;
+        }
     }
     let (status, _) = baseline.stop().await;
     if !status.success() {

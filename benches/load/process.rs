@@ -45,7 +45,7 @@ pub fn cert(name: &str) -> PathBuf {
 /// What a server's log said that the benchmark needs, collected by the drain thread.
 #[derive(Default)]
 struct Log {
-    /// The `store closed commits=N pets_written=M` line.
+    /// The `store closed commits=N writes=M` line (redb only).
     store_closed: Option<String>,
     /// The `database open path=... pets=N` line.
     database_open: Option<String>,
@@ -62,6 +62,8 @@ pub struct Server {
     pub spawned: Instant,
     log: Arc<Mutex<Log>>,
     drain: Option<thread::JoinHandle<()>>,
+    /// A database server (PostgreSQL's postmaster) whose processes' CPU counts as this one's.
+    database_pid: Option<u32>,
 }
 
 /// Counters of a finished petstore writer, from its last log line.
@@ -162,13 +164,22 @@ impl Server {
             spawned,
             log,
             drain,
+            database_pid: None,
         }
     }
 
-    /// User + system CPU ticks of the whole process, every thread included; `None` once the
-    /// process is gone.
+    /// Counts the CPU of the database server at `postmaster` (and of all its children) as
+    /// this server's, so that a store in another process is not free in the figures.
+    pub fn with_database(mut self, postmaster: u32) -> Server {
+        self.database_pid = Some(postmaster);
+        self
+    }
+
+    /// User + system CPU ticks of the whole process, every thread included, and of its
+    /// database server's processes; `None` once the process is gone.
     pub fn cpu_ticks(&self) -> Option<u64> {
-        cpu_ticks(self.pid)
+        let own = cpu_ticks(self.pid)?;
+        Some(own + self.database_pid.map_or(0, tree_ticks))
     }
 
     /// Peak resident memory (VmHWM) in KiB.
@@ -214,7 +225,8 @@ impl Server {
         let closed = log.store_closed.as_deref().and_then(|line| {
             Some(StoreClosed {
                 commits: field(line, "commits=")?,
-                pets_written: field(line, "pets_written=")?,
+                // Every write of a create run is a create.
+                pets_written: field(line, "writes=").or_else(|| field(line, "pets_written="))?,
             })
         });
         (status, closed)
@@ -269,6 +281,55 @@ pub fn cpu_ticks(pid: u32) -> Option<u64> {
     let utime: u64 = fields.get(11)?.parse().ok()?;
     let stime: u64 = fields.get(12)?.parse().ok()?;
     Some(utime + stime)
+}
+
+/// CPU ticks of `root`, of its children that ended (which it waited for) and of those that
+/// run: for PostgreSQL's postmaster, the whole server with its backends.
+pub fn tree_ticks(root: u32) -> u64 {
+    let own = proc_stat(root).map_or(0, |(_, t)| t.iter().sum());
+    let children: u64 = children(root)
+        .into_iter()
+        .filter_map(proc_stat)
+        .map(|(_, t)| t[0] + t[1])
+        .sum();
+    own + children
+}
+
+/// Pins `root` and its running children to the server CPU; children forked later inherit it.
+pub fn pin_tree(root: u32) {
+    for pid in std::iter::once(root).chain(children(root)) {
+        // A child may end meanwhile: nothing to pin then.
+        let _ = Command::new("taskset")
+            .args(["-a", "-p", "-c", SERVER_CPU, &pid.to_string()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+    }
+}
+
+/// The pids whose parent is `root`.
+fn children(root: u32) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&pid| proc_stat(pid).is_some_and(|(ppid, _)| ppid == root))
+        .collect()
+}
+
+/// ppid and (utime, stime, cutime, cstime) of `pid` from /proc/<pid>/stat.
+fn proc_stat(pid: u32) -> Option<(u32, [u64; 4])> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    // Fields after the state (field 3): ppid is field 4; utime to cstime fields 14 to 17.
+    let ppid = fields.get(1)?.parse().ok()?;
+    let mut ticks = [0; 4];
+    for (i, tick) in ticks.iter_mut().enumerate() {
+        *tick = fields.get(11 + i)?.parse().ok()?;
+    }
+    Some((ppid, ticks))
 }
 
 /// CPU ticks of a process split by thread: (user, system) of the threads named `name` and

@@ -10,8 +10,11 @@ use crate::load::Outcome;
 /// Which server a row measured.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
+    /// petstore on a redb file.
     Petstore,
     Baseline,
+    /// petstore on a local PostgreSQL; its CPU figures include PostgreSQL's processes.
+    Postgres,
 }
 
 impl Kind {
@@ -19,6 +22,7 @@ impl Kind {
         match self {
             Kind::Petstore => "petstore",
             Kind::Baseline => "baseline",
+            Kind::Postgres => "postgres",
         }
     }
 }
@@ -112,7 +116,7 @@ impl Report {
 
     /// petstore's requests per core over the baseline's, for the same scenario and round.
     pub fn ratio(&self, row: &Row) -> Option<f64> {
-        if row.kind != Kind::Petstore {
+        if row.kind == Kind::Baseline {
             return None;
         }
         let base = self.rows.iter().find(|base| {
@@ -133,14 +137,41 @@ impl Report {
             })
             .filter_map(|row| self.ratio(row))
             .collect();
-        let mut sorted = ratios.clone();
-        sorted.sort_by(f64::total_cmp);
-        let median = match sorted.len() {
-            0 => return None,
-            n if n % 2 == 1 => sorted[n / 2],
-            n => (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0,
-        };
-        Some((median, ratios))
+        median(ratios)
+    }
+
+    /// The median over rounds of `kind`'s ratio to the baseline for `scenario`, any store size.
+    pub fn median_ratio_of(&self, scenario: &str, kind: Kind) -> Option<(f64, Vec<f64>)> {
+        let ratios: Vec<f64> = self
+            .rows
+            .iter()
+            .filter(|row| row.scenario == scenario && row.kind == kind)
+            .filter_map(|row| self.ratio(row))
+            .collect();
+        median(ratios)
+    }
+
+    /// The median over rounds of `figure` (req/s, req/s/core) of `top` over that of `bottom`
+    /// (rows of the same server, matched by round), with every round's ratio in run order.
+    pub fn median_pair_ratio(
+        &self,
+        top: &str,
+        bottom: &str,
+        figure: fn(&Outcome) -> f64,
+    ) -> Option<(f64, Vec<f64>)> {
+        let ratios: Vec<f64> = self
+            .rows
+            .iter()
+            .filter(|row| row.scenario == top && row.kind != Kind::Baseline)
+            .filter_map(|row| {
+                let under = self.rows.iter().find(|under| {
+                    under.scenario == bottom && under.kind == row.kind && under.round == row.round
+                })?;
+                let under = figure(&under.outcome);
+                (under > 0.0).then(|| figure(&row.outcome) / under)
+            })
+            .collect();
+        median(ratios)
     }
 
     fn cells(&self, row: &Row) -> Vec<String> {
@@ -242,6 +273,18 @@ impl Report {
         }
         out
     }
+}
+
+/// The median of `ratios` and the ratios as given; `None` when there are none.
+fn median(ratios: Vec<f64>) -> Option<(f64, Vec<f64>)> {
+    let mut sorted = ratios.clone();
+    sorted.sort_by(f64::total_cmp);
+    let median = match sorted.len() {
+        0 => return None,
+        n if n % 2 == 1 => sorted[n / 2],
+        n => (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0,
+    };
+    Some((median, ratios))
 }
 
 /// One line as runs end, in the fixed widths of `PROGRESS_WIDTHS`.
