@@ -179,7 +179,8 @@ impl Page {
     }
 }
 
-/// A stored idempotency record, as every backend keeps it.
+/// A stored idempotency record, as the PostgreSQL backend keeps it (redb keeps a shorter one:
+/// `redb/idempotency.rs`).
 pub(crate) struct Record<'a> {
     pub(crate) fingerprint: &'a [u8],
     pub(crate) expires_at: u64,

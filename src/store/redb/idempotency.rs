@@ -107,7 +107,9 @@ impl Index {
         records: &impl ReadableTable<(u64, i64), [u8; 2 * SHORT]>,
         now: u64,
     ) -> Result<Index, StoreError> {
-        let mut map = HashMap::new();
+        // Expired records not purged yet are counted too: a little too much, never a rehash.
+        let stored = records.len().map_err(StoreError::storage)?;
+        let mut map = HashMap::with_capacity(usize::try_from(stored).unwrap_or(0));
         let live = records
             .range((now.saturating_add(1), i64::MIN)..)
             .map_err(StoreError::storage)?;
