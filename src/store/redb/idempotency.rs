@@ -82,7 +82,7 @@ impl Entry {
 }
 
 /// Scope to its live record, for every record of the committed file that had not expired when
-/// it was loaded or written: 48 bytes a record, 56 to 112 with the hash table's slack.
+/// it was loaded or written: 48 bytes a record, about 70 with the hash table's slack.
 #[derive(Debug, Default)]
 pub(super) struct Index(Mutex<HashMap<Scope, Entry>>);
 
