@@ -161,8 +161,10 @@ async fn transfer(source: &Store, import: &mut Import, total: u64) -> anyhow::Re
     Ok(copied)
 }
 
-/// What a store holds, as the check compares it: counts and SHA-256 digests, in id order, over
-/// every pet's id, revision and JSON, and over every record still live at a given time.
+/// What a store holds, as the check compares it: counts and SHA-256 digests, over every pet's
+/// id, revision and JSON in id order, and over every record still live at a given time in
+/// scope order (each backend lists its records in its own order: redb by expiry, PostgreSQL
+/// by scope).
 #[derive(PartialEq, Eq)]
 struct Tally {
     pets: u64,
@@ -176,7 +178,7 @@ impl Tally {
     async fn of(store: &Store, live_after: u64) -> Result<Tally, StoreError> {
         let mut export = store.export(CHUNK, live_after).await?;
         let (mut pets, mut pets_digest) = (0, Sha256::new());
-        let (mut records, mut records_digest) = (0, Sha256::new());
+        let mut records = Vec::new();
         while let Some(chunk) = export.next().await {
             match chunk? {
                 Chunk::Pets(chunk) => {
@@ -188,24 +190,22 @@ impl Tally {
                     }
                     pets += chunk.len() as u64;
                 }
-                Chunk::Records(chunk) => {
-                    for record in &chunk {
-                        records_digest.update(record.scope);
-                        records_digest.update(record.fingerprint);
-                        records_digest.update(record.expires_at.to_be_bytes());
-                        records_digest.update(record.pet_id.to_be_bytes());
-                        records_digest.update((record.json.len() as u64).to_be_bytes());
-                        records_digest.update(&record.json);
-                    }
-                    records += chunk.len() as u64;
-                }
+                Chunk::Records(chunk) => records.extend(chunk),
             }
+        }
+        records.sort_unstable_by_key(|record| record.scope);
+        let mut records_digest = Sha256::new();
+        for record in &records {
+            records_digest.update(record.scope);
+            records_digest.update(record.fingerprint);
+            records_digest.update(record.expires_at.to_be_bytes());
+            records_digest.update(record.pet_id.to_be_bytes());
         }
         Ok(Tally {
             pets,
             pets_digest: pets_digest.finalize().into(),
             next_id: export.next_id,
-            records,
+            records: records.len() as u64,
             records_digest: records_digest.finalize().into(),
         })
     }

@@ -206,34 +206,49 @@ impl Page {
     }
 }
 
-/// A stored idempotency record, as every backend keeps it.
-pub(crate) struct Record<'a> {
-    pub(crate) fingerprint: &'a [u8],
-    pub(crate) expires_at: u64,
-    pub(crate) id: PetId,
-    pub(crate) json: &'a [u8],
+/// Bytes of a SHA-256 digest that a stored idempotency record keeps of its scope and of its
+/// fingerprint, in both backends: 128 bits make a collision between two live keys, or two
+/// bodies under one key, as unlikely as guessing a random key.
+pub(crate) const SHORT_DIGEST: usize = 16;
+
+/// A digest cut to what a stored record keeps.
+pub(crate) fn short(digest: [u8; 32]) -> [u8; SHORT_DIGEST] {
+    let mut cut = [0; SHORT_DIGEST];
+    cut.copy_from_slice(&digest[..SHORT_DIGEST]);
+    cut
 }
 
-impl Record<'_> {
-    /// The answer this record gives `key` at `now`: none once it has expired, the first
-    /// create's pet (at revision 1, as first answered) for the same fingerprint, and
-    /// `IdempotencyKeyReused` for another.
+/// A stored idempotency record, as either backend finds it by its scope. The first answer is
+/// not stored: see `answer`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Record {
+    pub(crate) fingerprint: [u8; SHORT_DIGEST],
+    pub(crate) expires_at: u64,
+    pub(crate) id: PetId,
+}
+
+impl Record {
+    /// The answer this record gives a create of `pet` under `key` at `now`: none once it has
+    /// expired, the first create's answer for the same fingerprint, `IdempotencyKeyReused` for
+    /// another. The same fingerprint is the same pet (`NewPet::canonical_json`), so the first
+    /// answer is that pet under the recorded id, at revision 1; it is rebuilt, not stored.
     pub(crate) fn answer(
         &self,
         key: &IdempotencyKey,
+        pet: &NewPet,
         now: u64,
     ) -> Option<Result<Created, StoreError>> {
         if self.expires_at <= now {
             return None;
         }
-        if self.fingerprint != key.fingerprint() {
+        if self.fingerprint != short(key.fingerprint()) {
             return Some(Err(StoreError::IdempotencyKeyReused));
         }
         Some(Ok(Created {
             pet: StoredPet {
                 id: self.id,
                 revision: 1,
-                json: Bytes::copy_from_slice(self.json),
+                json: Bytes::from(pet.clone().into_pet(self.id).to_json()),
             },
             replayed: true,
         }))
@@ -361,15 +376,13 @@ impl Store {
 /// keeps: the scope it answers for and what it answers with.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct IdempotencyRecord {
-    /// A digest of the API key and the Idempotency-Key.
-    pub scope: [u8; 32],
-    /// A digest of the pet the first create asked for.
-    pub fingerprint: [u8; 32],
+    /// A digest of the API key and the Idempotency-Key, cut to `SHORT_DIGEST` bytes.
+    pub scope: [u8; SHORT_DIGEST],
+    /// A digest of the pet the first create asked for, cut the same way.
+    pub fingerprint: [u8; SHORT_DIGEST],
     /// Unix seconds from which the record answers nothing.
     pub expires_at: u64,
     pub pet_id: PetId,
-    /// The pet's JSON as the first create answered it.
-    pub json: Bytes,
 }
 
 /// A piece of a store in transit: an export yields every pet in ascending id order, in chunks,

@@ -19,7 +19,7 @@ use super::claims::Claims;
 use super::write::{Command, Keyed, Pending, Write, gather, unix_now};
 use super::{
     Created, IdempotencyKey, KeyClaim, Page, PageBuilder, Precondition, Record, StoreError,
-    StoredPet, Tuning,
+    StoredPet, Tuning, short,
 };
 use crate::pet::{NewPet, Pet, PetId, PetPatch, PetStatus};
 
@@ -31,7 +31,7 @@ use connect::PgTarget;
 use pool::Connections;
 
 /// The schema this binary writes; a database at a newer one is refused, naming both.
-const SCHEMA_VERSION: i64 = 1;
+const SCHEMA_VERSION: i64 = 2;
 /// `pg_advisory_xact_lock` key for migrations: "petstore" in ASCII.
 const MIGRATION_LOCK: i64 = 0x7065_7473_746f_7265;
 /// Writes waiting for the writer before callers wait to enqueue.
@@ -51,7 +51,7 @@ const ANSWER_WITHIN: Duration = Duration::from_secs(5);
 
 /// An idempotency record, by its scope.
 const READ_RECORD: &str =
-    "SELECT fingerprint, expires_at, pet_id, json FROM idempotency WHERE scope = $1";
+    "SELECT fingerprint, expires_at, pet_id FROM idempotency WHERE scope = $1";
 
 /// Version 1: the pets (their JSON as the API sends it, with status and revision beside it for
 /// the index and preconditions), the status index, the idempotency records and the counter.
@@ -72,6 +72,15 @@ const MIGRATION_1: &str = "
     );
     CREATE INDEX idempotency_expiry ON idempotency (expires_at);
     INSERT INTO petstore_meta (name, value) VALUES ('next_id', 1);
+";
+
+/// Version 2: an idempotency record keeps its scope and fingerprint cut to 16 bytes, as redb
+/// does (`store::SHORT_DIGEST`, so `petstore copy` carries records both ways), and no copy of
+/// the first answer, which is rebuilt from the retried pet (`Record::answer`).
+const MIGRATION_2: &str = "
+    UPDATE idempotency SET scope = substring(scope from 1 for 16),
+        fingerprint = substring(fingerprint from 1 for 16);
+    ALTER TABLE idempotency DROP COLUMN json;
 ";
 
 /// A handle to the PostgreSQL store; cheap to clone.
@@ -149,12 +158,12 @@ impl PgStore {
             .pool
             .run(async |client| {
                 client
-                    .query_opt(READ_RECORD, &[&key.scope().as_slice()])
+                    .query_opt(READ_RECORD, &[&short(key.scope()).as_slice()])
                     .await
                     .map_err(pg_error)
             })
             .await?;
-        if let Some(answer) = row.and_then(|row| record_answer(&row, &key, now)) {
+        if let Some(answer) = row.and_then(|row| record_answer(&row, &key, &pet, now)) {
             return answer;
         }
         let keyed = Keyed {
@@ -323,6 +332,10 @@ async fn migrate(client: &mut ClientWrapper) -> Result<u64, StoreError> {
     if version < 1 {
         txn.batch_execute(MIGRATION_1).await.map_err(pg_error)?;
         tracing::info!(version = 1, "database schema created");
+    }
+    if version < 2 {
+        txn.batch_execute(MIGRATION_2).await.map_err(pg_error)?;
+        tracing::info!(version = 2, "database schema upgraded");
     }
     txn.execute(
         "INSERT INTO petstore_meta (name, value) VALUES ('schema_version', $1)
@@ -500,8 +513,6 @@ async fn create(
     now: u64,
     new_pets: &mut NewRows,
 ) -> Result<Result<Created, StoreError>, StoreError> {
-    let json = String::from_utf8(pet.clone().into_pet(id).to_json())
-        .map_err(|e| StoreError::Corrupt(format!("a pet's JSON is not UTF-8: {e}")))?;
     if let Some(keyed) = keyed {
         // Takes the record unless a live one holds the key. Another instance's create with
         // the same key makes this wait for its commit, and then the record answers; the id
@@ -509,19 +520,17 @@ async fn create(
         let expires_at = i64::try_from(keyed.expires_at).unwrap_or(i64::MAX);
         let taken = txn
             .query_opt(
-                "INSERT INTO idempotency (scope, fingerprint, expires_at, pet_id, json)
-                 VALUES ($1, $2, $3, $4, $5)
+                "INSERT INTO idempotency (scope, fingerprint, expires_at, pet_id)
+                 VALUES ($1, $2, $3, $4)
                  ON CONFLICT (scope) DO UPDATE SET fingerprint = EXCLUDED.fingerprint,
-                     expires_at = EXCLUDED.expires_at, pet_id = EXCLUDED.pet_id,
-                     json = EXCLUDED.json
-                 WHERE idempotency.expires_at <= $6
+                     expires_at = EXCLUDED.expires_at, pet_id = EXCLUDED.pet_id
+                 WHERE idempotency.expires_at <= $5
                  RETURNING pet_id",
                 &[
-                    &keyed.key.scope().as_slice(),
-                    &keyed.key.fingerprint().as_slice(),
+                    &short(keyed.key.scope()).as_slice(),
+                    &short(keyed.key.fingerprint()).as_slice(),
                     &expires_at,
                     &id,
-                    &json,
                     &i64::try_from(now).unwrap_or(i64::MAX),
                 ],
             )
@@ -529,16 +538,20 @@ async fn create(
             .map_err(pg_error)?;
         if taken.is_none() {
             let row = txn
-                .query_one(READ_RECORD, &[&keyed.key.scope().as_slice()])
+                .query_one(READ_RECORD, &[&short(keyed.key.scope()).as_slice()])
                 .await
                 .map_err(pg_error)?;
-            return Ok(record_answer(&row, &keyed.key, now).unwrap_or_else(|| {
-                Err(StoreError::Corrupt(
-                    "a live idempotency record expired mid-transaction".into(),
-                ))
-            }));
+            return Ok(
+                record_answer(&row, &keyed.key, pet, now).unwrap_or_else(|| {
+                    Err(StoreError::Corrupt(
+                        "a live idempotency record expired mid-transaction".into(),
+                    ))
+                }),
+            );
         }
     }
+    let json = String::from_utf8(pet.clone().into_pet(id).to_json())
+        .map_err(|e| StoreError::Corrupt(format!("a pet's JSON is not UTF-8: {e}")))?;
     new_pets.ids.push(id);
     new_pets.statuses.push(status_code(pet.status));
     let stored = StoredPet {
@@ -621,19 +634,24 @@ async fn current(
     Ok(pet.map(|pet| (pet, revision)))
 }
 
-/// The answer an idempotency row gives `key`; see `Record::answer`.
+/// The answer an idempotency row gives a create of `pet` under `key`; see `Record::answer`.
 fn record_answer(
     row: &tokio_postgres::Row,
     key: &IdempotencyKey,
+    pet: &NewPet,
     now: u64,
 ) -> Option<Result<Created, StoreError>> {
+    let Ok(fingerprint) = row.get::<_, &[u8]>(0).try_into() else {
+        return Some(Err(StoreError::Corrupt(
+            "an idempotency record's fingerprint is not 16 bytes".into(),
+        )));
+    };
     Record {
-        fingerprint: row.get::<_, &[u8]>(0),
+        fingerprint,
         expires_at: row.get::<_, i64>(1).unsigned_abs(),
         id: row.get(2),
-        json: row.get::<_, &str>(3).as_bytes(),
     }
-    .answer(key, now)
+    .answer(key, pet, now)
 }
 
 fn revision(stored: i64) -> u64 {

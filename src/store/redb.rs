@@ -27,6 +27,7 @@ mod snapshot;
 mod writer;
 
 use super::write::{Command, Keyed, Pending, Write, unix_now};
+use idempotency::Index;
 use snapshot::{Snapshot, Snapshots};
 use writer::{Writer, write_loop};
 
@@ -46,8 +47,10 @@ const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 const META_SCHEMA_VERSION: &str = "schema_version";
 const META_NEXT_ID: &str = "next_id";
 /// The layout of the tables; a file from a newer layout is refused, not misread. Version 1
-/// had no `REVISIONS` and no idempotency tables; opening one adds them.
-const SCHEMA_VERSION: u64 = 2;
+/// had no `REVISIONS` and no idempotency tables; opening one adds them. Version 2 kept
+/// idempotency records by scope, with a copy of the answer; opening one moves its live
+/// records to the table of version 3 (`redb/idempotency.rs`).
+const SCHEMA_VERSION: u64 = 3;
 
 /// Writes waiting for the writer before callers wait to enqueue.
 const WRITE_QUEUE: usize = 4096;
@@ -71,6 +74,8 @@ struct Shared {
     snapshots: Snapshots,
     /// Idempotency keys whose create is in flight in this process.
     claims: Arc<Claims>,
+    /// The live idempotency records of the committed file, by scope.
+    index: Index,
 }
 
 impl Shared {
@@ -126,11 +131,13 @@ impl RedbStore {
         cache_bytes: usize,
         tuning: Tuning,
     ) -> Result<(RedbStore, u64), StoreError> {
-        let (db, count) = open_database(path, cache_bytes)?;
+        let (db, count, index) = open_database(path, cache_bytes)?;
+        tracing::debug!(records = index.len(), "idempotency records loaded");
         let shared = Arc::new(Shared {
             db: RwLock::new(Some(db)),
             snapshots: Snapshots::default(),
             claims: Arc::default(),
+            index,
         });
         let (writer, queue) = mpsc::channel(WRITE_QUEUE);
         let mut thread_writer = Writer::new(
@@ -182,9 +189,7 @@ impl RedbStore {
                 .await;
         };
         let now = unix_now();
-        if let Some(answer) =
-            self.read(|snapshot| idempotency::find(&snapshot.idempotency, &key, now))?
-        {
+        if let Some(answer) = self.shared.index.find(&key, &pet, now) {
             return answer;
         }
         // The claim travels with the write and ends with it, even if this caller goes away
@@ -344,9 +349,10 @@ impl RedbStore {
     }
 }
 
-/// Opens (or creates) the database file and prepares it; returns it and its number of pets.
-/// A file left mid-commit (a crash, a failed write) is repaired by redb as it opens.
-fn open_database(path: &Path, cache_bytes: usize) -> Result<(Database, u64), StoreError> {
+/// Opens (or creates) the database file and prepares it; returns it, its number of pets and
+/// its live idempotency records. A file left mid-commit (a crash, a failed write) is repaired
+/// by redb as it opens.
+fn open_database(path: &Path, cache_bytes: usize) -> Result<(Database, u64, Index), StoreError> {
     let db = Database::builder()
         .set_cache_size(cache_bytes)
         .create(path)
@@ -355,7 +361,14 @@ fn open_database(path: &Path, cache_bytes: usize) -> Result<(Database, u64), Sto
             e => StoreError::storage(e),
         })?;
     let count = prepare(&db)?;
-    Ok((db, count))
+    let txn = db.begin_read().map_err(StoreError::storage)?;
+    let records = txn
+        .open_table(idempotency::RECORDS)
+        .map_err(StoreError::storage)?;
+    let index = Index::load(&records, unix_now())?;
+    drop(records);
+    drop(txn);
+    Ok((db, count, index))
 }
 
 /// Creates the tables on a new file, adds those of this version to an older one, refuses a
@@ -381,7 +394,7 @@ fn prepare(db: &Database) -> Result<u64, StoreError> {
         Some(SCHEMA_VERSION) => {}
         Some(_) | None => {
             drop(txn);
-            create_tables(db)?;
+            create_tables(db, version)?;
             return count_pets(db);
         }
     }
@@ -398,8 +411,9 @@ fn count_pets(db: &Database) -> Result<u64, StoreError> {
 }
 
 /// Creates every table that is missing and records this schema version; on a file of an older
-/// version the tables it has are kept as they are, `next_id` included.
-fn create_tables(db: &Database) -> Result<(), StoreError> {
+/// version (`found`) the tables it has are kept as they are, `next_id` included, except the
+/// idempotency records of version 2, which are moved to this version's table.
+fn create_tables(db: &Database, found: Option<u64>) -> Result<(), StoreError> {
     let txn = db.begin_write().map_err(StoreError::storage)?;
     {
         let mut meta = txn.open_table(META).map_err(StoreError::storage)?;
@@ -417,6 +431,9 @@ fn create_tables(db: &Database) -> Result<(), StoreError> {
         txn.open_table(PETS).map_err(StoreError::storage)?;
         txn.open_table(REVISIONS).map_err(StoreError::storage)?;
         idempotency::create_tables(&txn)?;
+        if found == Some(2) {
+            idempotency::upgrade_from_v2(&txn, unix_now())?;
+        }
     }
     txn.commit().map_err(StoreError::storage)
 }
@@ -736,6 +753,204 @@ mod tests {
             assert_eq!((fresh.pet.id, fresh.replayed), (2, false));
             store.close().await;
         });
+    }
+
+    /// A store whose records answer for one second only.
+    fn open_short_lived(path: &Path) -> Store {
+        let tuning = Tuning {
+            idempotency_ttl: Duration::from_secs(1),
+            ..TUNING
+        };
+        Store::open(path, TEST_CACHE_BYTES, tuning).expect("open").0
+    }
+
+    /// Waits until a record written now with a TTL of one second has expired.
+    fn outlive_a_one_second_record() {
+        let expired_at = unix_now() + 1;
+        while unix_now() < expired_at {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    #[test]
+    fn a_replay_is_the_first_answer_rebuilt_byte_for_byte_after_a_restart_and_a_reopen() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("pets.redb");
+        runtime().block_on(async {
+            let (store, _) = Store::open(&path, TEST_CACHE_BYTES, TUNING).expect("open");
+            add(&store, new_pet("before", None)).await.expect("create");
+            let first = store
+                .create(new_pet("a", Some(PetStatus::Sold)), Some(key(&store, 1, 1)))
+                .await
+                .expect("create");
+            store.close().await;
+            let (store, _) = Store::open(&path, TEST_CACHE_BYTES, TUNING).expect("restart");
+            let replay = |store: &Store| {
+                let key = key(store, 1, 1);
+                let store = store.clone();
+                async move {
+                    store
+                        .create(new_pet("a", Some(PetStatus::Sold)), Some(key))
+                        .await
+                }
+            };
+            let again = replay(&store).await.expect("replay");
+            assert!(again.replayed);
+            assert_eq!(
+                (again.pet.id, again.pet.revision, &again.pet.json[..]),
+                (2, 1, &first.pet.json[..])
+            );
+            assert_eq!(
+                &again.pet.json[..],
+                br#"{"id":2,"name":"a","categoryId":1,"status":"sold"}"#
+            );
+            // The writer reloads the records from the file when it reopens it.
+            Writer::new(Arc::clone(&store.shared), &path, TEST_CACHE_BYTES, 1024).reopen();
+            let again = replay(&store).await.expect("replay after a reopen");
+            assert!(again.replayed);
+            assert_eq!(&again.pet.json[..], &first.pet.json[..]);
+            assert!(matches!(
+                store
+                    .create(new_pet("b", None), Some(key(&store, 1, 2)))
+                    .await,
+                Err(StoreError::IdempotencyKeyReused)
+            ));
+            store.close().await;
+        });
+    }
+
+    #[test]
+    fn a_key_reused_after_expiry_keeps_its_new_record_when_the_old_one_is_purged() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("pets.redb");
+        let purge = |store: &Store, now: u64| {
+            let store = store.clone();
+            async move {
+                store
+                    .write(move |reply| Write::Purge(now, Pending::new(reply)))
+                    .await
+                    .expect("purge")
+            }
+        };
+        runtime().block_on(async {
+            let store = open_short_lived(&path);
+            let old = store
+                .create(new_pet("a", None), Some(key(&store, 1, 1)))
+                .await
+                .expect("create");
+            outlive_a_one_second_record();
+            store.close().await;
+            // Expired but not purged yet: it answers nothing, and a new record, from a longer
+            // TTL, takes the scope.
+            let (store, _) = Store::open(&path, TEST_CACHE_BYTES, TUNING).expect("open");
+            let new = store
+                .create(new_pet("a", None), Some(key(&store, 1, 1)))
+                .await
+                .expect("create");
+            assert_eq!((old.pet.id, new.pet.id, new.replayed), (1, 2, false));
+            // The purge at start may have taken the old record already; either way the new
+            // one stays.
+            assert!(purge(&store, unix_now()).await <= 1, "the old record only");
+            assert_eq!(store.shared.index.len(), 1);
+            let again = store
+                .create(new_pet("a", None), Some(key(&store, 1, 1)))
+                .await
+                .expect("replay");
+            assert_eq!((again.pet.id, again.replayed), (2, true));
+            store.close().await;
+            // Loaded from the file, the new record still answers, until it expires in turn.
+            let (store, _) = Store::open(&path, TEST_CACHE_BYTES, TUNING).expect("reopen");
+            let again = store
+                .create(new_pet("a", None), Some(key(&store, 1, 1)))
+                .await
+                .expect("replay");
+            assert_eq!((again.pet.id, again.replayed), (2, true));
+            let later = unix_now() + 2 * TTL.as_secs();
+            assert_eq!(purge(&store, later).await, 1);
+            assert_eq!(purge(&store, later).await, 0);
+            store.close().await;
+        });
+    }
+
+    #[test]
+    fn a_version_2_file_keeps_its_live_records_and_drops_the_expired_ones() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("pets.redb");
+        let now = unix_now();
+        {
+            let db = Database::create(&path).expect("create");
+            let txn = db.begin_write().expect("write");
+            {
+                let mut meta = txn.open_table(META).expect("meta");
+                meta.insert(META_SCHEMA_VERSION, 2).expect("insert");
+                meta.insert(META_NEXT_ID, 3).expect("insert");
+                let mut pets = txn.open_table(PETS).expect("pets");
+                let mut records = txn.open_table(idempotency::V2_RECORDS).expect("records");
+                let mut expiry = txn.open_table(idempotency::V2_EXPIRY).expect("expiry");
+                // Pet 1 under scope [1; 32], live; pet 2 under scope [2; 32], expired.
+                for (id, expires_at) in [(1i64, now + 3600), (2, now - 1)] {
+                    let json = format!(r#"{{"id":{id},"name":"a","categoryId":1}}"#);
+                    pets.insert(id, json.as_bytes()).expect("insert");
+                    let mut record = [1u8; 32].to_vec();
+                    record.extend_from_slice(&expires_at.to_be_bytes());
+                    record.extend_from_slice(&id.to_be_bytes());
+                    record.extend_from_slice(json.as_bytes());
+                    let scope = [id as u8; 32];
+                    records.insert(scope, record.as_slice()).expect("insert");
+                    expiry.insert((expires_at, scope), ()).expect("insert");
+                }
+            }
+            txn.open_table(PETS_BY_STATUS).expect("index");
+            txn.open_table(REVISIONS).expect("revisions");
+            txn.commit().expect("commit");
+        }
+        runtime().block_on(async {
+            let (store, count) = Store::open(&path, TEST_CACHE_BYTES, TUNING).expect("open");
+            assert_eq!(count, 2);
+            let live = store
+                .create(new_pet("a", None), Some(key(&store, 1, 1)))
+                .await
+                .expect("replay");
+            assert_eq!(
+                (live.replayed, &live.pet.json[..]),
+                (true, &br#"{"id":1,"name":"a","categoryId":1}"#[..])
+            );
+            assert!(matches!(
+                store
+                    .create(new_pet("b", None), Some(key(&store, 1, 2)))
+                    .await,
+                Err(StoreError::IdempotencyKeyReused)
+            ));
+            let expired = store
+                .create(new_pet("a", None), Some(key(&store, 2, 1)))
+                .await
+                .expect("create");
+            assert_eq!((expired.pet.id, expired.replayed), (3, false));
+            store.close().await;
+        });
+        let db = Database::open(&path).expect("open");
+        let txn = db.begin_read().expect("read");
+        let version = txn
+            .open_table(META)
+            .expect("meta")
+            .get(META_SCHEMA_VERSION)
+            .expect("get")
+            .map(|v| v.value());
+        assert_eq!(version, Some(SCHEMA_VERSION));
+        let tables: Vec<String> = txn
+            .list_tables()
+            .expect("tables")
+            .map(|t| redb::TableHandle::name(&t).to_owned())
+            .collect();
+        assert!(
+            !tables
+                .iter()
+                .any(|t| t == "idempotency" || t == "idempotency_expiry"),
+            "{tables:?}"
+        );
+        // The expired record was dropped, not moved; the other two are the live ones.
+        let records = txn.open_table(idempotency::RECORDS).expect("records");
+        assert_eq!(records.len().expect("len"), 2);
     }
 
     #[test]

@@ -320,11 +320,10 @@ pub(super) async fn an_export_reads_every_pet_in_id_order_with_its_revision_the_
     assert_eq!(
         records,
         [IdempotencyRecord {
-            scope: [9; 32],
-            fingerprint: [9; 32],
+            scope: [9; SHORT_DIGEST],
+            fingerprint: [9; SHORT_DIGEST],
             expires_at: records.first().map_or(0, |r| r.expires_at),
-            pet_id: 5,
-            json: keyed.json,
+            pet_id: keyed.id,
         }]
     );
     assert!(records[0].expires_at > now);
@@ -419,4 +418,63 @@ mod on_both_backends {
         a_key_in_flight_is_refused_and_released_when_its_create_ends,
         an_export_reads_every_pet_in_id_order_with_its_revision_the_counter_and_live_records,
     );
+}
+
+/// A PostgreSQL database of schema version 1 (records with whole digests and a copy of the
+/// first answer) is upgraded at open: its live record still replays, under the same key.
+#[test]
+fn a_version_1_postgres_database_is_upgraded_and_its_records_still_replay() {
+    let cluster = shared_cluster();
+    cluster.psql("CREATE DATABASE upgrade_v1");
+    let v1 = r#"
+        CREATE TABLE petstore_meta (name text PRIMARY KEY, value bigint NOT NULL);
+        CREATE TABLE pets (id bigint PRIMARY KEY, status smallint, revision bigint NOT NULL,
+            json text NOT NULL);
+        CREATE INDEX pets_by_status ON pets (status, id);
+        CREATE TABLE idempotency (scope bytea PRIMARY KEY, fingerprint bytea NOT NULL,
+            expires_at bigint NOT NULL, pet_id bigint NOT NULL, json text NOT NULL);
+        CREATE INDEX idempotency_expiry ON idempotency (expires_at);
+        INSERT INTO petstore_meta VALUES ('next_id', 2), ('schema_version', 1);
+        INSERT INTO pets VALUES (1, NULL, 1, '{"id":1,"name":"old","categoryId":1}');
+        INSERT INTO idempotency VALUES (decode(repeat('09', 32), 'hex'),
+            decode(repeat('09', 32), 'hex'), 4000000000, 1,
+            '{"id":1,"name":"old","categoryId":1}');
+    "#;
+    cluster.psql(&format!("\\connect upgrade_v1\n{v1}"));
+    let url = cluster.url().replace("/petstore?", "/upgrade_v1?");
+    let target = postgres::connect::parse(&url, None, None, 4, Duration::from_secs(5))
+        .expect("a test cluster URL");
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a current-thread runtime builds");
+    runtime.block_on(async {
+        let (store, pets) = Store::open(Location::Postgres(Box::new(target)), TUNING)
+            .await
+            .expect("open and upgrade");
+        assert_eq!(pets, 1);
+        let replayed = store
+            .create(new_pet("old", None), Some(key(&store, 9, 9)))
+            .await
+            .expect("replayed");
+        assert!(replayed.replayed);
+        assert_eq!(replayed.pet.id, 1);
+        assert_eq!(
+            replayed.pet.json,
+            Bytes::from_static(br#"{"id":1,"name":"old","categoryId":1}"#)
+        );
+        let other = store
+            .create(new_pet("other", None), Some(key(&store, 9, 8)))
+            .await;
+        assert!(
+            matches!(other, Err(StoreError::IdempotencyKeyReused)),
+            "{other:?}"
+        );
+        store.close().await;
+    });
+    let upgraded = cluster.psql(
+        "\\connect upgrade_v1\nSELECT value, (SELECT octet_length(scope) FROM idempotency) \
+         FROM petstore_meta WHERE name = 'schema_version'",
+    );
+    assert_eq!(upgraded, "2|16");
 }

@@ -245,9 +245,14 @@ fn five_servers_starting_at_once_on_a_new_database_migrate_it_once_and_all_serve
         .map(|server| server.logs().matches("database schema created").count())
         .sum();
     assert_eq!(created, 1, "the schema is created by exactly one instance");
+    let upgraded: usize = servers
+        .iter()
+        .map(|server| server.logs().matches("database schema upgraded").count())
+        .sum();
+    assert_eq!(upgraded, 1, "and each later migration applied by exactly one");
     assert_eq!(
         cluster.psql("SELECT name, value FROM petstore_meta ORDER BY name"),
-        "next_id|1\nschema_version|1"
+        "next_id|1\nschema_version|2"
     );
     let runtime = tokio::runtime::Runtime::new().expect("a runtime");
     runtime.block_on(async {
@@ -282,7 +287,7 @@ fn a_newer_schema_or_an_unknown_scheme_stops_start_up_and_says_why() {
     );
     let stderr = start_failing(Path::new(&cluster.url()), &Options::default());
     assert!(
-        stderr.contains("schema version 7, newer than the 1 this petstore understands"),
+        stderr.contains("schema version 7, newer than the 2 this petstore understands"),
         "{stderr}"
     );
     // Nothing was changed by the refused start.

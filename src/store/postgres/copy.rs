@@ -15,7 +15,7 @@ use tokio_postgres::binary_copy::BinaryCopyInWriter;
 use tokio_postgres::types::{ToSql, Type};
 
 use super::{PgStore, pg_error, status_code};
-use crate::store::{Chunk, IdempotencyRecord, StoreError, StoredPet, pet_status};
+use crate::store::{Chunk, IdempotencyRecord, SHORT_DIGEST, StoreError, StoredPet, pet_status};
 
 /// The bound on each statement of a copy, in place of the short one requests get: a chunk or
 /// the final commit may take longer than a request, but never this long.
@@ -25,13 +25,13 @@ const STATEMENT_TIMEOUT: &str = "SET LOCAL statement_timeout = '1min'";
 const STEP_WITHIN: Duration = Duration::from_secs(90);
 
 const SELECT_PETS: &str = "SELECT id, revision, json FROM pets WHERE id > $1 ORDER BY id LIMIT $2";
-const SELECT_RECORDS: &str = "SELECT scope, fingerprint, expires_at, pet_id, json FROM idempotency
+const SELECT_RECORDS: &str = "SELECT scope, fingerprint, expires_at, pet_id FROM idempotency
      WHERE expires_at > $1 AND scope > $2 ORDER BY scope LIMIT $3";
 const COPY_PETS: &str = "COPY pets (id, status, revision, json) FROM STDIN (FORMAT binary)";
 const PET_TYPES: [Type; 4] = [Type::INT8, Type::INT2, Type::INT8, Type::TEXT];
 const COPY_RECORDS: &str =
-    "COPY idempotency (scope, fingerprint, expires_at, pet_id, json) FROM STDIN (FORMAT binary)";
-const RECORD_TYPES: [Type; 5] = [Type::BYTEA, Type::BYTEA, Type::INT8, Type::INT8, Type::TEXT];
+    "COPY idempotency (scope, fingerprint, expires_at, pet_id) FROM STDIN (FORMAT binary)";
+const RECORD_TYPES: [Type; 4] = [Type::BYTEA, Type::BYTEA, Type::INT8, Type::INT8];
 
 impl PgStore {
     /// Starts streaming the store into `sender` from one snapshot; returns its id counter.
@@ -147,13 +147,11 @@ impl PgImport {
                     let mut writer = std::pin::pin!(writer);
                     for record in &records {
                         let expires_at = i64::try_from(record.expires_at).unwrap_or(i64::MAX);
-                        let json = text(&record.json, record.pet_id)?;
-                        let row: [&(dyn ToSql + Sync); 5] = [
+                        let row: [&(dyn ToSql + Sync); 4] = [
                             &record.scope.as_slice(),
                             &record.fingerprint.as_slice(),
                             &expires_at,
                             &record.pet_id,
-                            &json,
                         ];
                         writer.as_mut().write(&row).await.map_err(pg_error)?;
                     }
@@ -263,11 +261,11 @@ async fn stream(
     within(async { client.batch_execute("COMMIT").await.map_err(pg_error) }).await
 }
 
-/// An `idempotency` row (scope, fingerprint, expires_at, pet_id, json) as the store's record.
+/// An `idempotency` row (scope, fingerprint, expires_at, pet_id) as the store's record.
 fn export_record(row: &tokio_postgres::Row) -> Result<IdempotencyRecord, StoreError> {
-    let digest = |index: usize| -> Result<[u8; 32], StoreError> {
+    let digest = |index: usize| -> Result<[u8; SHORT_DIGEST], StoreError> {
         row.get::<_, &[u8]>(index).try_into().map_err(|_| {
-            StoreError::Corrupt("an idempotency record's digest is not 32 bytes".into())
+            StoreError::Corrupt("an idempotency record's digest is not 16 bytes".into())
         })
     };
     Ok(IdempotencyRecord {
@@ -275,7 +273,6 @@ fn export_record(row: &tokio_postgres::Row) -> Result<IdempotencyRecord, StoreEr
         fingerprint: digest(1)?,
         expires_at: counter(row.get(2)),
         pet_id: row.get(3),
-        json: Bytes::copy_from_slice(row.get::<_, &str>(4).as_bytes()),
     })
 }
 

@@ -9,12 +9,12 @@ use std::sync::Arc;
 
 use redb::{
     Database, Durability, ReadTransaction, ReadableDatabase, ReadableTable, ReadableTableMetadata,
-    Table,
 };
 use tokio::sync::{mpsc, oneshot};
 
-use super::idempotency::{self, IDEMPOTENCY, IDEMPOTENCY_EXPIRY};
+use super::idempotency::{self, Index, RECORDS};
 use super::{META, META_NEXT_ID, PETS, PETS_BY_STATUS, REVISIONS, RedbStore, Shared};
+use crate::store::write::unix_now;
 use crate::store::{Chunk, IdempotencyRecord, StoreError, StoredPet, pet_status};
 
 impl RedbStore {
@@ -66,7 +66,7 @@ impl RedbStore {
                 .and_then(|pets| Ok(pets.len()?))
                 .map_err(StoreError::storage)?;
             let records = txn
-                .open_table(IDEMPOTENCY)
+                .open_table(RECORDS)
                 .and_then(|records| Ok(records.len()?))
                 .map_err(StoreError::storage)?;
             let next_id = next_id_in(&txn)?;
@@ -116,12 +116,12 @@ impl RedbImport {
                 Ok(())
             }
             Chunk::Records(records) => {
-                let mut table = txn.open_table(IDEMPOTENCY).map_err(StoreError::write)?;
-                let mut expiry = txn
-                    .open_table(IDEMPOTENCY_EXPIRY)
-                    .map_err(StoreError::write)?;
+                let mut table = txn.open_table(RECORDS).map_err(StoreError::write)?;
                 for record in &records {
-                    import_record(&mut table, &mut expiry, record)?;
+                    let value = idempotency::joined(&record.scope, &record.fingerprint);
+                    table
+                        .insert((record.expires_at, record.pet_id), value)
+                        .map_err(StoreError::write)?;
                 }
                 Ok(())
             }
@@ -130,7 +130,7 @@ impl RedbImport {
     }
 
     /// Sets the id counter in a durable transaction, which makes every chunk before it durable
-    /// too.
+    /// too; then the in-memory index of idempotency records takes the imported ones.
     pub(in crate::store) async fn commit(self, next_id: u64) -> Result<(), StoreError> {
         self.transaction(Durability::Immediate, move |txn| {
             let mut meta = txn.open_table(META).map_err(StoreError::write)?;
@@ -138,7 +138,16 @@ impl RedbImport {
                 .map_err(StoreError::write)?;
             Ok(())
         })
-        .await
+        .await?;
+        let shared = Arc::clone(&self.shared);
+        let index = on_blocking(&self.shared, |db| {
+            let txn = db.begin_read().map_err(StoreError::storage)?;
+            let records = txn.open_table(RECORDS).map_err(StoreError::storage)?;
+            Index::load(&records, unix_now())
+        })
+        .await?;
+        shared.index.replace(index);
+        Ok(())
     }
 
     /// Empties every table the import wrote and puts the counter back to 1, durably.
@@ -148,9 +157,7 @@ impl RedbImport {
             txn.delete_table(PETS_BY_STATUS)
                 .map_err(StoreError::write)?;
             txn.delete_table(REVISIONS).map_err(StoreError::write)?;
-            txn.delete_table(IDEMPOTENCY).map_err(StoreError::write)?;
-            txn.delete_table(IDEMPOTENCY_EXPIRY)
-                .map_err(StoreError::write)?;
+            txn.delete_table(RECORDS).map_err(StoreError::write)?;
             txn.open_table(PETS).map_err(StoreError::write)?;
             txn.open_table(PETS_BY_STATUS).map_err(StoreError::write)?;
             txn.open_table(REVISIONS).map_err(StoreError::write)?;
@@ -258,15 +265,22 @@ fn stream(
     if !batch.is_empty() && sender.blocking_send(Ok(Chunk::Pets(batch))).is_err() {
         return Ok(());
     }
-    let records = txn.open_table(IDEMPOTENCY).map_err(StoreError::storage)?;
+    let records = txn.open_table(RECORDS).map_err(StoreError::storage)?;
     let mut batch = Vec::new();
-    for entry in records.iter().map_err(StoreError::storage)? {
-        let (scope, bytes) = entry.map_err(StoreError::storage)?;
-        let record = export_record(scope.value(), bytes.value())?;
-        if record.expires_at <= now {
-            continue;
-        }
-        batch.push(record);
+    // The live records: those expiring after `now`, in the table's (expiry, id) order.
+    let live = records
+        .range((now.saturating_add(1), i64::MIN)..)
+        .map_err(StoreError::storage)?;
+    for entry in live {
+        let (key, value) = entry.map_err(StoreError::storage)?;
+        let ((expires_at, pet_id), value) = (key.value(), value.value());
+        let (scope, fingerprint) = idempotency::split(&value);
+        batch.push(IdempotencyRecord {
+            scope,
+            fingerprint,
+            expires_at,
+            pet_id,
+        });
         if batch.len() == chunk {
             let full = std::mem::take(&mut batch);
             if sender.blocking_send(Ok(Chunk::Records(full))).is_err() {
@@ -277,40 +291,5 @@ fn stream(
     if !batch.is_empty() {
         let _ = sender.blocking_send(Ok(Chunk::Records(batch)));
     }
-    Ok(())
-}
-
-/// redb's record of `scope` as the store's.
-fn export_record(scope: [u8; 32], bytes: &[u8]) -> Result<IdempotencyRecord, StoreError> {
-    let record = idempotency::decode(bytes)?;
-    Ok(IdempotencyRecord {
-        scope,
-        fingerprint: record.fingerprint.try_into().map_err(|_| {
-            StoreError::Corrupt("an idempotency record's fingerprint is not 32 bytes".into())
-        })?,
-        expires_at: record.expires_at,
-        pet_id: record.id,
-        json: bytes::Bytes::copy_from_slice(record.json),
-    })
-}
-
-/// Writes the store's record as redb keeps it (see `idempotency::insert`), with its expiry
-/// entry.
-fn import_record(
-    records: &mut Table<[u8; 32], &'static [u8]>,
-    expiry: &mut Table<(u64, [u8; 32]), ()>,
-    record: &IdempotencyRecord,
-) -> Result<(), StoreError> {
-    let mut bytes = Vec::with_capacity(48 + record.json.len());
-    bytes.extend_from_slice(&record.fingerprint);
-    bytes.extend_from_slice(&record.expires_at.to_be_bytes());
-    bytes.extend_from_slice(&record.pet_id.to_be_bytes());
-    bytes.extend_from_slice(&record.json);
-    records
-        .insert(record.scope, bytes.as_slice())
-        .map_err(StoreError::write)?;
-    expiry
-        .insert((record.expires_at, record.scope), ())
-        .map_err(StoreError::write)?;
     Ok(())
 }

@@ -8,7 +8,6 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use redb::{Database, ReadOnlyTable, ReadableDatabase};
 
-use super::idempotency::IDEMPOTENCY;
 use super::{PETS, PETS_BY_STATUS, REVISIONS, StoreError};
 
 /// The tables of one read transaction, shared by every read until the next commit.
@@ -16,7 +15,6 @@ pub(super) struct Snapshot {
     pub(super) pets: ReadOnlyTable<i64, &'static [u8]>,
     pub(super) by_status: ReadOnlyTable<(u8, i64), &'static [u8]>,
     pub(super) revisions: ReadOnlyTable<i64, u64>,
-    pub(super) idempotency: ReadOnlyTable<[u8; 32], &'static [u8]>,
 }
 
 /// Reads share one snapshot between commits: beginning a read transaction and opening its
@@ -51,7 +49,6 @@ impl Snapshots {
                 .open_table(PETS_BY_STATUS)
                 .map_err(StoreError::storage)?,
             revisions: txn.open_table(REVISIONS).map_err(StoreError::storage)?,
-            idempotency: txn.open_table(IDEMPOTENCY).map_err(StoreError::storage)?,
         });
         let mut current = self.current();
         // A commit since `commits` was read makes this one stale to the next reader; keep it

@@ -12,7 +12,7 @@ use bytes::Bytes;
 use redb::{Database, ReadableTable, Table};
 use tokio::sync::{mpsc, oneshot};
 
-use super::idempotency::{self, IDEMPOTENCY, IDEMPOTENCY_EXPIRY};
+use super::idempotency::{self, Changes, Index, RECORDS};
 use super::{
     Created, META, META_NEXT_ID, PETS, PETS_BY_STATUS, Precondition, REVISIONS, Shared, StoreError,
     StoredPet, open_database,
@@ -38,6 +38,8 @@ pub(super) struct Writer {
     failed_reopens: u64,
     /// No reopen before this: see `REOPEN_INTERVAL`.
     next_reopen: Instant,
+    /// What the batch being written changes in the idempotency index.
+    changes: Changes,
 }
 
 /// The writer thread: takes every write queued while the last commit ran into one transaction
@@ -80,6 +82,7 @@ impl Writer {
             max_batch: max_batch.max(1),
             failed_reopens: 0,
             next_reopen: Instant::now(),
+            changes: Changes::default(),
         }
     }
 
@@ -92,15 +95,18 @@ impl Writer {
         }
         // The read guard lives to the end of this statement: `reopen` below takes the write lock.
         let result = match self.shared.db().as_ref() {
-            Some(db) => write_batch(db, batch),
+            Some(db) => write_batch(db, &self.shared.index, &mut self.changes, batch),
             None => Err(StoreError::Reopening),
         };
         match result {
             Ok(committed) => {
                 if committed {
-                    // Before any answer: a client that got its 201 must find the pet.
+                    // Before any answer: a client that got its 201 must find the pet, and a
+                    // retry its record.
+                    self.shared.index.apply(&mut self.changes);
                     self.shared.snapshots.committed();
                 }
+                self.changes.clear();
                 let changed = batch.iter().filter(|write| write.changed()).count() as u64;
                 for write in batch.drain(..) {
                     write.answer(None);
@@ -108,6 +114,7 @@ impl Writer {
                 changed
             }
             Err(e) => {
+                self.changes.clear();
                 if !matches!(e, StoreError::Reopening) {
                     tracing::error!(error = %e, writes = batch.len(), "write transaction failed");
                 }
@@ -137,7 +144,10 @@ impl Writer {
             let _ = old.close();
         }
         match open_database(&self.path, self.cache_bytes) {
-            Ok((db, pets)) => {
+            Ok((db, pets, index)) => {
+                // A commit that failed may still have reached the disk: the file decides which
+                // records exist.
+                self.shared.index.replace(index);
                 self.shared.put_db(db);
                 tracing::info!(
                     pets,
@@ -175,8 +185,10 @@ struct Tables<'txn> {
     pets: Table<'txn, i64, &'static [u8]>,
     by_status: Table<'txn, (u8, i64), &'static [u8]>,
     revisions: Table<'txn, i64, u64>,
-    records: Table<'txn, [u8; 32], &'static [u8]>,
-    expiry: Table<'txn, (u64, [u8; 32]), ()>,
+    records: Table<'txn, (u64, i64), [u8; 32]>,
+    /// The committed idempotency records, and what this batch changes in them.
+    index: &'txn Index,
+    changes: &'txn mut Changes,
     /// The id the next create gets; written back to `META` when the batch created any.
     next_id: u64,
     /// The Unix time the batch runs at, for idempotency records.
@@ -187,7 +199,12 @@ struct Tables<'txn> {
 /// all. A write that cannot go ahead (no such pet, a failed precondition, a reused key) only
 /// sets its own outcome. Returns whether anything was committed: a batch that changed nothing
 /// is aborted, saving the fsync.
-fn write_batch(db: &Database, batch: &mut [Write]) -> Result<bool, StoreError> {
+fn write_batch<'a>(
+    db: &Database,
+    index: &'a Index,
+    changes: &'a mut Changes,
+    batch: &mut [Write],
+) -> Result<bool, StoreError> {
     let txn = db.begin_write().map_err(StoreError::write)?;
     let changed = {
         let mut meta = txn.open_table(META).map_err(StoreError::write)?;
@@ -199,10 +216,9 @@ fn write_batch(db: &Database, batch: &mut [Write]) -> Result<bool, StoreError> {
             pets: txn.open_table(PETS).map_err(StoreError::write)?,
             by_status: txn.open_table(PETS_BY_STATUS).map_err(StoreError::write)?,
             revisions: txn.open_table(REVISIONS).map_err(StoreError::write)?,
-            records: txn.open_table(IDEMPOTENCY).map_err(StoreError::write)?,
-            expiry: txn
-                .open_table(IDEMPOTENCY_EXPIRY)
-                .map_err(StoreError::write)?,
+            records: txn.open_table(RECORDS).map_err(StoreError::write)?,
+            index,
+            changes,
             next_id,
             now: unix_now(),
         };
@@ -239,7 +255,7 @@ impl Tables<'_> {
                 pending.outcome = Some(self.delete(*id, precondition)?);
             }
             Write::Purge(now, pending) => {
-                let purged = idempotency::purge(&mut self.records, &mut self.expiry, *now)?;
+                let purged = idempotency::purge(&mut self.records, self.changes, *now)?;
                 pending.outcome = Some(Ok(purged));
             }
         }
@@ -254,7 +270,8 @@ impl Tables<'_> {
         // Checked again here, in the transaction: a retry may have passed the read-side check
         // before this key's first create committed (its caller gone, its claim released).
         if let Some(keyed) = keyed
-            && let Some(answer) = idempotency::find(&self.records, &keyed.key, self.now)?
+            && let Some(answer) =
+                idempotency::find(self.index, self.changes, &keyed.key, pet, self.now)
         {
             return Ok(answer);
         }
@@ -277,7 +294,7 @@ impl Tables<'_> {
             json,
         };
         if let Some(keyed) = keyed {
-            idempotency::insert(&mut self.records, &mut self.expiry, keyed, &pet)?;
+            idempotency::insert(&mut self.records, self.changes, keyed, id)?;
         }
         Ok(Ok(Created {
             pet,
