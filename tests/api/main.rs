@@ -22,6 +22,7 @@ mod patch;
 #[path = "../../src/store/pg_cluster.rs"]
 mod pg_cluster;
 mod pg_cluster_harness;
+mod rate_limits;
 mod reload;
 mod support;
 mod tls;
