@@ -11,6 +11,8 @@ use std::time::Duration;
 use anyhow::bail;
 use clap::{Parser, Subcommand, ValueEnum};
 
+use crate::ratelimit::{Limit, Rate, RateOrOff};
+
 /// Connections to PostgreSQL the pool keeps at most, when `--db-pool-size` is not given.
 pub const DEFAULT_DB_POOL_SIZE: usize = 16;
 
@@ -162,6 +164,32 @@ pub struct Cli {
     )]
     idempotency_ttl: Duration,
 
+    /// Requests each API key may make, as COUNT/UNIT with s, min, h or d: e.g. `200/s`,
+    /// `6000/min`, `100000/h` [default: no limit]. Over it: 429 rate_limited.
+    #[arg(long, env = "PETSTORE_RATE_LIMIT", value_name = "RATE")]
+    rate_limit: Option<Rate>,
+
+    /// Requests a key may make at once before --rate-limit spaces them out [default: the
+    /// RATE's count].
+    #[arg(long, env = "PETSTORE_RATE_BURST", value_name = "COUNT", requires = "rate_limit", value_parser = clap::value_parser!(u32).range(1..))]
+    rate_burst: Option<u32>,
+
+    /// Requests with an API key that is not valid one client address (IPv4 address, IPv6 /64)
+    /// may make, as RATE, or `off`; past it they get 429 instead of 401. Requests without a
+    /// key and requests with a valid key never count and are never refused by it.
+    #[arg(
+        long,
+        env = "PETSTORE_AUTH_FAILURE_LIMIT",
+        default_value = "20/s",
+        value_name = "RATE|off"
+    )]
+    auth_failure_limit: RateOrOff,
+
+    /// Requests with a key that is not valid an address may make at once before
+    /// --auth-failure-limit spaces them out.
+    #[arg(long, env = "PETSTORE_AUTH_FAILURE_BURST", default_value_t = 200, value_name = "COUNT", value_parser = clap::value_parser!(u32).range(1..))]
+    auth_failure_burst: u32,
+
     /// Log line format on stderr.
     #[arg(long, env = "PETSTORE_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     log_format: LogFormat,
@@ -288,6 +316,10 @@ pub struct Config {
     pub idempotency_ttl: Duration,
     /// Most writes one transaction takes.
     pub max_write_batch: usize,
+    /// Requests per API key label; `None`: no limit.
+    pub rate_limit: Option<Limit>,
+    /// Requests with a key that is not valid per client address; `None`: off.
+    pub auth_failure_limit: Option<Limit>,
     pub log_format: LogFormat,
     pub log_level: Option<String>,
 }
@@ -348,6 +380,20 @@ impl Cli {
                 );
             }
         }
+        let rate_limit = self
+            .rate_limit
+            .map(|rate| Limit::new(rate, nonzero(self.rate_burst).unwrap_or(rate.count)))
+            .transpose()
+            .map_err(|e| anyhow::anyhow!("--rate-limit, --rate-burst: {e}"))?;
+        let auth_failure_limit = self
+            .auth_failure_limit
+            .0
+            .map(|rate| {
+                let burst = nonzero(Some(self.auth_failure_burst)).unwrap_or(rate.count);
+                Limit::new(rate, burst)
+            })
+            .transpose()
+            .map_err(|e| anyhow::anyhow!("--auth-failure-limit, --auth-failure-burst: {e}"))?;
         Ok(Action::Serve(Box::new(Config {
             listen: self.listen,
             db,
@@ -371,10 +417,17 @@ impl Cli {
             cache_bytes: self.cache_size.saturating_mul(1 << 20),
             idempotency_ttl: self.idempotency_ttl,
             max_write_batch: self.max_write_batch as usize,
+            rate_limit,
+            auth_failure_limit,
             log_format: self.log_format,
             log_level: self.log_level,
         })))
     }
+}
+
+/// A count clap has already checked to be at least 1.
+fn nonzero(count: Option<u32>) -> Option<std::num::NonZeroU32> {
+    count.and_then(std::num::NonZeroU32::new)
 }
 
 /// A duration as humantime writes it (`90s`, `15m`, `24h`, `7d`, `1h 30m`), at least a second:
@@ -555,6 +608,55 @@ mod tests {
         ] {
             let error = serve(&flag).expect_err("refused");
             assert!(format!("{error:#}").starts_with(flag[0]), "{error:#}");
+        }
+    }
+
+    #[test]
+    fn rate_limits_default_to_none_per_key_and_20_a_second_per_address() {
+        let rate = |text: &str| text.parse::<Rate>().expect("a rate");
+        let burst = |count| std::num::NonZeroU32::new(count).expect("nonzero");
+        let config = serve(&[]).expect("parses");
+        assert_eq!(config.rate_limit, None);
+        assert_eq!(
+            config.auth_failure_limit,
+            Some(Limit::new(rate("20/s"), burst(200)).expect("a limit"))
+        );
+        let config =
+            serve(&["--rate-limit", "6000/min", "--auth-failure-limit", "off"]).expect("parses");
+        assert_eq!(
+            config.rate_limit,
+            Some(Limit::new(rate("6000/min"), burst(6000)).expect("a limit"))
+        );
+        assert_eq!(config.auth_failure_limit, None);
+        let config = serve(&[
+            "--rate-limit",
+            "200/s",
+            "--rate-burst",
+            "10",
+            "--auth-failure-limit",
+            "5/min",
+            "--auth-failure-burst",
+            "7",
+        ])
+        .expect("parses");
+        assert_eq!(
+            config.rate_limit,
+            Some(Limit::new(rate("200/s"), burst(10)).expect("a limit"))
+        );
+        assert_eq!(
+            config.auth_failure_limit,
+            Some(Limit::new(rate("5/min"), burst(7)).expect("a limit"))
+        );
+        for bad in [
+            &["--rate-burst", "10"][..],
+            &["--rate-limit", "200"],
+            &["--rate-limit", "0/s"],
+            &["--rate-limit", "200/s", "--rate-burst", "0"],
+            &["--rate-limit", "1/d", "--rate-burst", "1000"],
+            &["--auth-failure-limit", "none"],
+            &["--auth-failure-burst", "0"],
+        ] {
+            assert!(serve(bad).is_err(), "{bad:?}");
         }
     }
 

@@ -11,6 +11,7 @@ use hyper::header::{ALLOW, HeaderName, HeaderValue, RETRY_AFTER, WWW_AUTHENTICAT
 use serde::Serialize;
 
 use crate::auth::AuthFailure;
+use crate::ratelimit::Refusal;
 use crate::store::StoreError;
 
 /// Why a request failed, in terms a client can act on.
@@ -53,6 +54,8 @@ pub enum Error {
     PreconditionFailed,
     /// A create with this Idempotency-Key has not been answered yet.
     IdempotencyKeyInFlight,
+    /// Over `--rate-limit` for this key, or over `--auth-failure-limit` for this address.
+    RateLimited(Refusal),
     /// This Idempotency-Key answered a request with another body.
     IdempotencyKeyReused,
     /// A fault of ours; the cause is for the log only.
@@ -94,6 +97,7 @@ impl Error {
             Error::PreconditionFailed => StatusCode::PRECONDITION_FAILED,
             Error::IdempotencyKeyInFlight => StatusCode::CONFLICT,
             Error::IdempotencyKeyReused => StatusCode::UNPROCESSABLE_ENTITY,
+            Error::RateLimited(_) => StatusCode::TOO_MANY_REQUESTS,
             Error::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
             Error::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
         }
@@ -116,6 +120,7 @@ impl Error {
             Error::PreconditionFailed => "precondition_failed",
             Error::IdempotencyKeyInFlight => "idempotency_key_in_flight",
             Error::IdempotencyKeyReused => "idempotency_key_reused",
+            Error::RateLimited(_) => "rate_limited",
             Error::Internal(_) => "internal_error",
             Error::Unavailable(_) => "unavailable",
         }
@@ -162,6 +167,18 @@ impl Error {
             Error::IdempotencyKeyReused => {
                 "this Idempotency-Key was already used with a different request body".into()
             }
+            Error::RateLimited(refusal) => {
+                let whom = match refusal.policy.name {
+                    "per-key" => "this API key",
+                    _ => "API keys that are not valid from this address",
+                };
+                format!(
+                    "too many requests: {whom} may make {}; retry after {} seconds",
+                    refusal.policy.rate,
+                    refusal.wait_secs()
+                )
+                .into()
+            }
             Error::Internal(_) => "internal error".into(),
             Error::Unavailable(_) => {
                 "the service cannot take this request now; try again later".into()
@@ -171,27 +188,28 @@ impl Error {
 
     /// Headers HTTP requires or advises with this answer: `WWW-Authenticate` with a 401 (RFC
     /// 9110 11.6.1, RFC 6750 3), `Allow` with a 405 (RFC 9110 15.5.6), `Accept-Patch` with a
-    /// PATCH's 415 (RFC 5789 2.2), and `Retry-After` where trying again soon may work.
-    pub fn headers(&self) -> Option<(HeaderName, HeaderValue)> {
+    /// PATCH's 415 (RFC 5789 2.2), `Retry-After` where trying again soon may work, and with a
+    /// 429 the `RateLimit-Policy` and `RateLimit` fields of draft-ietf-httpapi-ratelimit-headers
+    /// (-10).
+    pub fn headers(&self) -> Vec<(HeaderName, HeaderValue)> {
+        let one = |name, value| vec![(name, HeaderValue::from_static(value))];
         match self {
-            Error::Unauthorized(AuthFailure::Missing) => Some((
-                WWW_AUTHENTICATE,
-                HeaderValue::from_static(r#"Bearer realm="petstore""#),
-            )),
-            Error::Unauthorized(AuthFailure::Invalid) => Some((
-                WWW_AUTHENTICATE,
-                HeaderValue::from_static(r#"Bearer realm="petstore", error="invalid_token""#),
-            )),
-            Error::MethodNotAllowed { allow } => Some((ALLOW, HeaderValue::from_static(allow))),
-            Error::UnsupportedPatchType => Some((
-                HeaderName::from_static("accept-patch"),
-                HeaderValue::from_static("application/merge-patch+json, application/json"),
-            )),
-            // A second is about what a create or a reopen takes; RFC 9110 10.2.3.
-            Error::IdempotencyKeyInFlight | Error::Unavailable(_) => {
-                Some((RETRY_AFTER, HeaderValue::from_static("1")))
+            Error::Unauthorized(AuthFailure::Missing) => {
+                one(WWW_AUTHENTICATE, r#"Bearer realm="petstore""#)
             }
-            _ => None,
+            Error::Unauthorized(AuthFailure::Invalid) => one(
+                WWW_AUTHENTICATE,
+                r#"Bearer realm="petstore", error="invalid_token""#,
+            ),
+            Error::MethodNotAllowed { allow } => one(ALLOW, allow),
+            Error::UnsupportedPatchType => one(
+                HeaderName::from_static("accept-patch"),
+                "application/merge-patch+json, application/json",
+            ),
+            // A second is about what a create or a reopen takes; RFC 9110 10.2.3.
+            Error::IdempotencyKeyInFlight | Error::Unavailable(_) => one(RETRY_AFTER, "1"),
+            Error::RateLimited(refusal) => rate_limit_headers(refusal),
+            _ => Vec::new(),
         }
     }
 
@@ -225,6 +243,31 @@ impl Error {
         serde_json::to_vec(&self.body())
             .expect("an ErrorBody is strings and an integer: it always encodes")
     }
+}
+
+/// `Retry-After` and the draft's two structured fields: the policy as a String item with its
+/// quota `q` and window `w` in seconds, and the state, nothing remaining (`r=0`) for `t`
+/// seconds.
+fn rate_limit_headers(refusal: &Refusal) -> Vec<(HeaderName, HeaderValue)> {
+    let (policy, wait) = (&refusal.policy, refusal.wait_secs());
+    [
+        (RETRY_AFTER, wait.to_string()),
+        (
+            HeaderName::from_static("ratelimit-policy"),
+            format!(
+                "\"{}\";q={};w={}",
+                policy.name, policy.rate.count, policy.rate.window_secs
+            ),
+        ),
+        (
+            HeaderName::from_static("ratelimit"),
+            format!("\"{}\";r=0;t={wait}", policy.name),
+        ),
+    ]
+    .into_iter()
+    // Digits, quotes and a fixed name: always a valid field value.
+    .filter_map(|(name, value)| Some((name, HeaderValue::try_from(value).ok()?)))
+    .collect()
 }
 
 impl From<AuthFailure> for Error {
@@ -261,6 +304,17 @@ impl From<StoreError> for Error {
 mod tests {
     use super::*;
 
+    const REFUSAL: Refusal = Refusal {
+        policy: crate::ratelimit::Policy {
+            name: "per-key",
+            rate: crate::ratelimit::Rate {
+                count: std::num::NonZeroU32::new(200).expect("nonzero"),
+                window_secs: 1,
+            },
+        },
+        wait: Duration::from_millis(1500),
+    };
+
     fn every_variant() -> Vec<Error> {
         vec![
             Error::InvalidRequest("HTTP/1.1 requests must carry a Host header"),
@@ -285,6 +339,7 @@ mod tests {
             Error::PreconditionFailed,
             Error::IdempotencyKeyInFlight,
             Error::IdempotencyKeyReused,
+            Error::RateLimited(REFUSAL),
             Error::Internal("disk on fire".into()),
             Error::Unavailable("commit failed".into()),
         ]
@@ -321,6 +376,7 @@ mod tests {
                 "precondition_failed",
                 "idempotency_key_in_flight",
                 "idempotency_key_reused",
+                "rate_limited",
                 "internal_error",
                 "unavailable"
             ]
@@ -375,18 +431,46 @@ mod tests {
     }
 
     #[test]
-    fn only_401_405_409_415_of_a_patch_and_503_carry_headers() {
+    fn only_401_405_409_415_of_a_patch_429_and_503_carry_headers() {
         for error in every_variant() {
-            let name = error.headers().map(|(name, _)| name);
+            let headers = error.headers();
+            let names: Vec<&str> = headers.iter().map(|(name, _)| name.as_str()).collect();
             match (error.status().as_u16(), &error) {
-                (401, _) => assert_eq!(name, Some(WWW_AUTHENTICATE)),
-                (405, _) => assert_eq!(name, Some(ALLOW)),
-                (409 | 503, _) => assert_eq!(name, Some(RETRY_AFTER)),
-                (415, Error::UnsupportedPatchType) => {
-                    assert_eq!(name, Some(HeaderName::from_static("accept-patch")));
-                }
-                _ => assert_eq!(name, None, "{error:?}"),
+                (401, _) => assert_eq!(names, ["www-authenticate"]),
+                (405, _) => assert_eq!(names, ["allow"]),
+                (409 | 503, _) => assert_eq!(names, ["retry-after"]),
+                (415, Error::UnsupportedPatchType) => assert_eq!(names, ["accept-patch"]),
+                (429, _) => assert_eq!(names, ["retry-after", "ratelimit-policy", "ratelimit"]),
+                _ => assert_eq!(names, [] as [&str; 0], "{error:?}"),
             }
         }
+    }
+
+    #[test]
+    fn a_429_says_when_to_retry_in_whole_seconds_and_names_its_policy() {
+        let error = Error::RateLimited(REFUSAL);
+        let headers = error.headers();
+        let values: Vec<&str> = headers
+            .iter()
+            .map(|(_, value)| value.to_str().expect("ASCII"))
+            .collect();
+        assert_eq!(
+            values,
+            ["2", r#""per-key";q=200;w=1"#, r#""per-key";r=0;t=2"#]
+        );
+        assert_eq!(
+            error.message(),
+            "too many requests: this API key may make 200/s; retry after 2 seconds"
+        );
+        let soon = Refusal {
+            wait: Duration::from_millis(3),
+            ..REFUSAL
+        };
+        assert_eq!(soon.wait_secs(), 1);
+        let now = Refusal {
+            wait: Duration::ZERO,
+            ..REFUSAL
+        };
+        assert_eq!(now.wait_secs(), 1);
     }
 }

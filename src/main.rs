@@ -15,6 +15,7 @@ mod log;
 mod log_format;
 mod pet;
 mod query;
+mod ratelimit;
 mod server;
 mod service;
 mod store;
@@ -74,6 +75,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
 async fn serve(config: Config) -> anyhow::Result<()> {
     let (mut stop, mut reload) = lifecycle::install()?;
     let keys = Arc::new(auth::Keys::load(&config.api_keys)?);
+    let limits = ratelimit::RateLimits::new(config.rate_limit, config.auth_failure_limit)?;
     let (tls, certificate) = tls::load(&config.tls_cert, &config.tls_key)?;
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
@@ -142,7 +144,7 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         })
     };
 
-    let app = service::App::new(store.clone(), keys, config.body_timeout);
+    let app = service::App::new(store.clone(), keys, limits, config.body_timeout);
     let stopping = async {
         let signal = stop.stopped().await;
         lifecycle::notify(lifecycle::State::Stopping);

@@ -19,8 +19,9 @@ use hyper::http::request::Parts;
 use hyper::{Method, Request, Response, StatusCode, Version};
 
 use crate::api::{self, Reply};
-use crate::auth::Keys;
+use crate::auth::{AuthFailure, Keys};
 use crate::error::Error;
+use crate::ratelimit::RateLimits;
 use crate::store::Store;
 
 /// The OpenAPI document, the one `/v1` path served without a key.
@@ -44,6 +45,7 @@ const DEPRECATION_WARNING_INTERVAL: Duration = Duration::from_secs(3600);
 pub struct App {
     store: Store,
     keys: Arc<Keys>,
+    limits: Arc<RateLimits>,
     /// When each key label last drew the deprecated-getPet warning.
     warned: Arc<Mutex<HashMap<Arc<str>, Instant>>>,
     /// A request body must arrive whole within this.
@@ -62,10 +64,11 @@ enum Route<'a> {
 }
 
 impl App {
-    pub fn new(store: Store, keys: Arc<Keys>, body_timeout: Duration) -> App {
+    pub fn new(store: Store, keys: Arc<Keys>, limits: RateLimits, body_timeout: Duration) -> App {
         App {
             store,
             keys,
+            limits: Arc::new(limits),
             warned: Arc::default(),
             body_timeout,
         }
@@ -83,7 +86,7 @@ impl App {
         let health = matches!(routed, Ok(Route::Health));
         let mut label = None;
 
-        let result = self.dispatch(&parts, body, routed, &mut label).await;
+        let result = self.dispatch(&parts, body, routed, peer, &mut label).await;
         if let Err(e) = &result
             && let Some(cause) = e.cause()
         {
@@ -155,6 +158,7 @@ impl App {
         parts: &Parts,
         body: Incoming,
         routed: Result<Route<'_>, Error>,
+        peer: &str,
         label: &mut Option<Arc<str>>,
     ) -> Result<Reply, Error> {
         check_framing(parts)?;
@@ -166,8 +170,23 @@ impl App {
                 .get_all(AUTHORIZATION)
                 .iter()
                 .map(HeaderValue::as_bytes);
-            caller = Some(self.keys.check(credentials)?);
-            *label = caller.as_ref().map(|caller| Arc::clone(&caller.label));
+            let checked = match self.keys.check(credentials) {
+                Ok(checked) => checked,
+                // Only a key that is not valid counts against its address, so the limit can
+                // slow a key guesser but never refuse a valid key, whoever shares the address.
+                Err(AuthFailure::Invalid) => {
+                    self.limits
+                        .check_auth_failure(peer)
+                        .map_err(Error::RateLimited)?;
+                    return Err(AuthFailure::Invalid.into());
+                }
+                Err(failure) => return Err(failure.into()),
+            };
+            *label = Some(Arc::clone(&checked.label));
+            self.limits
+                .check_key(&checked.label)
+                .map_err(Error::RateLimited)?;
+            caller = Some(checked);
         }
         let headers = &parts.headers;
         match routed? {
@@ -242,7 +261,7 @@ fn into_response(
     let reply = result.unwrap_or_else(|error| Reply {
         status: error.status(),
         body: Bytes::from(error.json()),
-        headers: error.headers().into_iter().collect(),
+        headers: error.headers(),
     });
     let has_content = !matches!(
         reply.status,

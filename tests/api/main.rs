@@ -23,6 +23,7 @@ mod patch;
 mod pg_cluster;
 mod pg_cluster_harness;
 mod postgres;
+mod rate_limits;
 mod reload;
 mod support;
 mod tls;

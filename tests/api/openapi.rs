@@ -79,31 +79,35 @@ fn every_status_the_server_answers_is_documented_for_its_operation() {
         (
             "/pets",
             "get",
-            &["200", "400", "401", "431", "500", "503"][..],
+            &["200", "400", "401", "429", "431", "500", "503"][..],
         ),
         (
             "/pets",
             "post",
             &[
-                "201", "400", "401", "408", "409", "413", "415", "422", "431", "500", "503",
+                "201", "400", "401", "408", "409", "413", "415", "422", "429", "431", "500", "503",
             ][..],
         ),
         (
             "/pets/{petId}",
             "get",
-            &["200", "304", "400", "401", "404", "431", "500", "503"][..],
+            &[
+                "200", "304", "400", "401", "404", "429", "431", "500", "503",
+            ][..],
         ),
         (
             "/pets/{petId}",
             "patch",
             &[
-                "200", "400", "401", "404", "408", "412", "413", "415", "431", "500", "503",
+                "200", "400", "401", "404", "408", "412", "413", "415", "429", "431", "500", "503",
             ][..],
         ),
         (
             "/pets/{petId}",
             "delete",
-            &["204", "400", "401", "404", "412", "431", "500", "503"][..],
+            &[
+                "204", "400", "401", "404", "412", "429", "431", "500", "503",
+            ][..],
         ),
     ] {
         for status in statuses {
@@ -138,6 +142,7 @@ fn every_status_the_server_answers_is_documented_for_its_operation() {
         "idempotency_key_reused",
         "idempotency_key_in_flight",
         "invalid_idempotency_key",
+        "rate_limited",
     ] {
         assert!(
             codes.as_array().expect("enum").contains(&code.into()),
@@ -262,6 +267,14 @@ fn paging_versions_and_retries_are_documented() {
             header(&doc, operation, "503", "Retry-After")["required"],
             false
         );
+        // Rate limits: a 429 always says when to retry and which limit it was.
+        for name in ["Retry-After", "RateLimit-Policy", "RateLimit"] {
+            assert_eq!(
+                header(&doc, operation, "429", name)["required"],
+                true,
+                "{name}"
+            );
+        }
     }
 }
 
