@@ -102,9 +102,9 @@ impl PgStore {
         let mut config = target.config;
         // Every statement is bounded, so a stuck lock or a database that stops answering
         // mid-query becomes a 503, never a hung request.
-        config.options(format!(
-            "-c statement_timeout={}",
-            target.statement_timeout.as_millis()
+        config.options(with_statement_timeout(
+            config.get_options(),
+            target.statement_timeout,
         ));
         let pool = Connections::build(
             &config,
@@ -300,6 +300,16 @@ impl PgStore {
             answer.await.map_err(|_| StoreError::Closed)?
         })
         .await
+    }
+}
+
+/// The URL's own `options` (e.g. `-c search_path=pets`) with our statement bound after them,
+/// so that ours wins over a `statement_timeout` there and nothing of theirs is lost.
+fn with_statement_timeout(options: Option<&str>, timeout: Duration) -> String {
+    let ours = format!("-c statement_timeout={}", timeout.as_millis());
+    match options.map(str::trim).filter(|o| !o.is_empty()) {
+        Some(theirs) => format!("{theirs} {ours}"),
+        None => ours,
     }
 }
 
@@ -775,5 +785,27 @@ pub(super) fn pool_error(e: PoolError) -> StoreError {
         PoolError::Backend(e) => pg_error(e),
         PoolError::Closed => StoreError::Closed,
         e => StoreError::Io(format!("no database connection: {e}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_statement_bound_follows_the_url_s_own_options() {
+        let five = Duration::from_secs(5);
+        assert_eq!(
+            with_statement_timeout(None, five),
+            "-c statement_timeout=5000"
+        );
+        assert_eq!(
+            with_statement_timeout(Some(" "), five),
+            "-c statement_timeout=5000"
+        );
+        assert_eq!(
+            with_statement_timeout(Some("-c search_path=pets"), five),
+            "-c search_path=pets -c statement_timeout=5000"
+        );
     }
 }

@@ -478,3 +478,31 @@ fn a_version_1_postgres_database_is_upgraded_and_its_records_still_replay() {
     );
     assert_eq!(upgraded, "2|16");
 }
+
+/// The URL's own `options` reach the server beside our statement bound: here a search_path
+/// puts the tables in a schema of their own.
+#[test]
+fn the_url_s_options_apply_on_postgres() {
+    let cluster = shared_cluster();
+    cluster.psql("CREATE DATABASE with_options");
+    cluster.psql("\\connect with_options\nCREATE SCHEMA shop");
+    let url =
+        cluster.url().replace("/petstore?", "/with_options?") + "&options=-c%20search_path%3Dshop";
+    let target = postgres::connect::parse(&url, None, None, 4, Duration::from_secs(5))
+        .expect("a test cluster URL");
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a current-thread runtime builds");
+    runtime.block_on(async {
+        let (store, _) = Store::open(Location::Postgres(Box::new(target)), TUNING)
+            .await
+            .expect("open");
+        add(&store, new_pet("in-shop", None)).await.expect("create");
+        store.close().await;
+    });
+    assert_eq!(
+        cluster.psql("\\connect with_options\nSELECT count(*) FROM shop.pets"),
+        "1"
+    );
+}
