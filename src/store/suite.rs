@@ -420,6 +420,27 @@ mod on_both_backends {
     );
 }
 
+/// Runs `case` on a store opened through `url`, a database of the shared cluster that the
+/// caller has made (with a schema or options of its own), with the pets it held at open.
+fn on_postgres_url<F>(url: &str, case: impl FnOnce(Store, u64) -> F)
+where
+    F: std::future::Future<Output = ()>,
+{
+    let target = postgres::connect::parse(url, None, None, 4, Duration::from_secs(5))
+        .expect("a test cluster URL");
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a current-thread runtime builds");
+    runtime.block_on(async {
+        let (store, pets) = Store::open(Location::Postgres(Box::new(target)), TUNING)
+            .await
+            .expect("open");
+        case(store.clone(), pets).await;
+        store.close().await;
+    });
+}
+
 /// A PostgreSQL database of schema version 1 (records with whole digests and a copy of the
 /// first answer) is upgraded at open: its live record still replays, under the same key.
 #[test]
@@ -442,16 +463,7 @@ fn a_version_1_postgres_database_is_upgraded_and_its_records_still_replay() {
     "#;
     cluster.psql(&format!("\\connect upgrade_v1\n{v1}"));
     let url = cluster.url().replace("/petstore?", "/upgrade_v1?");
-    let target = postgres::connect::parse(&url, None, None, 4, Duration::from_secs(5))
-        .expect("a test cluster URL");
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("a current-thread runtime builds");
-    runtime.block_on(async {
-        let (store, pets) = Store::open(Location::Postgres(Box::new(target)), TUNING)
-            .await
-            .expect("open and upgrade");
+    on_postgres_url(&url, async |store, pets| {
         assert_eq!(pets, 1);
         let replayed = store
             .create(new_pet("old", None), Some(key(&store, 9, 9)))
@@ -488,18 +500,8 @@ fn the_url_s_options_apply_on_postgres() {
     cluster.psql("\\connect with_options\nCREATE SCHEMA shop");
     let url =
         cluster.url().replace("/petstore?", "/with_options?") + "&options=-c%20search_path%3Dshop";
-    let target = postgres::connect::parse(&url, None, None, 4, Duration::from_secs(5))
-        .expect("a test cluster URL");
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("a current-thread runtime builds");
-    runtime.block_on(async {
-        let (store, _) = Store::open(Location::Postgres(Box::new(target)), TUNING)
-            .await
-            .expect("open");
+    on_postgres_url(&url, async |store, _| {
         add(&store, new_pet("in-shop", None)).await.expect("create");
-        store.close().await;
     });
     assert_eq!(
         cluster.psql("\\connect with_options\nSELECT count(*) FROM shop.pets"),

@@ -545,20 +545,27 @@ async fn with_every_place_taken_by_idle_connections_the_longest_idle_makes_room(
     server.stop();
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn a_connection_with_a_request_in_flight_is_never_closed_to_make_room() {
+/// A server with `places` connection places whose first connection has a create in flight:
+/// its head is in, its body only begun. Returns the server, the body's sender and the answer.
+async fn with_a_create_in_flight(places: &str) -> (Server, crate::support::Streaming) {
     let server = Server::start_with(with_args(&[
         "--max-connections",
-        "2",
+        places,
         "--log-level",
         "info,petstore::service=debug",
     ]));
-    // The oldest connection has a request in flight: its body is still coming.
     let (mut body, answer) = crate::support::start_streaming_create(&server).await;
     body.send_data(Bytes::from_static(b"{\"name\":"))
         .await
         .expect("a first part");
     server.wait_for_log("request started method=POST", 1);
+    (server, (body, answer))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_connection_with_a_request_in_flight_is_never_closed_to_make_room() {
+    // The oldest connection has a request in flight: its body is still coming.
+    let (server, (mut body, answer)) = with_a_create_in_flight("2").await;
     let _held = idle_connections(&server, 1, 0).await;
     for _ in 0..3 {
         let (status, _, _) = tokio::time::timeout(Duration::from_secs(5), timed_get(&server))
@@ -577,17 +584,7 @@ async fn a_connection_with_a_request_in_flight_is_never_closed_to_make_room() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn with_every_connection_busy_a_new_one_waits_for_a_place() {
-    let server = Server::start_with(with_args(&[
-        "--max-connections",
-        "1",
-        "--log-level",
-        "info,petstore::service=debug",
-    ]));
-    let (mut body, answer) = crate::support::start_streaming_create(&server).await;
-    body.send_data(Bytes::from_static(b"{\"name\":"))
-        .await
-        .expect("a first part");
-    server.wait_for_log("request started method=POST", 1);
+    let (server, (mut body, answer)) = with_a_create_in_flight("1").await;
     let waiting = tokio::spawn(crate::support::Client::connect(
         server.addr,
         crate::support::Protocol::Http1,
