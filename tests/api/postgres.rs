@@ -249,7 +249,10 @@ fn five_servers_starting_at_once_on_a_new_database_migrate_it_once_and_all_serve
         .iter()
         .map(|server| server.logs().matches("database schema upgraded").count())
         .sum();
-    assert_eq!(upgraded, 1, "and each later migration applied by exactly one");
+    assert_eq!(
+        upgraded, 1,
+        "and each later migration applied by exactly one"
+    );
     assert_eq!(
         cluster.psql("SELECT name, value FROM petstore_meta ORDER BY name"),
         "next_id|1\nschema_version|2"
