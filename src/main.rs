@@ -21,6 +21,11 @@ mod service;
 mod store;
 mod tls;
 
+/// musl's allocator takes one lock for every thread: see Cargo.toml.
+#[cfg(target_env = "musl")]
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::process::ExitCode;
 use std::sync::Arc;
 
