@@ -446,6 +446,31 @@ impl Cluster {
         }
     }
 
+    /// Turns TLS on with the certificate chain and key in these PEM files (copied into the
+    /// data dir, owned by the server's user, mode 0600 as PostgreSQL demands of a key), and
+    /// returns once a new connection can use it.
+    #[track_caller]
+    pub fn enable_tls(&self, cert: &Path, key: &Path) {
+        for (from, name) in [(cert, "server.crt"), (key, "server.key")] {
+            let to = self.data().join(name);
+            fs::copy(from, &to).unwrap_or_else(|e| self.fail(&format!("{e}")));
+            fs::set_permissions(&to, fs::Permissions::from_mode(0o600))
+                .unwrap_or_else(|e| self.fail(&format!("{e}")));
+            if let Some((uid, gid)) = tools().postgres {
+                std::os::unix::fs::chown(&to, Some(uid), Some(gid))
+                    .unwrap_or_else(|e| self.fail(&format!("{e}")));
+            }
+        }
+        self.psql("ALTER SYSTEM SET ssl = on;\nSELECT pg_reload_conf();");
+        let deadline = Instant::now() + REPLICATION_DEADLINE;
+        while self.psql("SHOW ssl") != "on" {
+            if Instant::now() > deadline {
+                self.fail("ssl is still off after the reload");
+            }
+            thread::sleep(POLL_INTERVAL);
+        }
+    }
+
     /// Makes a streaming standby of this server on another free port and makes it synchronous,
     /// so that every commit acknowledged here is on the standby too. Meant for one standby per
     /// primary: returns once this one shows `sync_state = 'sync'` in `pg_stat_replication`.

@@ -1025,3 +1025,80 @@ async fn a_commit_stuck_on_a_stalled_standby_gets_503_and_its_retry_replays_it()
     );
     server.stop();
 }
+
+/// The connections petstore holds to the cluster (not psql's own): how many, and how many of
+/// them are encrypted.
+fn petstore_connections(cluster: &Cluster) -> String {
+    cluster.psql(
+        "SELECT count(*), count(*) FILTER (WHERE s.ssl) FROM pg_stat_activity a \
+         JOIN pg_stat_ssl s USING (pid) \
+         WHERE a.backend_type = 'client backend' AND a.pid <> pg_backend_pid()",
+    )
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn tls_to_the_database_is_checked_as_sslmode_says() {
+    let cluster = Cluster::start();
+    let cert = crate::support::cert;
+    cluster.enable_tls(&cert("dev-server.pem"), &cert("dev-server.key"));
+    let base = format!("postgres://postgres@localhost:{}/petstore", cluster.port());
+    let with_ca = |url: String, ca: &str| Options {
+        db: Some(url),
+        args: vec!["--db-ca".into(), cert(ca).display().to_string()],
+        ..Options::default()
+    };
+
+    // verify-full against the CA that signed the server's certificate, for its name.
+    let server = Server::start_with(with_ca(format!("{base}?sslmode=verify-full"), "dev-ca.pem"));
+    server
+        .h1()
+        .await
+        .create(r#"{"name":"sealed","categoryId":1}"#)
+        .await;
+    let (open, sealed) = petstore_connections(&cluster)
+        .split_once('|')
+        .map(|(a, b)| (a.to_owned(), b.to_owned()))
+        .expect("two counts");
+    assert_eq!(open, sealed, "every connection of petstore's is encrypted");
+    assert_ne!(open, "0");
+    drop(server);
+
+    // Another CA: verify-ca and verify-full refuse the server, and start-up says why.
+    for mode in ["verify-ca", "verify-full"] {
+        let options = with_ca(format!("{base}?sslmode={mode}"), "dev-other-ca.pem");
+        let stderr = fails_to_start(&format!("{base}?sslmode={mode}"), &options);
+        assert!(
+            stderr.to_lowercase().contains("certificate"),
+            "{mode}: {stderr}"
+        );
+    }
+
+    // require encrypts without checking; disable does not encrypt.
+    let server = start(&format!("{base}?sslmode=require"));
+    server
+        .h1()
+        .await
+        .create(r#"{"name":"unchecked","categoryId":1}"#)
+        .await;
+    drop(server);
+    let server = start(&format!("{base}?sslmode=disable"));
+    server
+        .h1()
+        .await
+        .create(r#"{"name":"plain","categoryId":1}"#)
+        .await;
+    // The earlier servers' connections end in PostgreSQL's own time after they are gone.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let counts = petstore_connections(&cluster);
+        if counts.ends_with("|0") && !counts.starts_with("0|") {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "still encrypted: {counts}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    drop(server);
+}
