@@ -1102,3 +1102,38 @@ async fn tls_to_the_database_is_checked_as_sslmode_says() {
     }
     drop(server);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_statement_timeout_during_the_standby_wait_never_turns_into_a_201() {
+    // PostgreSQL answers a COMMIT whose wait for the synchronous standby is cancelled with
+    // success and a warning: the pet would be acknowledged while only the primary has it. A
+    // statement timeout does not cancel that wait (PostgreSQL lifts it before the commit
+    // itself); this pins that a statement bound far below ours still ends in our 503.
+    let primary = Cluster::start();
+    let mut standby = primary.start_standby();
+    let server = Server::start_with(Options {
+        db: Some(primary.url()),
+        args: vec!["--db-statement-timeout".into(), "300ms".into()],
+        ..Options::default()
+    });
+    let mut client = server.h1().await;
+    assert_eq!(
+        create_within(
+            &mut client,
+            r#"{"name":"before","categoryId":1}"#,
+            ANSWER_DEADLINE
+        )
+        .await
+        .status,
+        201
+    );
+    standby.freeze();
+    let body = r#"{"name":"stalled","categoryId":1}"#.to_owned();
+    let post = request(&client, Method::POST, "/v1/pets", &[], Some(body));
+    let reply = timed(&mut client, post)
+        .await
+        .expect("the connection holds");
+    assert_unavailable(&reply, "a commit the standby has not confirmed");
+    standby.thaw();
+    server.stop();
+}
