@@ -543,6 +543,25 @@ async fn until_acknowledged(acknowledged: &Arc<Mutex<Vec<Value>>>, count: usize)
     }
 }
 
+/// Ends a load once 20 more creates than now have been acknowledged: stops the writers and
+/// asserts that they met the fault (`what`) with 503s; returns every acknowledged pet.
+async fn wind_down(
+    acknowledged: &Arc<Mutex<Vec<Value>>>,
+    stop: &std::sync::atomic::AtomicBool,
+    writers: Vec<tokio::task::JoinSet<usize>>,
+    what: &str,
+) -> Vec<Value> {
+    let before = acknowledged.lock().expect("lock").len();
+    until_acknowledged(acknowledged, before + 20).await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let mut refused = 0;
+    for writers in writers {
+        refused += writers.join_all().await.into_iter().sum::<usize>();
+    }
+    assert!(refused > 0, "the load met {what}");
+    acknowledged.lock().expect("lock").clone()
+}
+
 /// Asserts that every acknowledged pet is stored as it was acknowledged, once, and that no id
 /// was given twice; returns the highest id.
 async fn assert_all_stored(client: &mut Client, acknowledged: &[Value]) -> i64 {
@@ -607,13 +626,7 @@ async fn the_database_killed_and_restarted_under_load_means_503s_then_writes_aga
     let back = create_within(&mut probe, r#"{"name":"back","categoryId":0}"#, BACK_WITHIN).await;
     assert_eq!(health(&mut probe).await, 200);
     acknowledged.lock().expect("lock").push(back.json());
-    let before = acknowledged.lock().expect("lock").len();
-    until_acknowledged(&acknowledged, before + 20).await;
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    let refused: usize = writers.join_all().await.into_iter().sum();
-    assert!(refused > 0, "the load met the dead database");
-
-    let acknowledged = acknowledged.lock().expect("lock").clone();
+    let acknowledged = wind_down(&acknowledged, &stop, vec![writers], "the dead database").await;
     assert_all_stored(&mut probe, &acknowledged).await;
     server.stop();
 }
@@ -663,14 +676,7 @@ async fn a_failover_to_the_synchronous_standby_under_load_loses_nothing_and_reus
         );
         acknowledged.lock().expect("lock").push(after.json());
     }
-    let before = acknowledged.lock().expect("lock").len();
-    until_acknowledged(&acknowledged, before + 20).await;
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    let refused: usize = writers.join_all().await.into_iter().sum::<usize>()
-        + more.join_all().await.into_iter().sum::<usize>();
-    assert!(refused > 0, "the load met the failover");
-
-    let acknowledged = acknowledged.lock().expect("lock").clone();
+    let acknowledged = wind_down(&acknowledged, &stop, vec![writers, more], "the failover").await;
     for server in &servers {
         assert_all_stored(&mut server.h2().await, &acknowledged).await;
     }
@@ -948,13 +954,7 @@ async fn a_primary_gone_silent_under_load_is_failed_over_and_writes_resume() {
     )
     .await;
     acknowledged.lock().expect("lock").push(after.json());
-    let before = acknowledged.lock().expect("lock").len();
-    until_acknowledged(&acknowledged, before + 20).await;
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    let refused: usize = writers.join_all().await.into_iter().sum();
-    assert!(refused > 0, "the load met the silence");
-
-    let acknowledged = acknowledged.lock().expect("lock").clone();
+    let acknowledged = wind_down(&acknowledged, &stop, vec![writers], "the silence").await;
     assert_all_stored(&mut probe, &acknowledged).await;
     server.stop();
     drop(standby);
