@@ -1,5 +1,5 @@
-//! The command line: clap's `Cli` (every flag also read from `PETSTORE_*`), the `new-key`
-//! and `copy` subcommands, and the validated `Config` the server starts from. It opens no file and no
+//! The command line: clap's `Cli` (every flag also read from `PETSTORE_*`), the `new-key`,
+//! `keys` and `copy` subcommands, and the validated `Config` the server starts from. It opens no file and no
 //! socket: it only says what the operator asked for. `--db` is classified here (a redb path
 //! or a PostgreSQL URL); the URL itself is checked by `store::connect`.
 
@@ -80,7 +80,8 @@ pub struct Cli {
     #[arg(long, env = "PETSTORE_TLS_KEY", required = true)]
     tls_key: Option<PathBuf>,
 
-    /// API keys file: one `LABEL SHA256HEX` a line, made with `petstore new-key LABEL`.
+    /// API keys file: one `LABEL SHA256HEX [read-only] [expires=TIME]` a line, managed with
+    /// `petstore keys`.
     #[arg(long, env = "PETSTORE_API_KEYS", required = true)]
     api_keys: Option<PathBuf>,
 
@@ -215,6 +216,16 @@ enum Command {
         /// Name of the key's holder, shown in the logs (A-Z a-z 0-9 . _ -).
         label: String,
     },
+    /// Add, list and revoke API keys in the keys file (--api-keys or PETSTORE_API_KEYS, as
+    /// the server finds it); a running server takes the change on SIGHUP.
+    Keys {
+        /// The API keys file to edit, as the server's --api-keys.
+        #[arg(long, env = "PETSTORE_API_KEYS", global = true, value_name = "PATH")]
+        api_keys: Option<PathBuf>,
+
+        #[command(subcommand)]
+        command: KeysCommand,
+    },
     /// Copy every pet, the id counter and the live idempotency records from one store into an
     /// empty one (redb or PostgreSQL, either way), then compare both sides.
     Copy {
@@ -238,11 +249,38 @@ enum Command {
     },
 }
 
+/// What `petstore keys` does to the keys file.
+#[derive(Clone, Debug, PartialEq, Eq, Subcommand)]
+pub enum KeysCommand {
+    /// Make a new key and admit it: the key is printed once, alone on the first line of
+    /// standard output.
+    Add {
+        /// Name of the key's holder, shown in the logs (A-Z a-z 0-9 . _ -); not yet in the
+        /// file.
+        label: String,
+        /// The key may read but not create, change or delete (403 forbidden).
+        #[arg(long)]
+        read_only: bool,
+        /// When the key stops working: an RFC 3339 date (2027-01-31, from the start of that
+        /// day, UTC) or date-time (2027-01-31T12:00:00Z).
+        #[arg(long, value_name = "DATE", value_parser = parse_expiry)]
+        expires: Option<u64>,
+    },
+    /// Show each key's label, scope and expiry (never the keys or their hashes).
+    List,
+    /// Remove every key with this label.
+    Revoke {
+        /// The label of the key to remove.
+        label: String,
+    },
+}
+
 /// What the operator asked this process to do.
 #[derive(Debug)]
 pub enum Action {
     Serve(Box<Config>),
     NewKey { label: String },
+    Keys { file: PathBuf, command: KeysCommand },
     Copy(CopyConfig),
 }
 
@@ -328,6 +366,15 @@ impl Cli {
     pub fn into_action(self) -> anyhow::Result<Action> {
         match self.command {
             Some(Command::NewKey { label }) => return Ok(Action::NewKey { label }),
+            Some(Command::Keys { api_keys, command }) => {
+                let file = api_keys.ok_or_else(|| {
+                    anyhow::anyhow!(
+                        "which keys file? give --api-keys PATH or set PETSTORE_API_KEYS, as for \
+                         the server"
+                    )
+                })?;
+                return Ok(Action::Keys { file, command });
+            }
             Some(Command::Copy {
                 from,
                 to,
@@ -440,6 +487,11 @@ fn parse_ttl(text: &str) -> Result<Duration, String> {
     Ok(ttl)
 }
 
+/// An expiry as `keys add --expires` takes it: seconds since the epoch.
+fn parse_expiry(text: &str) -> Result<u64, String> {
+    crate::auth::parse_time(text).map_err(|e| format!("{e:#}"))
+}
+
 /// A statement timeout as humantime writes it (`500ms`, `5s`, `1m`), at least a millisecond:
 /// PostgreSQL counts it in whole milliseconds and reads 0 as no limit.
 fn parse_statement_timeout(text: &str) -> Result<Duration, String> {
@@ -508,7 +560,7 @@ mod tests {
         let args = SERVE.iter().chain(flags);
         match Cli::try_parse_from(args)?.into_action()? {
             Action::Serve(config) => Ok(*config),
-            Action::NewKey { .. } | Action::Copy(_) => panic!("expected a serve action"),
+            _ => panic!("expected a serve action"),
         }
     }
 
@@ -666,6 +718,43 @@ mod tests {
             .expect("parses")
             .into_action();
         assert!(matches!(action, Ok(Action::NewKey { label }) if label == "alice"));
+    }
+
+    #[test]
+    fn keys_finds_the_file_as_the_server_does_and_takes_scope_and_expiry() {
+        let keys = |args: &[&str]| {
+            let args = ["petstore", "keys"].iter().chain(args);
+            Cli::try_parse_from(args)?.into_action()
+        };
+        let Ok(Action::Keys { file, command }) = keys(&[
+            "add",
+            "alice",
+            "--read-only",
+            "--expires",
+            "2027-01-01",
+            "--api-keys",
+            "k",
+        ]) else {
+            panic!("expected a keys action");
+        };
+        assert_eq!(file, PathBuf::from("k"));
+        assert_eq!(
+            command,
+            KeysCommand::Add {
+                label: "alice".into(),
+                read_only: true,
+                expires: Some(1_798_761_600)
+            }
+        );
+        assert!(matches!(
+            keys(&["--api-keys", "k", "revoke", "bob"]),
+            Ok(Action::Keys { command: KeysCommand::Revoke { label }, .. }) if label == "bob"
+        ));
+        assert!(keys(&["add", "a", "--expires", "soon", "--api-keys", "k"]).is_err());
+        if std::env::var_os("PETSTORE_API_KEYS").is_none() {
+            let error = keys(&["list"]).expect_err("no file");
+            assert!(format!("{error:#}").contains("--api-keys"), "{error:#}");
+        }
     }
 
     fn copy(args: &[&str]) -> anyhow::Result<CopyConfig> {

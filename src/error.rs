@@ -38,6 +38,8 @@ pub enum Error {
     /// The request body breaks a `NewPet` or `PetPatch` rule; the message says which.
     InvalidBody(String),
     Unauthorized(AuthFailure),
+    /// A read-only key asked to create, change or delete.
+    Forbidden,
     /// Nothing at this path, or no pet with this id; the message says which.
     NotFound(String),
     /// The path exists but not for this method; `allow` lists the methods it has.
@@ -88,6 +90,7 @@ impl Error {
             Error::HeadersTooLarge { .. } => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
             Error::RequestTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
             Error::Unauthorized(_) => StatusCode::UNAUTHORIZED,
+            Error::Forbidden => StatusCode::FORBIDDEN,
             Error::NotFound(_) => StatusCode::NOT_FOUND,
             Error::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
             Error::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
@@ -113,6 +116,7 @@ impl Error {
             Error::InvalidIdempotencyKey(_) => "invalid_idempotency_key",
             Error::InvalidBody(_) => "invalid_body",
             Error::Unauthorized(_) => "unauthorized",
+            Error::Forbidden => "forbidden",
             Error::NotFound(_) => "not_found",
             Error::MethodNotAllowed { .. } => "method_not_allowed",
             Error::PayloadTooLarge { .. } => "payload_too_large",
@@ -150,6 +154,12 @@ impl Error {
                 "this operation needs an API key: send Authorization: Bearer <key>".into()
             }
             Error::Unauthorized(AuthFailure::Invalid) => "the API key is not valid".into(),
+            Error::Unauthorized(AuthFailure::Expired { .. }) => {
+                "the API key has expired: ask for a new one".into()
+            }
+            Error::Forbidden => {
+                "this API key is read-only: it may not create, change or delete pets".into()
+            }
             Error::MethodNotAllowed { allow } => {
                 format!("method not allowed here; allowed: {allow}").into()
             }
@@ -200,6 +210,12 @@ impl Error {
             Error::Unauthorized(AuthFailure::Invalid) => one(
                 WWW_AUTHENTICATE,
                 r#"Bearer realm="petstore", error="invalid_token""#,
+            ),
+            // RFC 6750 3.1: invalid_token covers an expired token; the description tells
+            // the client which.
+            Error::Unauthorized(AuthFailure::Expired { .. }) => one(
+                WWW_AUTHENTICATE,
+                r#"Bearer realm="petstore", error="invalid_token", error_description="the API key has expired""#,
             ),
             Error::MethodNotAllowed { allow } => one(ALLOW, allow),
             Error::UnsupportedPatchType => one(
@@ -331,6 +347,10 @@ mod tests {
             Error::InvalidBody("name is required".into()),
             Error::Unauthorized(AuthFailure::Missing),
             Error::Unauthorized(AuthFailure::Invalid),
+            Error::Unauthorized(AuthFailure::Expired {
+                label: "old".into(),
+            }),
+            Error::Forbidden,
             Error::NotFound("no pet has id 7".into()),
             Error::MethodNotAllowed { allow: "GET, HEAD" },
             Error::PayloadTooLarge { limit_bytes: 65536 },
@@ -368,6 +388,8 @@ mod tests {
                 "invalid_body",
                 "unauthorized",
                 "unauthorized",
+                "unauthorized",
+                "forbidden",
                 "not_found",
                 "method_not_allowed",
                 "payload_too_large",

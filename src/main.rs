@@ -10,6 +10,7 @@ mod config;
 mod copy;
 mod cursor;
 mod error;
+mod keys;
 mod lifecycle;
 mod log;
 mod log_format;
@@ -54,6 +55,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             eprintln!("the second line admits it: append it to the API keys file");
             Ok(())
         }
+        Action::Keys { file, command } => keys::run(&file, command),
         Action::Copy(config) => {
             // Progress and the outcome are the command's own lines; the store logs only trouble.
             let _logs = init_logging(LogFormat::Text, Some("warn"))?;

@@ -180,6 +180,12 @@ impl App {
                         .map_err(Error::RateLimited)?;
                     return Err(AuthFailure::Invalid.into());
                 }
+                // A key that expired is one we issued, not a guess: it names its holder in
+                // the log and does not count against the address.
+                Err(AuthFailure::Expired { label: expired }) => {
+                    *label = Some(Arc::clone(&expired));
+                    return Err(AuthFailure::Expired { label: expired }.into());
+                }
                 Err(failure) => return Err(failure.into()),
             };
             *label = Some(Arc::clone(&checked.label));
@@ -189,7 +195,12 @@ impl App {
             caller = Some(checked);
         }
         let headers = &parts.headers;
-        match routed? {
+        let routed = routed?;
+        // After routing, so a read-only key still learns of a 404 or 405 like any other.
+        if caller.as_ref().is_some_and(|caller| caller.read_only) && routed.writes() {
+            return Err(Error::Forbidden);
+        }
+        match routed {
             Route::ListPets => api::list_pets(&self.store, parts.uri.query()).await,
             Route::CreatePet => {
                 let caller = caller.expect("every /v1/pets request passed the key check");
@@ -203,6 +214,16 @@ impl App {
             Route::OpenApi => Ok(api::openapi()),
             Route::Health => api::healthz(&self.store).await,
         }
+    }
+}
+
+impl Route<'_> {
+    /// Whether the operation creates, changes or deletes: what a read-only key may not do.
+    fn writes(&self) -> bool {
+        matches!(
+            self,
+            Route::CreatePet | Route::PatchPet(_) | Route::DeletePet(_)
+        )
     }
 }
 

@@ -12,6 +12,7 @@ mod get;
 mod haproxy;
 mod health;
 mod idempotency;
+mod keys;
 mod lifecycle;
 mod limits;
 mod list;

@@ -85,7 +85,8 @@ fn every_status_the_server_answers_is_documented_for_its_operation() {
             "/pets",
             "post",
             &[
-                "201", "400", "401", "408", "409", "413", "415", "422", "429", "431", "500", "503",
+                "201", "400", "401", "403", "408", "409", "413", "415", "422", "429", "431", "500",
+                "503",
             ][..],
         ),
         (
@@ -99,14 +100,15 @@ fn every_status_the_server_answers_is_documented_for_its_operation() {
             "/pets/{petId}",
             "patch",
             &[
-                "200", "400", "401", "404", "408", "412", "413", "415", "429", "431", "500", "503",
+                "200", "400", "401", "403", "404", "408", "412", "413", "415", "429", "431", "500",
+                "503",
             ][..],
         ),
         (
             "/pets/{petId}",
             "delete",
             &[
-                "204", "400", "401", "404", "412", "429", "431", "500", "503",
+                "204", "400", "401", "403", "404", "412", "429", "431", "500", "503",
             ][..],
         ),
     ] {
@@ -131,6 +133,7 @@ fn every_status_the_server_answers_is_documented_for_its_operation() {
         "invalid_parameter",
         "invalid_body",
         "unauthorized",
+        "forbidden",
         "not_found",
         "method_not_allowed",
         "payload_too_large",
