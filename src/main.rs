@@ -5,6 +5,8 @@
 
 mod api;
 mod auth;
+mod backup;
+mod check;
 mod conditional;
 mod config;
 mod copy;
@@ -64,6 +66,10 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 .context("starting the async runtime")?
                 .block_on(copy::run(config))
         }
+        Action::Check(path) => {
+            let _logs = init_logging(LogFormat::Text, Some("warn"))?;
+            check::run(&path)
+        }
         Action::Serve(config) => {
             // Held to the end of `run`, so every line is written before the process exits.
             let _logs = init_logging(config.log_format, config.log_level.as_deref())?;
@@ -79,6 +85,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
 
 async fn serve(config: Config) -> anyhow::Result<()> {
     let (mut stop, mut reload) = lifecycle::install()?;
+    let snapshot_requests = lifecycle::install_snapshot()?;
     let keys = Arc::new(auth::Keys::load(&config.api_keys)?);
     let limits = ratelimit::RateLimits::new(config.rate_limit, config.auth_failure_limit)?;
     let (tls, certificate) = tls::load(&config.tls_cert, &config.tls_key)?;
@@ -149,6 +156,13 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         })
     };
 
+    let cancel_snapshot = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let backups = backup::start(
+        &store,
+        config.backup.clone(),
+        snapshot_requests,
+        Arc::clone(&cancel_snapshot),
+    );
     let app = service::App::new(store.clone(), keys, limits, config.body_timeout);
     let stopping = async {
         let signal = stop.stopped().await;
@@ -164,6 +178,9 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     };
     server::serve(listener, tls, app, stopping, limits).await;
     reloads.abort();
+    // A snapshot in progress stops and removes its temp file; it never holds up the stop.
+    cancel_snapshot.store(true, std::sync::atomic::Ordering::Relaxed);
+    backups.abort();
     store.close().await;
     tracing::info!("stopped");
     Ok(())
