@@ -152,16 +152,40 @@ async fn wait(due: Option<Instant>) {
     }
 }
 
-/// One snapshot, on a blocking thread; returns its path, its number of pets and the Unix
+/// One snapshot, on a thread of its own; returns its path, its number of pets and the Unix
 /// second it began.
 async fn take(
     store: Store,
     settings: Settings,
     cancel: Arc<AtomicBool>,
 ) -> anyhow::Result<(PathBuf, u64, u64)> {
-    tokio::task::spawn_blocking(move || take_blocking(&store, &settings, &cancel))
+    let (done, outcome) = tokio::sync::oneshot::channel();
+    // Not tokio's blocking pool: the thread lowers its own priority, which must not outlive
+    // the snapshot on a pooled thread.
+    std::thread::Builder::new()
+        .name("petstore-snapshot".into())
+        .spawn(move || {
+            lower_priority();
+            let _ = done.send(take_blocking(&store, &settings, &cancel));
+        })
+        .map_err(|e| anyhow::anyhow!("starting the snapshot thread: {e}"))?;
+    outcome
         .await
-        .map_err(|e| anyhow::anyhow!("the snapshot thread ended: {e}"))?
+        .map_err(|_| anyhow::anyhow!("the snapshot thread ended without an answer"))?
+}
+
+/// The lowest CPU priority (nice 19) for the calling thread only (on Linux a thread has its
+/// own nice value): on a busy machine the snapshot takes what the server's threads leave, so
+/// creates keep their latency (see README, "Backups and restore"). Best effort.
+fn lower_priority() {
+    // SAFETY: gettid and setpriority take no pointers; they only read their arguments.
+    let outcome = unsafe {
+        let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
+        libc::setpriority(libc::PRIO_PROCESS, tid, 19)
+    };
+    if outcome != 0 {
+        tracing::debug!(error = %io::Error::last_os_error(), "the snapshot thread keeps its priority");
+    }
 }
 
 fn take_blocking(
