@@ -1,7 +1,7 @@
 //! Backups while serving (`--backup-dir`): when a snapshot is due (every `--backup-every`, on
 //! SIGUSR1, or a retry after a failure), where it goes and under which name, and how many are
-//! kept. A snapshot is written by the store from one read transaction on a blocking thread of
-//! its own, to a hidden temp name in the directory; it is fsynced, renamed to
+//! kept. A snapshot is written by the store from one read transaction on a thread of its own at
+//! the lowest CPU priority, to a hidden temp name in the directory; it is fsynced, renamed to
 //! `pets-YYYYMMDDTHHMMSSZ.redb` and the directory fsynced, so a visible snapshot is always
 //! complete. A failure is logged, counted and retried with backoff; it never stops the server.
 
@@ -9,8 +9,8 @@ use std::fs;
 use std::io;
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, PoisonError};
 use std::time::{Duration, Instant, SystemTime};
 
 use tokio::time::sleep_until;
@@ -48,21 +48,45 @@ pub struct Stats {
     pub last_good: AtomicU64,
 }
 
+/// How the stop reaches a snapshot in progress: `cancel` asks it to end (its reads look every
+/// few thousand entries), and the snapshot thread holds `busy` while it touches the directory.
+#[derive(Default)]
+pub struct Halt {
+    cancel: AtomicBool,
+    busy: std::sync::Mutex<()>,
+}
+
+/// The running backup task, for the stop to end it.
+pub struct Backups {
+    task: tokio::task::JoinHandle<()>,
+    halt: Arc<Halt>,
+}
+
+impl Backups {
+    /// Stops taking snapshots; a snapshot in progress ends and removes its temp file before
+    /// this returns, so the process never exits half way through a rename or a prune.
+    pub async fn stop(self) {
+        self.halt.cancel.store(true, Ordering::Relaxed);
+        self.task.abort();
+        let halt = self.halt;
+        let _ = tokio::task::spawn_blocking(move || {
+            drop(halt.busy.lock().unwrap_or_else(PoisonError::into_inner));
+        })
+        .await;
+    }
+}
+
 /// Starts the backup task, or, without `--backup-dir`, one that only says SIGUSR1 has nothing
-/// to do. Returns it, for the stop to end it.
-pub fn start(
-    store: &Store,
-    settings: Option<Settings>,
-    mut requests: SnapshotRequests,
-    cancel: Arc<AtomicBool>,
-) -> tokio::task::JoinHandle<()> {
-    match settings {
+/// to do.
+pub fn start(store: &Store, settings: Option<Settings>, mut requests: SnapshotRequests) -> Backups {
+    let halt = Arc::new(Halt::default());
+    let task = match settings {
         Some(settings) => tokio::spawn(run(
             store.clone(),
             settings,
             requests,
             Arc::default(),
-            cancel,
+            Arc::clone(&halt),
         )),
         None => tokio::spawn(async move {
             loop {
@@ -70,17 +94,17 @@ pub fn start(
                 tracing::warn!("SIGUSR1: no snapshot taken, --backup-dir is not set");
             }
         }),
-    }
+    };
+    Backups { task, halt }
 }
 
-/// Takes snapshots as `settings` and SIGUSR1 ask until the task is dropped. `cancel`, set at
-/// shutdown, stops a snapshot in progress (its temp file is removed).
-pub async fn run(
+/// Takes snapshots as `settings` and SIGUSR1 ask until the task is dropped.
+async fn run(
     store: Store,
     settings: Settings,
     mut requests: SnapshotRequests,
     stats: Arc<Stats>,
-    cancel: Arc<AtomicBool>,
+    halt: Arc<Halt>,
 ) {
     tracing::info!(
         dir = %settings.dir.display(),
@@ -106,7 +130,7 @@ pub async fn run(
             () = wait(due) => if retry.is_some_and(|r| r <= Instant::now()) { "retry" } else { "schedule" },
         };
         let began = Instant::now();
-        let outcome = take(store.clone(), settings.clone(), Arc::clone(&cancel)).await;
+        let outcome = take(store.clone(), settings.clone(), Arc::clone(&halt)).await;
         if let Some(every) = settings.every {
             scheduled = Some(Instant::now() + every);
         }
@@ -157,7 +181,7 @@ async fn wait(due: Option<Instant>) {
 async fn take(
     store: Store,
     settings: Settings,
-    cancel: Arc<AtomicBool>,
+    halt: Arc<Halt>,
 ) -> anyhow::Result<(PathBuf, u64, u64)> {
     let (done, outcome) = tokio::sync::oneshot::channel();
     // Not tokio's blocking pool: the thread lowers its own priority, which must not outlive
@@ -165,8 +189,13 @@ async fn take(
     std::thread::Builder::new()
         .name("petstore-snapshot".into())
         .spawn(move || {
+            let _busy = halt.busy.lock().unwrap_or_else(PoisonError::into_inner);
+            // Checked under the lock: once the stop has had it, nothing more is written.
+            if halt.cancel.load(Ordering::Relaxed) {
+                return;
+            }
             lower_priority();
-            let _ = done.send(take_blocking(&store, &settings, &cancel));
+            let _ = done.send(take_blocking(&store, &settings, &halt.cancel));
         })
         .map_err(|e| anyhow::anyhow!("starting the snapshot thread: {e}"))?;
     outcome

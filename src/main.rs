@@ -156,13 +156,7 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         })
     };
 
-    let cancel_snapshot = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let backups = backup::start(
-        &store,
-        config.backup.clone(),
-        snapshot_requests,
-        Arc::clone(&cancel_snapshot),
-    );
+    let backups = backup::start(&store, config.backup.clone(), snapshot_requests);
     let app = service::App::new(store.clone(), keys, limits, config.body_timeout);
     let stopping = async {
         let signal = stop.stopped().await;
@@ -178,9 +172,8 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     };
     server::serve(listener, tls, app, stopping, limits).await;
     reloads.abort();
-    // A snapshot in progress stops and removes its temp file; it never holds up the stop.
-    cancel_snapshot.store(true, std::sync::atomic::Ordering::Relaxed);
-    backups.abort();
+    // A snapshot in progress stops and removes its temp file, within a few thousand entries.
+    backups.stop().await;
     store.close().await;
     tracing::info!("stopped");
     Ok(())

@@ -164,6 +164,19 @@ async fn backup_keep_keeps_the_newest_snapshots_and_removes_the_older_ones() {
     tokio::task::block_in_place(|| server.stop());
 }
 
+#[test]
+fn backup_every_takes_snapshots_on_its_own_and_keeps_the_newest() {
+    let root = tempfile::tempdir().expect("temp dir");
+    let backups = root.path().join("backups");
+    let server = with_backups(&backups, &["--backup-every", "1s", "--backup-keep", "2"]);
+    server.wait_for_log("reason=schedule", 3);
+    let stopped = server.stop();
+    assert!(!stopped.logs.contains("SIGUSR1"), "{}", stopped.logs);
+    let taken = snapshots(&backups);
+    assert_eq!(taken.len(), 2, "{taken:?}");
+    assert_checks_clean(&taken[1]);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_snapshot_that_cannot_be_written_is_logged_and_retried_while_serving_goes_on() {
     let root = tempfile::tempdir().expect("temp dir");

@@ -49,6 +49,10 @@ impl RedbStore {
         copy_table(&txn, &write, REVISIONS, cancel)?;
         copy_table(&txn, &write, META, cancel)?;
         copy_table(&txn, &write, RECORDS, cancel)?;
+        // The commit writes and syncs the whole copy: not begun for a stop that is waiting.
+        if cancel.load(Ordering::Relaxed) {
+            return Err(StoreError::Closed);
+        }
         write.commit().map_err(StoreError::storage)?;
         out.close().map_err(StoreError::storage)?;
         Ok(pets)
