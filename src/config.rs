@@ -1,6 +1,6 @@
 //! The command line: clap's `Cli` (every flag also read from `PETSTORE_*`), the `new-key`,
-//! `keys` and `copy` subcommands, and the validated `Config` the server starts from. It opens no file and no
-//! socket: it only says what the operator asked for. `--db` is classified here (a redb path
+//! `keys`, `copy` and `check` subcommands, and the validated `Config` the server starts from.
+//! It opens no file and no socket: it only says what the operator asked for. `--db` is classified here (a redb path
 //! or a PostgreSQL URL); the URL itself is checked by `store::connect`.
 
 use std::ffi::OsString;
@@ -198,7 +198,23 @@ pub struct Cli {
     /// Log filter, e.g. `info`, `debug` or `petstore=debug`; when absent, RUST_LOG, else `info`.
     #[arg(long, env = "PETSTORE_LOG_LEVEL", value_name = "FILTER")]
     log_level: Option<String>,
+
+    /// redb only: directory for snapshots of the live file, taken while serving (created if
+    /// missing, mode 0700), as `pets-YYYYMMDDTHHMMSSZ.redb`; SIGUSR1 takes one at once.
+    #[arg(long, env = "PETSTORE_BACKUP_DIR", value_name = "DIR")]
+    backup_dir: Option<PathBuf>,
+
+    /// Snapshots kept in --backup-dir; the oldest beyond these are removed.
+    #[arg(long, env = "PETSTORE_BACKUP_KEEP", default_value_t = DEFAULT_BACKUP_KEEP, value_name = "COUNT", requires = "backup_dir", value_parser = clap::value_parser!(u32).range(1..))]
+    backup_keep: u32,
+
+    /// Take a snapshot this often, e.g. `1h`, `30m`, `1d` [default: only on SIGUSR1].
+    #[arg(long, env = "PETSTORE_BACKUP_EVERY", value_name = "DURATION", requires = "backup_dir", value_parser = parse_ttl)]
+    backup_every: Option<Duration>,
 }
+
+/// Snapshots kept when `--backup-keep` is not given: a week of daily ones.
+pub const DEFAULT_BACKUP_KEEP: u32 = 7;
 
 /// How log lines are written.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -247,6 +263,15 @@ enum Command {
         #[arg(long, value_name = "PATH")]
         db_ca: Option<PathBuf>,
     },
+    /// Check a redb file (a snapshot, or the live file with the server stopped): redb's
+    /// integrity check, every status index entry against its pet and back, revisions and
+    /// idempotency records against the ids given out; prints the counts per status. Exits 0
+    /// only when everything agrees.
+    Check {
+        /// The redb file to check. It is never written: the check runs on a copy.
+        #[arg(long, env = "PETSTORE_DB", value_name = "PATH")]
+        db: OsString,
+    },
 }
 
 /// What `petstore keys` does to the keys file.
@@ -282,6 +307,7 @@ pub enum Action {
     NewKey { label: String },
     Keys { file: PathBuf, command: KeysCommand },
     Copy(CopyConfig),
+    Check(PathBuf),
 }
 
 /// What `petstore copy` copies, from where to where.
@@ -360,6 +386,8 @@ pub struct Config {
     pub auth_failure_limit: Option<Limit>,
     pub log_format: LogFormat,
     pub log_level: Option<String>,
+    /// Snapshots while serving; redb only.
+    pub backup: Option<crate::backup::Settings>,
 }
 
 impl Cli {
@@ -399,6 +427,15 @@ impl Cli {
                     db_ca,
                 }));
             }
+            Some(Command::Check { db }) => {
+                return match Database::from_flag("--db", db)? {
+                    Database::Redb(path) => Ok(Action::Check(path)),
+                    Database::Postgres(_) => bail!(
+                        "check is for redb files; for PostgreSQL use its own tools \
+                         (pg_amcheck for indexes and heap, pg_dump to read every row)"
+                    ),
+                };
+            }
             None => {}
         }
         // clap enforces `required` whenever no subcommand is given, so these are present; the
@@ -426,6 +463,18 @@ impl Cli {
                     path.display()
                 );
             }
+        }
+        let backup = self.backup_dir.map(|dir| crate::backup::Settings {
+            dir,
+            keep: self.backup_keep as usize,
+            every: self.backup_every,
+        });
+        if backup.is_some() && matches!(db, Database::Postgres(_)) {
+            bail!(
+                "--backup-dir: snapshots are for the redb store; with PostgreSQL, back up with \
+                 its own tools: pg_dump (logical), pg_basebackup with WAL archiving \
+                 (point-in-time recovery)"
+            );
         }
         let rate_limit = self
             .rate_limit
@@ -468,6 +517,7 @@ impl Cli {
             auth_failure_limit,
             log_format: self.log_format,
             log_level: self.log_level,
+            backup,
         })))
     }
 }
@@ -505,6 +555,7 @@ fn parse_statement_timeout(text: &str) -> Result<Duration, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::path::Path;
 
     #[test]
     fn the_cli_definition_is_consistent() {
@@ -562,6 +613,53 @@ mod tests {
             Action::Serve(config) => Ok(*config),
             _ => panic!("expected a serve action"),
         }
+    }
+
+    #[test]
+    fn backup_flags_are_for_redb_and_need_a_directory() {
+        let config = serve(&["--backup-dir", "b"]).expect("parses");
+        assert_eq!(
+            config.backup,
+            Some(crate::backup::Settings {
+                dir: PathBuf::from("b"),
+                keep: DEFAULT_BACKUP_KEEP as usize,
+                every: None,
+            })
+        );
+        let config = serve(&[
+            "--backup-dir",
+            "b",
+            "--backup-keep",
+            "2",
+            "--backup-every",
+            "1h",
+        ])
+        .expect("parses");
+        let backup = config.backup.expect("on");
+        assert_eq!(
+            (backup.keep, backup.every),
+            (2, Some(Duration::from_secs(3600)))
+        );
+        assert_eq!(serve(&[]).expect("parses").backup, None);
+        for flags in [
+            &["--backup-keep", "2"][..],
+            &["--backup-every", "1h"],
+            &["--backup-dir", "b", "--backup-keep", "0"],
+        ] {
+            assert!(serve(flags).is_err(), "{flags:?}");
+        }
+        let error =
+            serve(&["--db", "postgres://app@db/pets", "--backup-dir", "b"]).expect_err("refused");
+        assert!(error.to_string().contains("pg_basebackup"), "{error}");
+    }
+
+    #[test]
+    fn check_takes_a_redb_file_and_refuses_a_url() {
+        let parse = |args: &[&str]| Cli::try_parse_from(args)?.into_action();
+        let action = parse(&["petstore", "check", "--db", "snap.redb"]).expect("parses");
+        assert!(matches!(action, Action::Check(path) if path == Path::new("snap.redb")));
+        let error = parse(&["petstore", "check", "--db", "postgres://db/pets"]).expect_err("no");
+        assert!(error.to_string().contains("pg_amcheck"), "{error}");
     }
 
     #[test]

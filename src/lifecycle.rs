@@ -1,5 +1,5 @@
 //! The process's conversation with its supervisor: signals in (SIGTERM and SIGINT stop,
-//! SIGHUP reloads) and sd_notify out (READY, RELOADING, STOPPING). It knows nothing of HTTP,
+//! SIGHUP reloads, SIGUSR1 asks for a snapshot) and sd_notify out (READY, RELOADING, STOPPING). It knows nothing of HTTP,
 //! pets, keys or certificates. Handlers are installed before the server announces itself, so
 //! an early signal is never lost to the default action, which would kill with no drain.
 
@@ -41,6 +41,26 @@ pub fn install() -> anyhow::Result<(Stop, Reload)> {
             hangup: handler(SignalKind::hangup(), "SIGHUP")?,
         },
     ))
+}
+
+/// The snapshot signal, SIGUSR1. Installed whether or not backups are on, so a stray signal
+/// is logged instead of killing the server (the default action).
+pub struct SnapshotRequests {
+    user1: Signal,
+}
+
+/// Installs the SIGUSR1 handler; must run inside the tokio runtime.
+pub fn install_snapshot() -> anyhow::Result<SnapshotRequests> {
+    Ok(SnapshotRequests {
+        user1: signal(SignalKind::user_defined1()).context("installing the SIGUSR1 handler")?,
+    })
+}
+
+impl SnapshotRequests {
+    /// Waits for the next SIGUSR1; signals that arrive during a snapshot fold into one more.
+    pub async fn requested(&mut self) {
+        self.user1.recv().await;
+    }
 }
 
 impl Stop {

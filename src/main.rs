@@ -5,6 +5,8 @@
 
 mod api;
 mod auth;
+mod backup;
+mod check;
 mod conditional;
 mod config;
 mod copy;
@@ -66,6 +68,10 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 .context("starting the async runtime")?
                 .block_on(copy::run(config))
         }
+        Action::Check(path) => {
+            let _logs = init_logging(LogFormat::Text, Some("warn"))?;
+            check::run(&path)
+        }
         Action::Serve(config) => {
             // Held to the end of `run`, so every line is written before the process exits.
             let _logs = init_logging(config.log_format, config.log_level.as_deref())?;
@@ -81,6 +87,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
 
 async fn serve(config: Config) -> anyhow::Result<()> {
     let (mut stop, mut reload) = lifecycle::install()?;
+    let snapshot_requests = lifecycle::install_snapshot()?;
     let keys = Arc::new(auth::Keys::load(&config.api_keys)?);
     let limits = ratelimit::RateLimits::new(config.rate_limit, config.auth_failure_limit)?;
     let (tls, certificate) = tls::load(&config.tls_cert, &config.tls_key)?;
@@ -151,6 +158,7 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         })
     };
 
+    let backups = backup::start(&store, config.backup.clone(), snapshot_requests);
     let app = service::App::new(store.clone(), keys, limits, config.body_timeout);
     let stopping = async {
         let signal = stop.stopped().await;
@@ -166,6 +174,8 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     };
     server::serve(listener, tls, app, stopping, limits).await;
     reloads.abort();
+    // A snapshot in progress stops and removes its temp file, within a few thousand entries.
+    backups.stop().await;
     store.close().await;
     tracing::info!("stopped");
     Ok(())

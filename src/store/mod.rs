@@ -26,6 +26,7 @@ mod write;
 
 pub use claims::{IdempotencyKey, KeyClaim};
 pub use postgres::connect::{PgTarget, parse as parse_postgres};
+pub use redb::check::{STATUSES, check_file as check_redb};
 pub use write::DEFAULT_MAX_WRITE_BATCH;
 
 /// A pet as the store keeps it: its id, its revision (1 at creation, one more with every
@@ -364,6 +365,23 @@ impl Store {
     /// Whether the store can serve now.
     pub async fn check(&self) -> Result<(), StoreError> {
         on_backend!(&self.0, store => store.check().await)
+    }
+
+    /// Writes a consistent copy of the whole store, one read transaction's, into a new redb
+    /// file at `to` (which must not exist) and makes it durable; returns its number of pets.
+    /// Blocking, for a thread of its own; writes never wait for it. Stops early with `Closed`
+    /// once `cancel` is set. Only the redb store has one: PostgreSQL has its own tools.
+    pub fn snapshot_to(
+        &self,
+        to: &std::path::Path,
+        cancel: &std::sync::atomic::AtomicBool,
+    ) -> Result<u64, StoreError> {
+        match &self.0 {
+            Backend::Redb(store) => store.snapshot_to(to, cancel),
+            Backend::Postgres(_) => Err(StoreError::Corrupt(
+                "snapshots are for the redb store; use PostgreSQL's own backup tools".into(),
+            )),
+        }
     }
 
     /// Finishes the writes already queued and closes the store; later calls get `Closed`.

@@ -21,6 +21,8 @@ use super::{
 };
 use crate::pet::{NewPet, PetId, PetPatch, PetStatus};
 
+mod backup;
+pub(super) mod check;
 pub(super) mod copy;
 mod idempotency;
 mod snapshot;

@@ -3,6 +3,7 @@
 //! store's own file, shared with its unit tests) runs throwaway PostgreSQL clusters.
 
 mod auth;
+mod backup;
 mod connection_fuzz;
 mod copy;
 mod crash;

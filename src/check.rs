@@ -1,0 +1,60 @@
+//! `petstore check --db FILE`: runs the store's check of a redb file and prints what it found,
+//! counts first, then every disagreement; the exit code says whether all agree.
+
+use std::path::Path;
+
+use anyhow::bail;
+
+use crate::store::{self, StoreError};
+
+/// Checks the file and prints the report on stdout; `Err` when it does not check clean or
+/// cannot be checked.
+pub fn run(path: &Path) -> anyhow::Result<()> {
+    let report = match store::check_redb(path) {
+        Ok(report) => report,
+        Err(StoreError::Locked) => bail!(
+            "{} is open in another process (a running petstore?): stop it first, or check a \
+             snapshot (--backup-dir, SIGUSR1)",
+            path.display()
+        ),
+        Err(e) => bail!("checking {}: {e}", path.display()),
+    };
+    println!("file: {}", path.display());
+    println!(
+        "schema version: {}, next id: {}",
+        report.schema_version, report.next_id
+    );
+    let statuses: Vec<String> = store::STATUSES
+        .iter()
+        .zip(report.by_status)
+        .map(|(status, count)| format!("{} {count}", status.as_str()))
+        .collect();
+    println!(
+        "pets: {} ({}, no status {})",
+        report.pets,
+        statuses.join(", "),
+        report.without_status
+    );
+    println!("status index entries: {}", report.index_entries);
+    println!("revisions: {}", report.revisions);
+    println!(
+        "idempotency records: {} ({} live)",
+        report.records, report.live_records
+    );
+    for problem in &report.problems {
+        println!("problem: {problem}");
+    }
+    let unlisted = report.problem_count - report.problems.len() as u64;
+    if unlisted > 0 {
+        println!("problem: ... and {unlisted} more");
+    }
+    if report.problem_count > 0 {
+        bail!(
+            "{}: {} disagreement(s), see the problem lines; do not restore from this file",
+            path.display(),
+            report.problem_count
+        );
+    }
+    println!("ok: the file and its indexes agree");
+    Ok(())
+}

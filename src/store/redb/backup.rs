@@ -1,0 +1,117 @@
+//! Snapshots of the live file, for `--backup-dir`: every table copied from one read
+//! transaction into a new redb file, so the copy is one consistent state of the store and a
+//! complete database that opens as any other. It only reads the live file: the writer never
+//! waits for it, and a failure (a full or unwritable disk) leaves nothing but a partial copy,
+//! which the caller removes. Where the copy goes and under which name is the caller's
+//! (`crate::backup`).
+
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use redb::{
+    Database, Key, MultimapTableHandle, ReadTransaction, ReadableDatabase, ReadableTable,
+    TableDefinition, TableHandle, Value, WriteTransaction,
+};
+
+use super::idempotency::RECORDS;
+use super::{META, PETS, PETS_BY_STATUS, REVISIONS, RedbStore, StoreError};
+
+/// Entries copied between two looks at the cancel flag.
+const CANCEL_EVERY: usize = 4096;
+/// The page cache of the copy being written: it is only written, once.
+const COPY_CACHE_BYTES: usize = 8 << 20;
+
+impl RedbStore {
+    /// Writes the store as one read transaction sees it into a new redb file at `to`, which
+    /// must not exist, and makes it durable; returns the number of pets it holds. Blocking:
+    /// runs on a thread of its own. Stops with `Closed` soon after `cancel` is set.
+    pub(in crate::store) fn snapshot_to(
+        &self,
+        to: &Path,
+        cancel: &AtomicBool,
+    ) -> Result<u64, StoreError> {
+        // The guard is let go once the transaction has begun: a transaction outlives the
+        // handle, so a reopen or the close at shutdown never waits for a snapshot (its reads
+        // then fail with `DatabaseClosed`, and the snapshot with them).
+        let txn = {
+            let db = self.shared.db();
+            let db = db.as_ref().ok_or(StoreError::Reopening)?;
+            db.begin_read().map_err(StoreError::storage)?
+        };
+        known_tables_only(&txn)?;
+        let out = Database::builder()
+            .set_cache_size(COPY_CACHE_BYTES)
+            .create(to)
+            .map_err(StoreError::storage)?;
+        let write = out.begin_write().map_err(StoreError::storage)?;
+        let pets = copy_table(&txn, &write, PETS, cancel)?;
+        copy_table(&txn, &write, PETS_BY_STATUS, cancel)?;
+        copy_table(&txn, &write, REVISIONS, cancel)?;
+        copy_table(&txn, &write, META, cancel)?;
+        copy_table(&txn, &write, RECORDS, cancel)?;
+        // The commit writes and syncs the whole copy: not begun for a stop that is waiting.
+        if cancel.load(Ordering::Relaxed) {
+            return Err(StoreError::Closed);
+        }
+        write.commit().map_err(StoreError::storage)?;
+        out.close().map_err(StoreError::storage)?;
+        Ok(pets)
+    }
+}
+
+/// Refuses a file with a table the snapshot does not copy: a snapshot missing a table would
+/// restore as a store missing it. A new table must be added to `snapshot_to`.
+fn known_tables_only(txn: &ReadTransaction) -> Result<(), StoreError> {
+    let known = [
+        PETS.name(),
+        PETS_BY_STATUS.name(),
+        REVISIONS.name(),
+        META.name(),
+        RECORDS.name(),
+    ];
+    let tables = txn.list_tables().map_err(StoreError::storage)?;
+    for table in tables {
+        if !known.contains(&table.name()) {
+            return Err(StoreError::Corrupt(format!(
+                "table {:?} is not one a snapshot copies",
+                table.name()
+            )));
+        }
+    }
+    let mut multimaps = txn.list_multimap_tables().map_err(StoreError::storage)?;
+    if let Some(table) = multimaps.next() {
+        return Err(StoreError::Corrupt(format!(
+            "multimap table {:?} is not one a snapshot copies",
+            table.name()
+        )));
+    }
+    Ok(())
+}
+
+/// Copies one table, in key order (each insert appends to the copy's last leaf); a table the
+/// live file lacks is left out. Returns the number of entries copied.
+fn copy_table<K: Key + 'static, V: Value + 'static>(
+    from: &ReadTransaction,
+    to: &WriteTransaction,
+    definition: TableDefinition<K, V>,
+    cancel: &AtomicBool,
+) -> Result<u64, StoreError> {
+    let source = match from.open_table(definition) {
+        Ok(table) => table,
+        Err(redb::TableError::TableDoesNotExist(_)) => return Ok(0),
+        Err(e) => return Err(StoreError::storage(e)),
+    };
+    let mut target = to.open_table(definition).map_err(StoreError::storage)?;
+    let mut copied = 0u64;
+    for (n, entry) in source.iter().map_err(StoreError::storage)?.enumerate() {
+        if n % CANCEL_EVERY == 0 && cancel.load(Ordering::Relaxed) {
+            return Err(StoreError::Closed);
+        }
+        let (key, value) = entry.map_err(StoreError::storage)?;
+        target
+            .insert(key.value(), value.value())
+            .map_err(StoreError::storage)?;
+        copied += 1;
+    }
+    Ok(copied)
+}

@@ -1,0 +1,461 @@
+//! `petstore check` of a redb file: redb's own integrity check (every page's checksum, the
+//! allocator state), run on a private copy so the file itself is never repaired or written,
+//! then the store's invariants on that copy: every pet is in the status index under its
+//! status with the same JSON and the index holds nothing else, revisions and idempotency
+//! records only name ids the counter has given out (revisions only for pets that exist), and
+//! the counter is above every id. It reports; it never fixes.
+
+use std::cell::Cell;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+
+use redb::{Database, ReadTransaction, ReadableDatabase, ReadableTable, ReadableTableMetadata};
+
+use super::idempotency::RECORDS;
+use super::{
+    META, META_NEXT_ID, META_SCHEMA_VERSION, PETS, PETS_BY_STATUS, REVISIONS, SCHEMA_VERSION,
+    StoreError,
+};
+use crate::pet::{Pet, PetStatus};
+use crate::store::write::unix_now;
+
+/// The page cache of the checked copy: each page is read about once, so a small cache costs
+/// little time, and the check's memory stays bounded at any file size.
+const CHECK_CACHE_BYTES: usize = 16 << 20;
+
+/// Disagreements listed one by one; beyond these only their number is kept.
+const LISTED: usize = 50;
+
+/// What a check found. `problems` empty: the file is sound.
+#[derive(Debug, Default)]
+pub struct CheckReport {
+    pub pets: u64,
+    /// Pets by status, in `STATUSES` order, counted from the pets themselves.
+    pub by_status: [u64; 3],
+    pub without_status: u64,
+    pub index_entries: u64,
+    pub revisions: u64,
+    pub records: u64,
+    pub live_records: u64,
+    pub next_id: u64,
+    pub schema_version: u64,
+    /// The first `LISTED` disagreements, in words.
+    pub problems: Vec<String>,
+    /// Every disagreement, listed or not.
+    pub problem_count: u64,
+}
+
+/// The statuses in code order, for `CheckReport::by_status`.
+pub const STATUSES: [PetStatus; 3] = [PetStatus::Available, PetStatus::Pending, PetStatus::Sold];
+
+impl CheckReport {
+    fn problem(&mut self, text: String) {
+        self.problem_count += 1;
+        if self.problems.len() < LISTED {
+            self.problems.push(text);
+        }
+    }
+}
+
+/// A copy of the file, removed when dropped.
+struct Scratch(PathBuf);
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = fs::remove_file(&self.0);
+    }
+}
+
+/// Checks the redb file at `path`; `Err` only when it cannot be checked at all (missing,
+/// unreadable, in use by a running server, no room for the copy).
+pub fn check_file(path: &Path) -> Result<CheckReport, StoreError> {
+    // A running server holds the file's lock; a copy taken under its writes would be torn, and
+    // its "problems" would be the copy's. redb's writer takes a whole-file flock (beside its
+    // byte-range locks, for older redb versions), so a shared flock here fails while a server
+    // has the file open, and keeps one from opening it until the copy is done. (A read-only
+    // open of the file would probe the lock too, but it reads pages unverified and panics on a
+    // damaged file.)
+    let file =
+        fs::File::open(path).map_err(|e| StoreError::Io(format!("{}: {e}", path.display())))?;
+    match file.try_lock_shared() {
+        Ok(()) => {}
+        Err(fs::TryLockError::WouldBlock) => return Err(StoreError::Locked),
+        // A file system without locks: the check goes on, as redb's open would.
+        Err(fs::TryLockError::Error(e)) => {
+            tracing::debug!(error = %e, "no lock on the checked file");
+        }
+    }
+    let scratch = scratch_copy(path)?;
+    drop(file);
+
+    let mut report = CheckReport::default();
+    // The open verifies every page's checksum (instead of trusting the file, where a plain
+    // open may panic on one altered outside redb). The repair callback is called at 0.3 only
+    // when the last commit does not verify and is rolled back.
+    let rolled_back = Rc::new(Cell::new(false));
+    let seen = Rc::clone(&rolled_back);
+    let opened = Database::builder()
+        .set_cache_size(CHECK_CACHE_BYTES)
+        .set_check_integrity_on_open(true)
+        .set_repair_callback(move |session| {
+            if session.progress() > 0.0 && session.progress() < 0.5 {
+                seen.set(true);
+            }
+        })
+        .open(&scratch.0);
+    let db = match opened {
+        Ok(db) => db,
+        Err(e) => {
+            report.problem(format!("file integrity: redb refuses the file: {e}"));
+            return Ok(report);
+        }
+    };
+    if rolled_back.get() {
+        report.problem(
+            "file integrity: the last commit does not verify (redb would roll it back)".into(),
+        );
+    }
+    let txn = db.begin_read().map_err(StoreError::storage)?;
+    check_tables(&txn, &mut report)?;
+    drop(txn);
+    if let Err(e) = db.close() {
+        tracing::warn!(error = %e, "closing the checked copy failed");
+    }
+    Ok(report)
+}
+
+/// Copies `path` beside itself, else into the temporary directory.
+fn scratch_copy(path: &Path) -> Result<Scratch, StoreError> {
+    let name = path
+        .file_name()
+        .map_or_else(|| "pets.redb".into(), |n| n.to_string_lossy().into_owned());
+    let private = format!(".{name}.check-{}", std::process::id());
+    let beside = path.with_file_name(&private);
+    let mut tried = Vec::new();
+    for candidate in [beside, std::env::temp_dir().join(&private)] {
+        match fs::copy(path, &candidate) {
+            Ok(_) => return Ok(Scratch(candidate)),
+            Err(e) => {
+                let _ = fs::remove_file(&candidate);
+                tried.push(format!("{}: {e}", candidate.display()));
+            }
+        }
+    }
+    Err(StoreError::Io(format!(
+        "copying the file to check it: {}",
+        tried.join("; ")
+    )))
+}
+
+/// The store's own invariants, on one read transaction.
+fn check_tables(txn: &ReadTransaction, report: &mut CheckReport) -> Result<(), StoreError> {
+    let meta = match txn.open_table(META) {
+        Ok(meta) => meta,
+        Err(redb::TableError::TableDoesNotExist(_)) => {
+            report.problem("table meta is missing: not a petstore file".into());
+            return Ok(());
+        }
+        Err(e) => return Err(StoreError::storage(e)),
+    };
+    let read = |name: &str| -> Result<Option<u64>, StoreError> {
+        Ok(meta
+            .get(name)
+            .map_err(StoreError::storage)?
+            .map(|v| v.value()))
+    };
+    report.schema_version = read(META_SCHEMA_VERSION)?.unwrap_or(0);
+    if report.schema_version != SCHEMA_VERSION {
+        report.problem(format!(
+            "schema version {} where this build checks {SCHEMA_VERSION} (a server of this \
+             build upgrades an older file when it opens it)",
+            report.schema_version
+        ));
+        return Ok(());
+    }
+    let Some(next_id) = read(META_NEXT_ID)? else {
+        report.problem("the id counter (meta next_id) is missing".into());
+        return Ok(());
+    };
+    report.next_id = next_id;
+    let given_out = |id: i64| id >= 1 && u64::try_from(id).is_ok_and(|id| id < next_id);
+
+    let open = |e| StoreError::storage(e);
+    let pets = txn.open_table(PETS).map_err(open)?;
+    let by_status = txn.open_table(PETS_BY_STATUS).map_err(open)?;
+    let revisions = txn.open_table(REVISIONS).map_err(open)?;
+    let records = txn.open_table(RECORDS).map_err(open)?;
+
+    // Pets to the index: each pet reads back, carries its own id, is below the counter and
+    // sits in the index under its status with the same bytes.
+    for entry in pets.iter().map_err(StoreError::storage)? {
+        let (id, json) = entry.map_err(StoreError::storage)?;
+        let (id, json) = (id.value(), json.value());
+        report.pets += 1;
+        if !given_out(id) {
+            report.problem(format!(
+                "pet {id}: id not below the counter ({next_id}) or not positive"
+            ));
+        }
+        let pet = match Pet::from_json(json) {
+            Ok(pet) => pet,
+            Err(e) => {
+                report.problem(format!("pet {id}: its JSON does not read back: {e}"));
+                continue;
+            }
+        };
+        if pet.id != id {
+            report.problem(format!("pet {id}: its JSON says id {}", pet.id));
+        }
+        let Some(status) = pet.status else {
+            report.without_status += 1;
+            continue;
+        };
+        report.by_status[usize::from(status.to_code())] += 1;
+        match by_status
+            .get((status.to_code(), id))
+            .map_err(StoreError::storage)?
+        {
+            None => report.problem(format!(
+                "pet {id} ({}): missing from the status index",
+                status.as_str()
+            )),
+            Some(indexed) if indexed.value() != json => report.problem(format!(
+                "pet {id} ({}): the status index holds other JSON than the pet",
+                status.as_str()
+            )),
+            Some(_) => {}
+        }
+    }
+
+    // The index to pets: every entry names a pet that exists and has that status. With the
+    // pass above (every pet with a status has its entry), the index holds exactly the pets.
+    for entry in by_status.iter().map_err(StoreError::storage)? {
+        let (key, _) = entry.map_err(StoreError::storage)?;
+        let (code, id) = key.value();
+        report.index_entries += 1;
+        let name = STATUSES
+            .get(usize::from(code))
+            .map_or("an unknown status", |s| s.as_str());
+        let Some(json) = pets.get(id).map_err(StoreError::storage)? else {
+            report.problem(format!("status index: entry ({name}, {id}) names no pet"));
+            continue;
+        };
+        let status = Pet::from_json(json.value()).ok().and_then(|pet| pet.status);
+        if status.map(PetStatus::to_code) != Some(code) {
+            report.problem(format!(
+                "status index: entry ({name}, {id}) but pet {id} is {}",
+                status.map_or("without a status", PetStatus::as_str)
+            ));
+        }
+    }
+
+    // A pet without an entry is at revision 1, so an entry is only for a pet changed since.
+    for entry in revisions.iter().map_err(StoreError::storage)? {
+        let (id, revision) = entry.map_err(StoreError::storage)?;
+        let (id, revision) = (id.value(), revision.value());
+        report.revisions += 1;
+        if pets.get(id).map_err(StoreError::storage)?.is_none() {
+            report.problem(format!("revisions: pet {id} does not exist"));
+        } else if revision < 2 {
+            report.problem(format!(
+                "revisions: pet {id} at revision {revision} (kept only from 2 on)"
+            ));
+        }
+    }
+
+    // A record names the pet its create made: that pet may have been deleted since, but its
+    // id was given out.
+    let now = unix_now();
+    for entry in records.iter().map_err(StoreError::storage)? {
+        let (key, _) = entry.map_err(StoreError::storage)?;
+        let (expires_at, id) = key.value();
+        report.records += 1;
+        if expires_at > now {
+            report.live_records += 1;
+        }
+        if !given_out(id) {
+            report.problem(format!(
+                "idempotency record: pet {id} was never given out (counter {next_id})"
+            ));
+        }
+    }
+    let counted = pets.len().map_err(StoreError::storage)?;
+    if counted != report.pets {
+        report.problem(format!(
+            "pets: the table says {counted} entries, {} read",
+            report.pets
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pet::NewPet;
+    use crate::store::redb::RedbStore;
+    use crate::store::{Precondition, Tuning};
+    use std::time::Duration;
+
+    fn tuning() -> Tuning {
+        Tuning {
+            idempotency_ttl: Duration::from_secs(3600),
+            max_write_batch: 64,
+        }
+    }
+
+    /// A closed store file with a few pets of each kind, one of them patched.
+    fn sample(path: &Path) {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        runtime.block_on(async {
+            let (store, _) = RedbStore::open(path, 1 << 20, tuning()).expect("opens");
+            for (n, status) in [
+                Some(PetStatus::Available),
+                Some(PetStatus::Pending),
+                Some(PetStatus::Sold),
+                None,
+                Some(PetStatus::Available),
+            ]
+            .into_iter()
+            .enumerate()
+            {
+                let pet = NewPet {
+                    name: format!("pet {n}"),
+                    category_id: 1,
+                    status,
+                };
+                store.create(pet, None).await.expect("created");
+            }
+            let patch = crate::pet::PetPatch {
+                status: Some(Some(PetStatus::Sold)),
+                ..Default::default()
+            };
+            store
+                .patch(1, patch, Precondition::None)
+                .await
+                .expect("patched");
+            store.delete(2, Precondition::None).await.expect("deleted");
+            store.close().await;
+        });
+    }
+
+    #[test]
+    fn a_sound_file_checks_clean_with_its_counts() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("pets.redb");
+        sample(&path);
+        let report = check_file(&path).expect("checks");
+        assert_eq!(report.problems, Vec::<String>::new());
+        assert_eq!(report.pets, 4);
+        assert_eq!(report.by_status, [1, 0, 2]);
+        assert_eq!(report.without_status, 1);
+        assert_eq!(report.index_entries, 3);
+        assert_eq!(report.revisions, 1);
+        assert_eq!(report.next_id, 6);
+        let left: Vec<_> = fs::read_dir(dir.path()).expect("lists").collect();
+        assert_eq!(left.len(), 1, "the scratch copy is removed");
+    }
+
+    /// Writes straight into the closed file, as a bug or an outside edit would.
+    fn tamper(path: &Path, edit: impl FnOnce(&redb::WriteTransaction)) {
+        let db = Database::open(path).expect("opens");
+        let txn = db.begin_write().expect("begins");
+        edit(&txn);
+        txn.commit().expect("commits");
+    }
+
+    #[test]
+    fn every_kind_of_disagreement_is_named() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("pets.redb");
+        sample(&path);
+        tamper(&path, |txn| {
+            let mut index = txn.open_table(PETS_BY_STATUS).expect("index");
+            // Pet 5 (available) loses its entry; pet 3 (sold) gets a stale second one.
+            index.remove((0u8, 5i64)).expect("removes");
+            index
+                .insert((1u8, 3i64), br#"{"id":3}"#.as_slice())
+                .expect("inserts");
+            // Pet 1's entry holds old JSON; an entry for the deleted pet 2.
+            index
+                .insert((2u8, 1i64), br#"{"id":1,"name":"old"}"#.as_slice())
+                .expect("inserts");
+            index
+                .insert((1u8, 2i64), br#"{"id":2}"#.as_slice())
+                .expect("inserts");
+            let mut revisions = txn.open_table(REVISIONS).expect("revisions");
+            revisions.insert(2i64, 2u64).expect("inserts");
+            let mut records = txn.open_table(RECORDS).expect("records");
+            records
+                .insert((u64::MAX, 99i64), [0u8; 32])
+                .expect("inserts");
+        });
+        let report = check_file(&path).expect("checks");
+        let all = report.problems.join("\n");
+        for expected in [
+            "pet 5 (available): missing from the status index",
+            "pet 1 (sold): the status index holds other JSON",
+            "entry (pending, 3) but pet 3 is sold",
+            "entry (pending, 2) names no pet",
+            "revisions: pet 2 does not exist",
+            "idempotency record: pet 99 was never given out",
+        ] {
+            assert!(all.contains(expected), "{expected:?} not in:\n{all}");
+        }
+        assert_eq!(report.problem_count, 6, "{all}");
+    }
+
+    #[test]
+    fn a_counter_below_an_id_is_named() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("pets.redb");
+        sample(&path);
+        tamper(&path, |txn| {
+            let mut meta = txn.open_table(META).expect("meta");
+            meta.insert(META_NEXT_ID, 4).expect("inserts");
+        });
+        let report = check_file(&path).expect("checks");
+        assert!(
+            report
+                .problems
+                .iter()
+                .any(|p| p.starts_with("pet 5: id not below")),
+            "{:?}",
+            report.problems
+        );
+    }
+
+    #[test]
+    fn a_damaged_page_fails_the_integrity_check() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("pets.redb");
+        sample(&path);
+        let mut bytes = fs::read(&path).expect("reads");
+        // Past redb's header (the first pages), every byte flipped: each page's checksum fails.
+        for byte in bytes.iter_mut().skip(4096) {
+            *byte ^= 0x5a;
+        }
+        fs::write(&path, &bytes).expect("writes");
+        let report = check_file(&path).expect("checks");
+        assert!(
+            report
+                .problems
+                .iter()
+                .any(|p| p.starts_with("file integrity")),
+            "{:?}",
+            report.problems
+        );
+    }
+
+    #[test]
+    fn a_file_in_use_is_refused() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("pets.redb");
+        let _db = Database::create(&path).expect("creates");
+        assert!(matches!(check_file(&path), Err(StoreError::Locked)));
+    }
+}
