@@ -13,6 +13,8 @@ mod error;
 mod lifecycle;
 mod log;
 mod log_format;
+#[cfg(test)]
+mod packaging;
 mod pet;
 mod query;
 mod ratelimit;
