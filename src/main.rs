@@ -16,6 +16,8 @@ mod keys;
 mod lifecycle;
 mod log;
 mod log_format;
+#[cfg(test)]
+mod packaging;
 mod pet;
 mod query;
 mod ratelimit;

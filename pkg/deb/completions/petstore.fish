@@ -1,0 +1,65 @@
+# Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
+function __fish_petstore_global_optspecs
+    string join \n listen= db= db-password-file= db-ca= db-pool-size= db-statement-timeout= tls-cert= tls-key= api-keys= shutdown-timeout= max-connections= handshake-timeout= header-timeout= body-timeout= idle-timeout= cache-size= max-write-batch= idempotency-ttl= rate-limit= rate-burst= auth-failure-limit= auth-failure-burst= log-format= log-level= h/help V/version
+end
+
+function __fish_petstore_needs_command
+    # Figure out if the current invocation already has a command.
+    set -l cmd (commandline -opc)
+    set -e cmd[1]
+    argparse -s (__fish_petstore_global_optspecs) -- $cmd 2>/dev/null
+    or return
+    if set -q argv[1]
+        # Also print the command, so this can be used to figure out what it is.
+        echo $argv[1]
+        return 1
+    end
+    return 0
+end
+
+function __fish_petstore_using_subcommand
+    set -l cmd (__fish_petstore_needs_command)
+    test -z "$cmd"
+    and return 1
+    contains -- $cmd[1] $argv
+end
+
+complete -c petstore -n "__fish_petstore_needs_command" -l listen -d 'Socket address to serve HTTPS on, e.g. 0.0.0.0:443 or [::]:8443' -r
+complete -c petstore -n "__fish_petstore_needs_command" -l db -d 'Where the pets are kept: a redb file, created if missing, or a PostgreSQL URL (libpq syntax) such as `postgresql://petstore@db1:5432,db2:5432/pets?target_session_attrs=read-write&sslmode=verify-full`; its password comes from --db-password-file, never from the URL' -r
+complete -c petstore -n "__fish_petstore_needs_command" -l db-password-file -d 'PostgreSQL only: file holding the database password (a trailing line break is ignored), e.g. `$CREDENTIALS_DIRECTORY/db-password` with systemd\'s LoadCredential=' -r -F
+complete -c petstore -n "__fish_petstore_needs_command" -l db-ca -d 'PostgreSQL only: PEM file with the CA certificates that sign the server\'s certificate; without it, sslmode=verify-ca and verify-full use the system\'s roots' -r -F
+complete -c petstore -n "__fish_petstore_needs_command" -l db-pool-size -d 'PostgreSQL only: connections the pool keeps at most [default: 16]' -r
+complete -c petstore -n "__fish_petstore_needs_command" -l db-statement-timeout -d 'PostgreSQL only: the longest one statement may run, e.g. `500ms`, `5s`, `1m` [default: 5s]' -r
+complete -c petstore -n "__fish_petstore_needs_command" -l tls-cert -d 'PEM file with the server certificate, followed by any intermediates' -r -F
+complete -c petstore -n "__fish_petstore_needs_command" -l tls-key -d 'PEM file with the certificate\'s private key (PKCS#8, SEC1 or PKCS#1)' -r -F
+complete -c petstore -n "__fish_petstore_needs_command" -l api-keys -d 'API keys file: one `LABEL SHA256HEX` a line, made with `petstore new-key LABEL`' -r -F
+complete -c petstore -n "__fish_petstore_needs_command" -l shutdown-timeout -d 'Seconds to let requests in flight finish after SIGTERM or SIGINT' -r
+complete -c petstore -n "__fish_petstore_needs_command" -l max-connections -d 'Connections served at once; further clients wait in the listen backlog until one ends' -r
+complete -c petstore -n "__fish_petstore_needs_command" -l handshake-timeout -d 'Seconds a client has to finish its TLS handshake' -r
+complete -c petstore -n "__fish_petstore_needs_command" -l header-timeout -d 'Seconds a client has to send a whole HTTP/1.1 request head (slowloris)' -r
+complete -c petstore -n "__fish_petstore_needs_command" -l body-timeout -d 'Seconds a client has to send a whole request body' -r
+complete -c petstore -n "__fish_petstore_needs_command" -l idle-timeout -d 'Seconds after which a connection with nothing in flight and no bytes moving is closed' -r
+complete -c petstore -n "__fish_petstore_needs_command" -l cache-size -d 'Most memory, in MiB, the database\'s page cache may hold; bounds the server\'s memory at any store size (reads beyond it go to the file and the OS page cache)' -r
+complete -c petstore -n "__fish_petstore_needs_command" -l max-write-batch -d 'Most queued writes one transaction takes (group commit); 1 commits each write alone, for measurements. Larger batches trade a little latency for fewer fsyncs' -r
+complete -c petstore -n "__fish_petstore_needs_command" -l idempotency-ttl -d 'How long a create\'s Idempotency-Key answers retries, e.g. `90s`, `15m`, `24h`, `7d`' -r
+complete -c petstore -n "__fish_petstore_needs_command" -l rate-limit -d 'Requests each API key may make, as COUNT/UNIT with s, min, h or d: e.g. `200/s`, `6000/min`, `100000/h` [default: no limit]. Over it: 429 rate_limited' -r
+complete -c petstore -n "__fish_petstore_needs_command" -l rate-burst -d 'Requests a key may make at once before --rate-limit spaces them out [default: the RATE\'s count]' -r
+complete -c petstore -n "__fish_petstore_needs_command" -l auth-failure-limit -d 'Requests with an API key that is not valid one client address (IPv4 address, IPv6 /64) may make, as RATE, or `off`; past it they get 429 instead of 401. Requests without a key and requests with a valid key never count and are never refused by it' -r
+complete -c petstore -n "__fish_petstore_needs_command" -l auth-failure-burst -d 'Requests with a key that is not valid an address may make at once before --auth-failure-limit spaces them out' -r
+complete -c petstore -n "__fish_petstore_needs_command" -l log-format -d 'Log line format on stderr' -r -f -a "text\t'One human-readable line per event'
+json\t'One JSON object per line, for log shippers'"
+complete -c petstore -n "__fish_petstore_needs_command" -l log-level -d 'Log filter, e.g. `info`, `debug` or `petstore=debug`; when absent, RUST_LOG, else `info`' -r
+complete -c petstore -n "__fish_petstore_needs_command" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c petstore -n "__fish_petstore_needs_command" -s V -l version -d 'Print version'
+complete -c petstore -n "__fish_petstore_needs_command" -f -a "new-key" -d 'Print a new random API key and the line that admits it in the keys file'
+complete -c petstore -n "__fish_petstore_needs_command" -f -a "copy" -d 'Copy every pet, the id counter and the live idempotency records from one store into an empty one (redb or PostgreSQL, either way), then compare both sides'
+complete -c petstore -n "__fish_petstore_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c petstore -n "__fish_petstore_using_subcommand new-key" -s h -l help -d 'Print help'
+complete -c petstore -n "__fish_petstore_using_subcommand copy" -l from -d 'The store to copy: a redb file or a PostgreSQL URL, as --db takes them' -r
+complete -c petstore -n "__fish_petstore_using_subcommand copy" -l to -d 'The store to fill, which must be empty: a redb file (created if missing) or a PostgreSQL URL' -r
+complete -c petstore -n "__fish_petstore_using_subcommand copy" -l db-password-file -d 'PostgreSQL only: file holding the database password, for each PostgreSQL side' -r -F
+complete -c petstore -n "__fish_petstore_using_subcommand copy" -l db-ca -d 'PostgreSQL only: PEM file with the CA certificates to verify each PostgreSQL side against; without it, the system\'s roots' -r -F
+complete -c petstore -n "__fish_petstore_using_subcommand copy" -s h -l help -d 'Print help'
+complete -c petstore -n "__fish_petstore_using_subcommand help; and not __fish_seen_subcommand_from new-key copy help" -f -a "new-key" -d 'Print a new random API key and the line that admits it in the keys file'
+complete -c petstore -n "__fish_petstore_using_subcommand help; and not __fish_seen_subcommand_from new-key copy help" -f -a "copy" -d 'Copy every pet, the id counter and the live idempotency records from one store into an empty one (redb or PostgreSQL, either way), then compare both sides'
+complete -c petstore -n "__fish_petstore_using_subcommand help; and not __fish_seen_subcommand_from new-key copy help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
