@@ -16,14 +16,23 @@ _petstore() {
             ",$1")
                 cmd="petstore"
                 ;;
+            petstore,check)
+                cmd="petstore__subcmd__check"
+                ;;
             petstore,copy)
                 cmd="petstore__subcmd__copy"
                 ;;
             petstore,help)
                 cmd="petstore__subcmd__help"
                 ;;
+            petstore,keys)
+                cmd="petstore__subcmd__keys"
+                ;;
             petstore,new-key)
                 cmd="petstore__subcmd__new__subcmd__key"
+                ;;
+            petstore__subcmd__help,check)
+                cmd="petstore__subcmd__help__subcmd__check"
                 ;;
             petstore__subcmd__help,copy)
                 cmd="petstore__subcmd__help__subcmd__copy"
@@ -31,8 +40,44 @@ _petstore() {
             petstore__subcmd__help,help)
                 cmd="petstore__subcmd__help__subcmd__help"
                 ;;
+            petstore__subcmd__help,keys)
+                cmd="petstore__subcmd__help__subcmd__keys"
+                ;;
             petstore__subcmd__help,new-key)
                 cmd="petstore__subcmd__help__subcmd__new__subcmd__key"
+                ;;
+            petstore__subcmd__help__subcmd__keys,add)
+                cmd="petstore__subcmd__help__subcmd__keys__subcmd__add"
+                ;;
+            petstore__subcmd__help__subcmd__keys,list)
+                cmd="petstore__subcmd__help__subcmd__keys__subcmd__list"
+                ;;
+            petstore__subcmd__help__subcmd__keys,revoke)
+                cmd="petstore__subcmd__help__subcmd__keys__subcmd__revoke"
+                ;;
+            petstore__subcmd__keys,add)
+                cmd="petstore__subcmd__keys__subcmd__add"
+                ;;
+            petstore__subcmd__keys,help)
+                cmd="petstore__subcmd__keys__subcmd__help"
+                ;;
+            petstore__subcmd__keys,list)
+                cmd="petstore__subcmd__keys__subcmd__list"
+                ;;
+            petstore__subcmd__keys,revoke)
+                cmd="petstore__subcmd__keys__subcmd__revoke"
+                ;;
+            petstore__subcmd__keys__subcmd__help,add)
+                cmd="petstore__subcmd__keys__subcmd__help__subcmd__add"
+                ;;
+            petstore__subcmd__keys__subcmd__help,help)
+                cmd="petstore__subcmd__keys__subcmd__help__subcmd__help"
+                ;;
+            petstore__subcmd__keys__subcmd__help,list)
+                cmd="petstore__subcmd__keys__subcmd__help__subcmd__list"
+                ;;
+            petstore__subcmd__keys__subcmd__help,revoke)
+                cmd="petstore__subcmd__keys__subcmd__help__subcmd__revoke"
                 ;;
             *)
                 ;;
@@ -41,7 +86,7 @@ _petstore() {
 
     case "${cmd}" in
         petstore)
-            opts="-h -V --listen --db --db-password-file --db-ca --db-pool-size --db-statement-timeout --tls-cert --tls-key --api-keys --shutdown-timeout --max-connections --handshake-timeout --header-timeout --body-timeout --idle-timeout --cache-size --max-write-batch --idempotency-ttl --rate-limit --rate-burst --auth-failure-limit --auth-failure-burst --log-format --log-level --help --version new-key copy help"
+            opts="-h -V --listen --db --db-password-file --db-ca --db-pool-size --db-statement-timeout --tls-cert --tls-key --api-keys --shutdown-timeout --max-connections --handshake-timeout --header-timeout --body-timeout --idle-timeout --cache-size --max-write-batch --idempotency-ttl --rate-limit --rate-burst --auth-failure-limit --auth-failure-burst --log-format --log-level --backup-dir --backup-keep --backup-every --help --version new-key keys copy check help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -143,6 +188,36 @@ _petstore() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --backup-dir)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --backup-keep)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --backup-every)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        petstore__subcmd__check)
+            opts="-h --db --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --db)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -181,8 +256,22 @@ _petstore() {
             return 0
             ;;
         petstore__subcmd__help)
-            opts="new-key copy help"
+            opts="new-key keys copy check help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        petstore__subcmd__help__subcmd__check)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
@@ -222,6 +311,62 @@ _petstore() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        petstore__subcmd__help__subcmd__keys)
+            opts="add list revoke"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        petstore__subcmd__help__subcmd__keys__subcmd__add)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        petstore__subcmd__help__subcmd__keys__subcmd__list)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        petstore__subcmd__help__subcmd__keys__subcmd__revoke)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         petstore__subcmd__help__subcmd__new__subcmd__key)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
@@ -229,6 +374,152 @@ _petstore() {
                 return 0
             fi
             case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        petstore__subcmd__keys)
+            opts="-h --api-keys --help add list revoke help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --api-keys)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        petstore__subcmd__keys__subcmd__add)
+            opts="-h --read-only --expires --api-keys --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --expires)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --api-keys)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        petstore__subcmd__keys__subcmd__help)
+            opts="add list revoke help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        petstore__subcmd__keys__subcmd__help__subcmd__add)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        petstore__subcmd__keys__subcmd__help__subcmd__help)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        petstore__subcmd__keys__subcmd__help__subcmd__list)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        petstore__subcmd__keys__subcmd__help__subcmd__revoke)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        petstore__subcmd__keys__subcmd__list)
+            opts="-h --api-keys --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --api-keys)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        petstore__subcmd__keys__subcmd__revoke)
+            opts="-h --api-keys --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --api-keys)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;

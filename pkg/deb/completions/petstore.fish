@@ -1,6 +1,6 @@
 # Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
 function __fish_petstore_global_optspecs
-    string join \n listen= db= db-password-file= db-ca= db-pool-size= db-statement-timeout= tls-cert= tls-key= api-keys= shutdown-timeout= max-connections= handshake-timeout= header-timeout= body-timeout= idle-timeout= cache-size= max-write-batch= idempotency-ttl= rate-limit= rate-burst= auth-failure-limit= auth-failure-burst= log-format= log-level= h/help V/version
+    string join \n listen= db= db-password-file= db-ca= db-pool-size= db-statement-timeout= tls-cert= tls-key= api-keys= shutdown-timeout= max-connections= handshake-timeout= header-timeout= body-timeout= idle-timeout= cache-size= max-write-batch= idempotency-ttl= rate-limit= rate-burst= auth-failure-limit= auth-failure-burst= log-format= log-level= backup-dir= backup-keep= backup-every= h/help V/version
 end
 
 function __fish_petstore_needs_command
@@ -32,7 +32,7 @@ complete -c petstore -n "__fish_petstore_needs_command" -l db-pool-size -d 'Post
 complete -c petstore -n "__fish_petstore_needs_command" -l db-statement-timeout -d 'PostgreSQL only: the longest one statement may run, e.g. `500ms`, `5s`, `1m` [default: 5s]' -r
 complete -c petstore -n "__fish_petstore_needs_command" -l tls-cert -d 'PEM file with the server certificate, followed by any intermediates' -r -F
 complete -c petstore -n "__fish_petstore_needs_command" -l tls-key -d 'PEM file with the certificate\'s private key (PKCS#8, SEC1 or PKCS#1)' -r -F
-complete -c petstore -n "__fish_petstore_needs_command" -l api-keys -d 'API keys file: one `LABEL SHA256HEX` a line, made with `petstore new-key LABEL`' -r -F
+complete -c petstore -n "__fish_petstore_needs_command" -l api-keys -d 'API keys file: one `LABEL SHA256HEX [read-only] [expires=TIME]` a line, managed with `petstore keys`' -r -F
 complete -c petstore -n "__fish_petstore_needs_command" -l shutdown-timeout -d 'Seconds to let requests in flight finish after SIGTERM or SIGINT' -r
 complete -c petstore -n "__fish_petstore_needs_command" -l max-connections -d 'Connections served at once; further clients wait in the listen backlog until one ends' -r
 complete -c petstore -n "__fish_petstore_needs_command" -l handshake-timeout -d 'Seconds a client has to finish its TLS handshake' -r
@@ -49,17 +49,47 @@ complete -c petstore -n "__fish_petstore_needs_command" -l auth-failure-burst -d
 complete -c petstore -n "__fish_petstore_needs_command" -l log-format -d 'Log line format on stderr' -r -f -a "text\t'One human-readable line per event'
 json\t'One JSON object per line, for log shippers'"
 complete -c petstore -n "__fish_petstore_needs_command" -l log-level -d 'Log filter, e.g. `info`, `debug` or `petstore=debug`; when absent, RUST_LOG, else `info`' -r
+complete -c petstore -n "__fish_petstore_needs_command" -l backup-dir -d 'redb only: directory for snapshots of the live file, taken while serving (created if missing, mode 0700), as `pets-YYYYMMDDTHHMMSSZ.redb`; SIGUSR1 takes one at once' -r -F
+complete -c petstore -n "__fish_petstore_needs_command" -l backup-keep -d 'Snapshots kept in --backup-dir; the oldest beyond these are removed' -r
+complete -c petstore -n "__fish_petstore_needs_command" -l backup-every -d 'Take a snapshot this often, e.g. `1h`, `30m`, `1d` [default: only on SIGUSR1]' -r
 complete -c petstore -n "__fish_petstore_needs_command" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c petstore -n "__fish_petstore_needs_command" -s V -l version -d 'Print version'
 complete -c petstore -n "__fish_petstore_needs_command" -f -a "new-key" -d 'Print a new random API key and the line that admits it in the keys file'
+complete -c petstore -n "__fish_petstore_needs_command" -f -a "keys" -d 'Add, list and revoke API keys in the keys file (--api-keys or PETSTORE_API_KEYS, as the server finds it); a running server takes the change on SIGHUP'
 complete -c petstore -n "__fish_petstore_needs_command" -f -a "copy" -d 'Copy every pet, the id counter and the live idempotency records from one store into an empty one (redb or PostgreSQL, either way), then compare both sides'
+complete -c petstore -n "__fish_petstore_needs_command" -f -a "check" -d 'Check a redb file (a snapshot, or the live file with the server stopped): redb\'s integrity check, every status index entry against its pet and back, revisions and idempotency records against the ids given out; prints the counts per status. Exits 0 only when everything agrees'
 complete -c petstore -n "__fish_petstore_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c petstore -n "__fish_petstore_using_subcommand new-key" -s h -l help -d 'Print help'
+complete -c petstore -n "__fish_petstore_using_subcommand keys; and not __fish_seen_subcommand_from add list revoke help" -l api-keys -d 'The API keys file to edit, as the server\'s --api-keys' -r -F
+complete -c petstore -n "__fish_petstore_using_subcommand keys; and not __fish_seen_subcommand_from add list revoke help" -s h -l help -d 'Print help'
+complete -c petstore -n "__fish_petstore_using_subcommand keys; and not __fish_seen_subcommand_from add list revoke help" -f -a "add" -d 'Make a new key and admit it: the key is printed once, alone on the first line of standard output'
+complete -c petstore -n "__fish_petstore_using_subcommand keys; and not __fish_seen_subcommand_from add list revoke help" -f -a "list" -d 'Show each key\'s label, scope and expiry (never the keys or their hashes)'
+complete -c petstore -n "__fish_petstore_using_subcommand keys; and not __fish_seen_subcommand_from add list revoke help" -f -a "revoke" -d 'Remove every key with this label'
+complete -c petstore -n "__fish_petstore_using_subcommand keys; and not __fish_seen_subcommand_from add list revoke help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c petstore -n "__fish_petstore_using_subcommand keys; and __fish_seen_subcommand_from add" -l expires -d 'When the key stops working: an RFC 3339 date (2027-01-31, from the start of that day, UTC) or date-time (2027-01-31T12:00:00Z)' -r
+complete -c petstore -n "__fish_petstore_using_subcommand keys; and __fish_seen_subcommand_from add" -l api-keys -d 'The API keys file to edit, as the server\'s --api-keys' -r -F
+complete -c petstore -n "__fish_petstore_using_subcommand keys; and __fish_seen_subcommand_from add" -l read-only -d 'The key may read but not create, change or delete (403 forbidden)'
+complete -c petstore -n "__fish_petstore_using_subcommand keys; and __fish_seen_subcommand_from add" -s h -l help -d 'Print help'
+complete -c petstore -n "__fish_petstore_using_subcommand keys; and __fish_seen_subcommand_from list" -l api-keys -d 'The API keys file to edit, as the server\'s --api-keys' -r -F
+complete -c petstore -n "__fish_petstore_using_subcommand keys; and __fish_seen_subcommand_from list" -s h -l help -d 'Print help'
+complete -c petstore -n "__fish_petstore_using_subcommand keys; and __fish_seen_subcommand_from revoke" -l api-keys -d 'The API keys file to edit, as the server\'s --api-keys' -r -F
+complete -c petstore -n "__fish_petstore_using_subcommand keys; and __fish_seen_subcommand_from revoke" -s h -l help -d 'Print help'
+complete -c petstore -n "__fish_petstore_using_subcommand keys; and __fish_seen_subcommand_from help" -f -a "add" -d 'Make a new key and admit it: the key is printed once, alone on the first line of standard output'
+complete -c petstore -n "__fish_petstore_using_subcommand keys; and __fish_seen_subcommand_from help" -f -a "list" -d 'Show each key\'s label, scope and expiry (never the keys or their hashes)'
+complete -c petstore -n "__fish_petstore_using_subcommand keys; and __fish_seen_subcommand_from help" -f -a "revoke" -d 'Remove every key with this label'
+complete -c petstore -n "__fish_petstore_using_subcommand keys; and __fish_seen_subcommand_from help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c petstore -n "__fish_petstore_using_subcommand copy" -l from -d 'The store to copy: a redb file or a PostgreSQL URL, as --db takes them' -r
 complete -c petstore -n "__fish_petstore_using_subcommand copy" -l to -d 'The store to fill, which must be empty: a redb file (created if missing) or a PostgreSQL URL' -r
 complete -c petstore -n "__fish_petstore_using_subcommand copy" -l db-password-file -d 'PostgreSQL only: file holding the database password, for each PostgreSQL side' -r -F
 complete -c petstore -n "__fish_petstore_using_subcommand copy" -l db-ca -d 'PostgreSQL only: PEM file with the CA certificates to verify each PostgreSQL side against; without it, the system\'s roots' -r -F
 complete -c petstore -n "__fish_petstore_using_subcommand copy" -s h -l help -d 'Print help'
-complete -c petstore -n "__fish_petstore_using_subcommand help; and not __fish_seen_subcommand_from new-key copy help" -f -a "new-key" -d 'Print a new random API key and the line that admits it in the keys file'
-complete -c petstore -n "__fish_petstore_using_subcommand help; and not __fish_seen_subcommand_from new-key copy help" -f -a "copy" -d 'Copy every pet, the id counter and the live idempotency records from one store into an empty one (redb or PostgreSQL, either way), then compare both sides'
-complete -c petstore -n "__fish_petstore_using_subcommand help; and not __fish_seen_subcommand_from new-key copy help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c petstore -n "__fish_petstore_using_subcommand check" -l db -d 'The redb file to check. It is never written: the check runs on a copy' -r
+complete -c petstore -n "__fish_petstore_using_subcommand check" -s h -l help -d 'Print help'
+complete -c petstore -n "__fish_petstore_using_subcommand help; and not __fish_seen_subcommand_from new-key keys copy check help" -f -a "new-key" -d 'Print a new random API key and the line that admits it in the keys file'
+complete -c petstore -n "__fish_petstore_using_subcommand help; and not __fish_seen_subcommand_from new-key keys copy check help" -f -a "keys" -d 'Add, list and revoke API keys in the keys file (--api-keys or PETSTORE_API_KEYS, as the server finds it); a running server takes the change on SIGHUP'
+complete -c petstore -n "__fish_petstore_using_subcommand help; and not __fish_seen_subcommand_from new-key keys copy check help" -f -a "copy" -d 'Copy every pet, the id counter and the live idempotency records from one store into an empty one (redb or PostgreSQL, either way), then compare both sides'
+complete -c petstore -n "__fish_petstore_using_subcommand help; and not __fish_seen_subcommand_from new-key keys copy check help" -f -a "check" -d 'Check a redb file (a snapshot, or the live file with the server stopped): redb\'s integrity check, every status index entry against its pet and back, revisions and idempotency records against the ids given out; prints the counts per status. Exits 0 only when everything agrees'
+complete -c petstore -n "__fish_petstore_using_subcommand help; and not __fish_seen_subcommand_from new-key keys copy check help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c petstore -n "__fish_petstore_using_subcommand help; and __fish_seen_subcommand_from keys" -f -a "add" -d 'Make a new key and admit it: the key is printed once, alone on the first line of standard output'
+complete -c petstore -n "__fish_petstore_using_subcommand help; and __fish_seen_subcommand_from keys" -f -a "list" -d 'Show each key\'s label, scope and expiry (never the keys or their hashes)'
+complete -c petstore -n "__fish_petstore_using_subcommand help; and __fish_seen_subcommand_from keys" -f -a "revoke" -d 'Remove every key with this label'
