@@ -86,10 +86,12 @@ pub fn add(
         "< 100",
         |v| v < 100.0,
     );
-    // The issue asks only that this one be reported.
-    report.report_only(
+    // Issue 12: back in service fast after a SIGKILL in the middle of writes.
+    report.goal(
         "start-up at 1M after a crash, ms",
         crash_start.map(|t| t.as_secs_f64() * 1000.0),
+        "<= 100",
+        |v| v <= 100.0,
     );
     // Issue 10: a deep page costs what the first page costs, with and without a filter.
     for (first, deep, _, _) in deep::PAGES {
