@@ -11,6 +11,7 @@ use crate::{KEYED_KEYED, KEYED_PLAIN, READ_STORE, SCALE_STEPS, deep, pg};
 /// Adds the goal lines; figures a short run did not measure show as "not measured".
 pub fn add(
     report: &mut Report,
+    whole_rss_kib: Option<u64>,
     read_rss_kib: Option<u64>,
     clean_start: Option<Duration>,
     crash_start: Option<Duration>,
@@ -67,11 +68,17 @@ pub fn add(
         None => ("handshake: req/s/core vs baseline".to_owned(), None),
     };
     report.goal(&name, value, ">= 0.95", |v| v >= 0.95);
+    // Issue 12: the peak of one server over the whole benchmark, preload and creates included.
     report.goal(
-        "peak RSS on the 100k store, MiB",
-        read_rss_kib.map(|kib| kib as f64 / 1024.0),
+        "peak RSS over the whole run (100k preload, every scenario, creates), MiB",
+        whole_rss_kib.map(|kib| kib as f64 / 1024.0),
         "<= 24",
         |v| v <= 24.0,
+    );
+    // The older figure: a server started after the preload, read scenarios only.
+    report.report_only(
+        "peak RSS of the read server on the 100k store, MiB",
+        read_rss_kib.map(|kib| kib as f64 / 1024.0),
     );
     report.goal(
         "start-up at 1M after a clean stop, ms",
@@ -79,10 +86,12 @@ pub fn add(
         "< 100",
         |v| v < 100.0,
     );
-    // The issue asks only that this one be reported.
-    report.report_only(
+    // Issue 12: back in service fast after a SIGKILL in the middle of writes.
+    report.goal(
         "start-up at 1M after a crash, ms",
         crash_start.map(|t| t.as_secs_f64() * 1000.0),
+        "<= 100",
+        |v| v <= 100.0,
     );
     // Issue 10: a deep page costs what the first page costs, with and without a filter.
     for (first, deep, _, _) in deep::PAGES {

@@ -438,3 +438,12 @@ fn field(line: &str, name: &str) -> Option<u64> {
         .parse()
         .ok()
 }
+
+/// The bytes a process has caused to be written to storage so far (`write_bytes` of
+/// /proc/<pid>/io); None where the kernel does not count them.
+pub fn write_bytes(pid: u32) -> Option<u64> {
+    let io = std::fs::read_to_string(format!("/proc/{pid}/io")).ok()?;
+    io.lines()
+        .find_map(|line| line.strip_prefix("write_bytes:"))
+        .and_then(|rest| rest.trim().parse().ok())
+}

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 /// Knobs from the environment, so a quick iteration needs no edit: BENCH_SECONDS, BENCH_WARMUP,
 /// BENCH_SCALE_SECONDS, BENCH_ROUNDS, BENCH_SKIP_1M=1,
-/// BENCH_ONLY=list20,get-one,scale,create,create-keyed,postgres,1m,deep-page and
+/// BENCH_ONLY=list20,get-one,scale,create,create-keyed,postgres,rss,1m,deep-page and
 /// BENCH_PETSTORE_ARGS="--log-level info,petstore::service=warn" (a diagnostic: the real
 /// figures use none; the `listening on` line must stay, so the filter keeps `info`).
 pub struct Settings {
@@ -18,7 +18,7 @@ pub struct Settings {
     /// noise in one window moves one pair, not the verdict.
     pub rounds: usize,
     pub skip_1m: bool,
-    /// Parts to run (read scenario names, `scale`, `create`, `create-keyed`, `postgres`, `1m`,
+    /// Parts to run (read scenario names, `scale`, `create`, `create-keyed`, `postgres`, `rss`, `1m`,
     /// `deep-page`); all when empty. `deep-page` builds the 1M store without `1m`'s crash.
     pub only: Vec<String>,
     /// Extra petstore flags, for diagnostics such as a log filter without the request lines.
