@@ -7,13 +7,13 @@
 
 use std::fmt;
 use std::path::Path;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, anyhow, bail};
 use sha2::{Digest, Sha256};
 
 use crate::config::{CopyConfig, Database};
-use crate::store::{self, Chunk, Import, Location, Store, StoreError, Tuning};
+use crate::store::{self, Chunk, Import, Location, Store, StoreError, Tuning, unix_now};
 
 /// Pets per chunk: the unit read, written (one transaction or one `COPY` each) and counted.
 const CHUNK: usize = 20_000;
@@ -271,10 +271,4 @@ fn same_file(a: &Path, b: &Path) -> bool {
         (Ok(a), Ok(b)) => a == b,
         _ => a == b,
     }
-}
-
-fn unix_now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |elapsed| elapsed.as_secs())
 }

@@ -133,7 +133,7 @@ pub(crate) fn gather(
 
 /// Seconds since the Unix epoch: idempotency records outlive restarts, so their expiry is
 /// wall-clock time.
-pub(crate) fn unix_now() -> u64 {
+pub fn unix_now() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |elapsed| elapsed.as_secs())
