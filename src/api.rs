@@ -274,7 +274,13 @@ pub async fn healthz(store: &Store) -> Result<Reply, Error> {
         .check()
         .await
         .map_err(|e| Error::Unavailable(format!("health check: {e}")))?;
-    Ok(Reply::ok(Bytes::from_static(br#"{"status":"ok"}"#)))
+    match crate::acme::health() {
+        None => Ok(Reply::ok(Bytes::from_static(br#"{"status":"ok"}"#))),
+        // The store answers either way; an old certificate still serves while renewal fails.
+        Some(certificate) => Ok(Reply::ok(Bytes::from(
+            serde_json::json!({"status": "ok", "certificate": certificate}).to_string(),
+        ))),
+    }
 }
 
 /// `GET /v1/openapi.json`: the document describing this server.

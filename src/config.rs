@@ -72,13 +72,63 @@ pub struct Cli {
     )]
     db_statement_timeout: Option<Duration>,
 
-    /// PEM file with the server certificate, followed by any intermediates.
-    #[arg(long, env = "PETSTORE_TLS_CERT", required = true)]
+    /// PEM file with the server certificate, followed by any intermediates (or use
+    /// --acme-domain instead).
+    #[arg(long, env = "PETSTORE_TLS_CERT", value_name = "PATH")]
     tls_cert: Option<PathBuf>,
 
     /// PEM file with the certificate's private key (PKCS#8, SEC1 or PKCS#1).
-    #[arg(long, env = "PETSTORE_TLS_KEY", required = true)]
+    #[arg(long, env = "PETSTORE_TLS_KEY", value_name = "PATH")]
     tls_key: Option<PathBuf>,
+
+    /// Obtain and renew the certificate over ACME for this DNS name (repeatable; comma-separated
+    /// in the variable), answering TLS-ALPN-01 on --listen, which must be reachable on port 443
+    /// under these names. Instead of --tls-cert/--tls-key. Agrees to the CA's terms of service.
+    #[arg(
+        long,
+        env = "PETSTORE_ACME_DOMAIN",
+        value_name = "NAME",
+        value_delimiter = ','
+    )]
+    acme_domain: Vec<String>,
+
+    /// The ACME CA's directory URL [default: Let's Encrypt production,
+    /// https://acme-v02.api.letsencrypt.org/directory].
+    #[arg(long, env = "PETSTORE_ACME_DIRECTORY", value_name = "URL")]
+    acme_directory: Option<String>,
+
+    /// Contact address given to the ACME CA (expiry and policy notices).
+    #[arg(long, env = "PETSTORE_ACME_EMAIL", value_name = "ADDRESS")]
+    acme_email: Option<String>,
+
+    /// PEM file with the CA certificates that sign the ACME server's own HTTPS certificate
+    /// (a private ACME CA); without it, the system's roots.
+    #[arg(long, env = "PETSTORE_ACME_CA_ROOT", value_name = "PATH")]
+    acme_ca_root: Option<PathBuf>,
+
+    /// External Account Binding key id, from the CA (with --acme-eab-hmac-key-file).
+    #[arg(
+        long,
+        env = "PETSTORE_ACME_EAB_KID",
+        value_name = "KID",
+        requires = "acme_eab_hmac_key_file"
+    )]
+    acme_eab_kid: Option<String>,
+
+    /// File holding the External Account Binding HMAC key, base64url as the CA gives it.
+    #[arg(
+        long,
+        env = "PETSTORE_ACME_EAB_HMAC_KEY_FILE",
+        value_name = "PATH",
+        requires = "acme_eab_kid"
+    )]
+    acme_eab_hmac_key_file: Option<PathBuf>,
+
+    /// Directory for the ACME account key and certificates (created if missing, mode 0700)
+    /// [default: acme/ in systemd's StateDirectory, else beside a redb --db; required with a
+    /// PostgreSQL --db outside systemd].
+    #[arg(long, env = "PETSTORE_ACME_STATE_DIR", value_name = "DIR")]
+    acme_state_dir: Option<PathBuf>,
 
     /// API keys file: one `LABEL SHA256HEX [read-only] [expires=TIME]` a line, managed with
     /// `petstore keys`.
@@ -367,8 +417,8 @@ pub struct Config {
     pub db_pool_size: usize,
     /// PostgreSQL only: the longest one statement may run.
     pub db_statement_timeout: Duration,
-    pub tls_cert: PathBuf,
-    pub tls_key: PathBuf,
+    /// Where the served certificate comes from.
+    pub tls: TlsSource,
     pub api_keys: PathBuf,
     pub shutdown_timeout: Duration,
     pub max_connections: usize,
@@ -392,8 +442,95 @@ pub struct Config {
     pub backup: Option<crate::backup::Settings>,
 }
 
+/// The two ways to a certificate: files the operator renews, or ACME.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TlsSource {
+    Files { cert: PathBuf, key: PathBuf },
+    Acme(crate::acme::Settings),
+}
+
 impl Cli {
-    pub fn into_action(self) -> anyhow::Result<Action> {
+    /// `--tls-cert/--tls-key` or `--acme-*`: exactly one way, each complete.
+    fn tls_source(&mut self, db: &Database) -> anyhow::Result<TlsSource> {
+        let files = self.tls_cert.is_some() || self.tls_key.is_some();
+        let acme_only: Vec<&str> = [
+            ("--acme-directory", self.acme_directory.is_some()),
+            ("--acme-email", self.acme_email.is_some()),
+            ("--acme-ca-root", self.acme_ca_root.is_some()),
+            ("--acme-eab-kid", self.acme_eab_kid.is_some()),
+            ("--acme-state-dir", self.acme_state_dir.is_some()),
+        ]
+        .into_iter()
+        .filter_map(|(flag, given)| given.then_some(flag))
+        .collect();
+        if self.acme_domain.is_empty() {
+            if !acme_only.is_empty() {
+                bail!(
+                    "{}: only with --acme-domain (the certificate comes from --tls-cert and \
+                     --tls-key otherwise)",
+                    acme_only.join(", ")
+                );
+            }
+            return match (self.tls_cert.take(), self.tls_key.take()) {
+                (Some(cert), Some(key)) => Ok(TlsSource::Files { cert, key }),
+                (Some(_), None) => bail!("--tls-cert needs --tls-key, the certificate's key"),
+                (None, Some(_)) => bail!("--tls-key needs --tls-cert, the key's certificate"),
+                (None, None) => bail!(
+                    "no certificate: give --tls-cert and --tls-key, or --acme-domain NAME to \
+                     obtain one over ACME"
+                ),
+            };
+        }
+        if files {
+            bail!(
+                "--tls-cert/--tls-key and --acme-domain are two ways to the certificate: give \
+                     one of them"
+            );
+        }
+        let mut domains = Vec::new();
+        for domain in &self.acme_domain {
+            let domain = crate::acme::check_domain(domain)
+                .map_err(|e| anyhow::anyhow!("--acme-domain {domain:?}: {e}"))?;
+            if !domains.contains(&domain) {
+                domains.push(domain);
+            }
+        }
+        let state_dir = match self.acme_state_dir.take() {
+            Some(dir) => dir,
+            None => match std::env::var_os("STATE_DIRECTORY") {
+                // systemd joins several StateDirectory= entries with ':'; the first is ours.
+                Some(dirs) if !dirs.is_empty() => {
+                    let dirs = dirs.to_string_lossy().into_owned();
+                    PathBuf::from(dirs.split(':').next().unwrap_or_default()).join("acme")
+                }
+                _ => match db {
+                    Database::Redb(path) => path
+                        .parent()
+                        .map_or_else(|| PathBuf::from("acme"), |dir| dir.join("acme")),
+                    Database::Postgres(_) => bail!(
+                        "--acme-state-dir is required with a PostgreSQL --db outside systemd \
+                         (no StateDirectory): the ACME account key and certificates live there"
+                    ),
+                },
+            },
+        };
+        Ok(TlsSource::Acme(crate::acme::Settings {
+            domains,
+            directory: self
+                .acme_directory
+                .take()
+                .unwrap_or_else(|| crate::acme::LETS_ENCRYPT.to_owned()),
+            email: self.acme_email.take(),
+            ca_root: self.acme_ca_root.take(),
+            eab: self
+                .acme_eab_kid
+                .take()
+                .zip(self.acme_eab_hmac_key_file.take()),
+            state_dir,
+        }))
+    }
+
+    pub fn into_action(mut self) -> anyhow::Result<Action> {
         match self.command {
             Some(Command::NewKey { label }) => return Ok(Action::NewKey { label }),
             Some(Command::Keys { api_keys, command }) => {
@@ -443,7 +580,8 @@ impl Cli {
         // clap enforces `required` whenever no subcommand is given, so these are present; the
         // errors below only guard against that attribute being dropped.
         let missing = |flag: &str| anyhow::anyhow!("{flag} is required");
-        let db = Database::from_flag("--db", self.db)?;
+        let db = Database::from_flag("--db", std::mem::take(&mut self.db))?;
+        let tls = self.tls_source(&db)?;
         if let Database::Redb(path) = &db {
             let given: Vec<&str> = [
                 ("--db-password-file", self.db_password_file.is_some()),
@@ -503,8 +641,7 @@ impl Cli {
             db_statement_timeout: self
                 .db_statement_timeout
                 .unwrap_or(DEFAULT_DB_STATEMENT_TIMEOUT),
-            tls_cert: self.tls_cert.ok_or_else(|| missing("--tls-cert"))?,
-            tls_key: self.tls_key.ok_or_else(|| missing("--tls-key"))?,
+            tls,
             api_keys: self.api_keys.ok_or_else(|| missing("--api-keys"))?,
             shutdown_timeout: Duration::from_secs(self.shutdown_timeout),
             max_connections: self.max_connections as usize,
@@ -810,6 +947,45 @@ mod tests {
         ] {
             assert!(serve(bad).is_err(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn acme_takes_the_place_of_the_files_with_its_state_beside_the_database() {
+        let parse = |args: &[&str]| {
+            let args = [
+                "petstore",
+                "--api-keys",
+                "keys",
+                "--db",
+                "/srv/pets/pets.redb",
+            ]
+            .iter()
+            .chain(args);
+            match Cli::try_parse_from(args)?.into_action()? {
+                Action::Serve(config) => Ok::<_, anyhow::Error>(config.tls),
+                _ => panic!("expected a serve action"),
+            }
+        };
+        let Ok(TlsSource::Acme(settings)) = parse(&[
+            "--acme-domain",
+            "Pets.Example.com",
+            "--acme-domain",
+            "api.example.com",
+            "--acme-domain",
+            "pets.example.com",
+        ]) else {
+            panic!("ACME settings");
+        };
+        assert_eq!(settings.domains, ["pets.example.com", "api.example.com"]);
+        assert_eq!(settings.directory, crate::acme::LETS_ENCRYPT);
+        if std::env::var_os("STATE_DIRECTORY").is_none() {
+            assert_eq!(settings.state_dir, PathBuf::from("/srv/pets/acme"));
+        }
+        assert!(parse(&["--acme-eab-kid", "k", "--acme-domain", "a.example"]).is_err());
+        assert!(matches!(
+            parse(&["--tls-cert", "c", "--tls-key", "k"]),
+            Ok(TlsSource::Files { .. })
+        ));
     }
 
     #[test]

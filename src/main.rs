@@ -3,6 +3,7 @@
 //! the outcome to an exit code: 0 for a clean stop, 1 with `error: ...` on stderr for a failed
 //! start or subcommand.
 
+mod acme;
 mod api;
 mod auth;
 mod backup;
@@ -37,7 +38,7 @@ use std::sync::Arc;
 use anyhow::Context;
 use clap::Parser;
 
-use crate::config::{Action, Cli, Config, Database, LogFormat};
+use crate::config::{Action, Cli, Config, Database, LogFormat, TlsSource};
 
 fn main() -> ExitCode {
     match run(Cli::parse()) {
@@ -92,7 +93,17 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     let snapshot_requests = lifecycle::install_snapshot()?;
     let keys = Arc::new(auth::Keys::load(&config.api_keys)?);
     let limits = ratelimit::RateLimits::new(config.rate_limit, config.auth_failure_limit)?;
-    let (tls, certificate) = tls::load(&config.tls_cert, &config.tls_key)?;
+    let (tls, certificate, acme) = match &config.tls {
+        TlsSource::Files { cert, key } => {
+            let (tls, certificate) = tls::load(cert, key)?;
+            (tls, certificate, None)
+        }
+        TlsSource::Acme(settings) => {
+            let (tls, certificate) = tls::acme()?;
+            let manager = acme::Manager::new(settings.clone(), Arc::clone(&certificate))?;
+            (tls, certificate, Some(manager))
+        }
+    };
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
         .with_context(|| format!("listening on {}", config.listen))?;
@@ -127,7 +138,6 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     tracing::info!(database = %name, pets, "database open");
     tracing::info!(keys = keys.len(), "API keys loaded");
     tracing::info!(%address, "listening on");
-    lifecycle::notify(lifecycle::State::Ready);
 
     let reloads = {
         let keys = Arc::clone(&keys);
@@ -162,7 +172,7 @@ async fn serve(config: Config) -> anyhow::Result<()> {
 
     let backups = backup::start(&store, config.backup.clone(), snapshot_requests);
     let app = service::App::new(store.clone(), keys, limits, config.body_timeout);
-    let stopping = async {
+    let stopping = async move {
         let signal = stop.stopped().await;
         lifecycle::notify(lifecycle::State::Stopping);
         tracing::info!(signal, "stopping");
@@ -174,13 +184,41 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         idle_timeout: config.idle_timeout,
         drain_timeout: config.shutdown_timeout,
     };
-    server::serve(listener, tls, app, stopping, limits).await;
+    // Accepting before the first ACME certificate: the CA validates on this very listener.
+    let mut serving = tokio::spawn(server::serve(listener, tls, app, stopping, limits));
+    let mut renewals = None;
+    let mut failed = None;
+    let mut ready = true;
+    let mut served = false;
+    if let Some(mut manager) = acme {
+        tokio::select! {
+            first = manager.first_certificate() => match first {
+                Ok(()) => renewals = Some(tokio::spawn(manager.renew())),
+                Err(e) => {
+                    serving.abort();
+                    ready = false;
+                    failed = Some(e.context("ACME: no certificate"));
+                }
+            },
+            // Stopped before the first certificate came.
+            _ = &mut serving => (ready, served) = (false, true),
+        }
+    }
+    if ready {
+        lifecycle::notify(lifecycle::State::Ready);
+    }
+    if !served {
+        let _ = serving.await;
+    }
+    if let Some(renewals) = renewals {
+        renewals.abort();
+    }
     reloads.abort();
     // A snapshot in progress stops and removes its temp file, within a few thousand entries.
     backups.stop().await;
     store.close().await;
     tracing::info!("stopped");
-    Ok(())
+    failed.map_or(Ok(()), Err)
 }
 
 /// Logs go to stderr, where journald or the terminal takes them, through `log`'s buffer. The

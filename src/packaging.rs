@@ -76,6 +76,16 @@ fn installed_files() -> String {
             "The API keys file, one line per key from petstore new-key.",
         ),
         (
+            "/usr/share/doc/petstore/examples/petstore-acme.service",
+            "The unit for a certificate over ACME (--acme-domain) on port 443, in place of \
+             the certificate files.",
+        ),
+        (
+            "/var/lib/petstore/acme",
+            "With --acme-domain under systemd: the ACME account key and the certificate, \
+             mode 0600 in a 0700 directory.",
+        ),
+        (
             "/var/lib/petstore/pets.redb",
             "The pets, in the StateDirectory= of the unit. Removing or purging the package \\
              leaves them.",

@@ -248,6 +248,13 @@ impl Connection {
             }
         };
         activity.touch();
+        if tls.get_ref().1.alpn_protocol() == Some(crate::tls::ACME_TLS_ALPN) {
+            // RFC 8737 section 3: the validation is the handshake itself; no data follows.
+            let mut tls = tls;
+            let close = tokio::io::AsyncWriteExt::shutdown(&mut tls);
+            let _ = tokio::time::timeout(self.limits.handshake_timeout, close).await;
+            return tracing::debug!(%peer, "answered a TLS-ALPN-01 validation");
+        }
 
         // Formatted once: the request log line would otherwise format it for every request.
         let peer_name: Arc<str> = peer.to_string().into();

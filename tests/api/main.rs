@@ -2,6 +2,7 @@
 //! temp redb file. One module per area; `support` holds the harness, and `pg_cluster` (the
 //! store's own file, shared with its unit tests) runs throwaway PostgreSQL clusters.
 
+mod acme;
 mod auth;
 mod backup;
 mod connection_fuzz;

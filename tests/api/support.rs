@@ -114,10 +114,17 @@ fn command(dir: &Path, options: &Options) -> Command {
             Some(db) => db.into(),
             None => dir.join("pets.redb").into_os_string(),
         })
-        .arg("--tls-cert")
-        .arg(&options.tls_cert)
-        .arg("--tls-key")
-        .arg(&options.tls_key)
+        // An ACME server has no certificate files: they are the other way to one.
+        .args(if options.args.iter().any(|arg| arg == "--acme-domain") {
+            Vec::new()
+        } else {
+            vec![
+                "--tls-cert".into(),
+                options.tls_cert.clone().into_os_string(),
+                "--tls-key".into(),
+                options.tls_key.clone().into_os_string(),
+            ]
+        })
         .arg("--api-keys")
         .arg(&options.api_keys)
         .args(&options.args)

@@ -1,6 +1,6 @@
 # Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
 function __fish_petstore_global_optspecs
-    string join \n listen= db= db-password-file= db-ca= db-pool-size= db-statement-timeout= tls-cert= tls-key= api-keys= shutdown-timeout= max-connections= handshake-timeout= header-timeout= body-timeout= idle-timeout= cache-size= max-write-batch= idempotency-ttl= rate-limit= rate-burst= auth-failure-limit= auth-failure-burst= log-format= log-level= backup-dir= backup-keep= backup-every= h/help V/version
+    string join \n listen= db= db-password-file= db-ca= db-pool-size= db-statement-timeout= tls-cert= tls-key= acme-domain= acme-directory= acme-email= acme-ca-root= acme-eab-kid= acme-eab-hmac-key-file= acme-state-dir= api-keys= shutdown-timeout= max-connections= handshake-timeout= header-timeout= body-timeout= idle-timeout= cache-size= max-write-batch= idempotency-ttl= rate-limit= rate-burst= auth-failure-limit= auth-failure-burst= log-format= log-level= backup-dir= backup-keep= backup-every= h/help V/version
 end
 
 function __fish_petstore_needs_command
@@ -30,8 +30,15 @@ complete -c petstore -n "__fish_petstore_needs_command" -l db-password-file -d '
 complete -c petstore -n "__fish_petstore_needs_command" -l db-ca -d 'PostgreSQL only: PEM file with the CA certificates that sign the server\'s certificate; without it, sslmode=verify-ca and verify-full use the system\'s roots' -r -F
 complete -c petstore -n "__fish_petstore_needs_command" -l db-pool-size -d 'PostgreSQL only: connections the pool keeps at most [default: 16]' -r
 complete -c petstore -n "__fish_petstore_needs_command" -l db-statement-timeout -d 'PostgreSQL only: the longest one statement may run, e.g. `500ms`, `5s`, `1m` [default: 5s]' -r
-complete -c petstore -n "__fish_petstore_needs_command" -l tls-cert -d 'PEM file with the server certificate, followed by any intermediates' -r -F
+complete -c petstore -n "__fish_petstore_needs_command" -l tls-cert -d 'PEM file with the server certificate, followed by any intermediates (or use --acme-domain instead)' -r -F
 complete -c petstore -n "__fish_petstore_needs_command" -l tls-key -d 'PEM file with the certificate\'s private key (PKCS#8, SEC1 or PKCS#1)' -r -F
+complete -c petstore -n "__fish_petstore_needs_command" -l acme-domain -d 'Obtain and renew the certificate over ACME for this DNS name (repeatable; comma-separated in the variable), answering TLS-ALPN-01 on --listen, which must be reachable on port 443 under these names. Instead of --tls-cert/--tls-key. Agrees to the CA\'s terms of service' -r
+complete -c petstore -n "__fish_petstore_needs_command" -l acme-directory -d 'The ACME CA\'s directory URL [default: Let\'s Encrypt production, https://acme-v02.api.letsencrypt.org/directory]' -r
+complete -c petstore -n "__fish_petstore_needs_command" -l acme-email -d 'Contact address given to the ACME CA (expiry and policy notices)' -r
+complete -c petstore -n "__fish_petstore_needs_command" -l acme-ca-root -d 'PEM file with the CA certificates that sign the ACME server\'s own HTTPS certificate (a private ACME CA); without it, the system\'s roots' -r -F
+complete -c petstore -n "__fish_petstore_needs_command" -l acme-eab-kid -d 'External Account Binding key id, from the CA (with --acme-eab-hmac-key-file)' -r
+complete -c petstore -n "__fish_petstore_needs_command" -l acme-eab-hmac-key-file -d 'File holding the External Account Binding HMAC key, base64url as the CA gives it' -r -F
+complete -c petstore -n "__fish_petstore_needs_command" -l acme-state-dir -d 'Directory for the ACME account key and certificates (created if missing, mode 0700) [default: acme/ in systemd\'s StateDirectory, else beside a redb --db; required with a PostgreSQL --db outside systemd]' -r -F
 complete -c petstore -n "__fish_petstore_needs_command" -l api-keys -d 'API keys file: one `LABEL SHA256HEX [read-only] [expires=TIME]` a line, managed with `petstore keys`' -r -F
 complete -c petstore -n "__fish_petstore_needs_command" -l shutdown-timeout -d 'Seconds to let requests in flight finish after SIGTERM or SIGINT' -r
 complete -c petstore -n "__fish_petstore_needs_command" -l max-connections -d 'Connections served at once; further clients wait in the listen backlog until one ends' -r
