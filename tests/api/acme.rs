@@ -429,8 +429,8 @@ async fn renewal_swaps_the_certificate_with_no_failed_request() {
 #[tokio::test(flavor = "multi_thread")]
 async fn with_pebble_gone_the_old_certificate_serves_and_renewal_comes_once_it_is_back() {
     let port = free_port();
-    // Renewal comes 40 s in; a failure then waits a tenth of the 20 s left, not a minute.
-    let mut pebble = Pebble::start(port, 60, false);
+    // Renewal comes 60 s in; a failure then waits a tenth of the 30 s left, not a minute.
+    let mut pebble = Pebble::start(port, 90, false);
     let dir = tempfile::tempdir().expect("temp dir");
     let server = Server::start_with(acme_options(&pebble, port, &dir.path().join("acme")));
     wait_for(&server, &pebble, "ACME certificate in service", 1);
