@@ -6,6 +6,7 @@
 
 use std::fmt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
 
 use anyhow::Context;
@@ -15,6 +16,40 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
+
+/// The serving certificate's notAfter in Unix seconds; 0 before one is loaded, or when its
+/// date could not be read.
+static NOT_AFTER: AtomicU64 = AtomicU64::new(0);
+
+/// When the certificate in force expires (its leaf's notAfter), in Unix seconds; for the
+/// metrics. `None` before a certificate is loaded.
+pub fn not_after() -> Option<u64> {
+    Some(NOT_AFTER.load(Ordering::Relaxed)).filter(|at| *at > 0)
+}
+
+/// Records the notAfter of `leaf`, the certificate now served: every path that installs a
+/// certificate (the files at start and on reload, an ACME renewal) calls it.
+pub fn record_not_after(leaf: &CertificateDer<'_>) {
+    match leaf_not_after(leaf) {
+        Ok(at) => NOT_AFTER.store(at, Ordering::Relaxed),
+        // rustls accepted it, so this is only our reader's limit: no expiry metric, still served.
+        Err(e) => {
+            tracing::warn!(error = %e, "reading the certificate's notAfter failed");
+            NOT_AFTER.store(0, Ordering::Relaxed);
+        }
+    }
+}
+
+fn leaf_not_after(leaf: &CertificateDer<'_>) -> Result<u64, x509_cert::der::Error> {
+    use x509_cert::der::Decode;
+    let cert = x509_cert::Certificate::from_der(leaf)?;
+    Ok(cert
+        .tbs_certificate
+        .validity
+        .not_after
+        .to_unix_duration()
+        .as_secs())
+}
 
 /// The certificate and key in force, and the files they came from.
 pub struct Certificate {
@@ -45,6 +80,9 @@ impl Certificate {
     /// connections already open keep the pair they started with.
     pub fn reload(&self) -> anyhow::Result<()> {
         let fresh = read_pair(&self.cert_path, &self.key_path, &self.provider)?;
+        if let Some(leaf) = fresh.cert.first() {
+            record_not_after(leaf);
+        }
         *self.current.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(fresh);
         Ok(())
     }
@@ -57,6 +95,9 @@ pub fn load(
 ) -> anyhow::Result<(Arc<ServerConfig>, Arc<Certificate>)> {
     let provider = Arc::new(ring::default_provider());
     let pair = read_pair(cert_path, key_path, &provider)?;
+    if let Some(leaf) = pair.cert.first() {
+        record_not_after(leaf);
+    }
     let certificate = Arc::new(Certificate {
         cert_path: cert_path.to_owned(),
         key_path: key_path.to_owned(),
@@ -181,5 +222,22 @@ mod tests {
         copy("dev-server-2.key", &key_path).expect("copy");
         certificate.reload().expect("a matching pair reloads");
         assert_ne!(leaf(), first);
+    }
+
+    #[test]
+    fn the_leaf_not_after_is_read() {
+        // `openssl x509 -enddate`: Nov 19 07:22:50 2036 GMT.
+        for name in ["dev-server.pem", "dev-server-rsa.pem"] {
+            let leaf = CertificateDer::pem_file_iter(cert(name))
+                .expect("read")
+                .next()
+                .expect("one")
+                .expect("pem");
+            assert_eq!(
+                leaf_not_after(&leaf).expect("parsed"),
+                2_110_692_170,
+                "{name}"
+            );
+        }
     }
 }

@@ -18,6 +18,7 @@ mod lifecycle;
 mod limits;
 mod list;
 mod logs;
+mod metrics;
 mod openapi;
 mod paging;
 mod patch;
