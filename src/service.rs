@@ -433,6 +433,26 @@ mod tests {
     }
 
     #[test]
+    fn metrics_count_by_route_template_never_by_raw_path() {
+        use metrics::Route as Template;
+        assert_eq!(route_template("/v1/pets"), Template::Pets);
+        assert_eq!(route_template("/v1/pets/12"), Template::Pet);
+        assert_eq!(route_template("/v1/pets/not-an-id"), Template::Pet);
+        assert_eq!(route_template(OPENAPI_PATH), Template::OpenApi);
+        assert_eq!(route_template(HEALTH_PATH), Template::Health);
+        for path in [
+            "/",
+            "/v1",
+            "/v1/pets/",
+            "/v1/pets/1/x",
+            "/v1/petsx",
+            "/metrics",
+        ] {
+            assert_eq!(route_template(path), Template::Unmatched, "{path}");
+        }
+    }
+
+    #[test]
     fn only_v1_paths_but_the_openapi_document_need_a_key() {
         assert!(needs_key("/v1/pets") && needs_key("/v1") && needs_key("/v1/nothing"));
         assert!(
