@@ -38,7 +38,7 @@ pub struct Settings {
     pub every: Option<Duration>,
 }
 
-/// Counts for the logs (and any later metrics): snapshots written and failed, and when the last
+/// Counts for the logs (the metrics keep their own, in `metrics`): snapshots written and failed, and when the last
 /// good one was taken.
 #[derive(Debug, Default)]
 pub struct Stats {
@@ -140,6 +140,7 @@ async fn run(
                 retry = None;
                 stats.taken.fetch_add(1, Ordering::Relaxed);
                 stats.last_good.store(started, Ordering::Relaxed);
+                crate::metrics::snapshot_taken(started);
                 tracing::info!(
                     file = %path.display(),
                     pets,
@@ -151,6 +152,7 @@ async fn run(
             Err(e) => {
                 failures = failures.saturating_add(1);
                 let failed = stats.failed.fetch_add(1, Ordering::Relaxed) + 1;
+                crate::metrics::snapshot_failed();
                 let backoff = FIRST_BACKOFF
                     .saturating_mul(1 << failures.saturating_sub(1).min(16))
                     .min(MAX_BACKOFF);

@@ -263,6 +263,11 @@ pub struct Cli {
     /// Take a snapshot this often, e.g. `1h`, `30m`, `1d` [default: only on SIGUSR1].
     #[arg(long, env = "PETSTORE_BACKUP_EVERY", value_name = "DURATION", requires = "backup_dir", value_parser = parse_ttl)]
     backup_every: Option<Duration>,
+
+    /// Socket address to serve Prometheus metrics on, over plain HTTP at `/metrics`, e.g.
+    /// 127.0.0.1:9464; for localhost or a private network only [default: off].
+    #[arg(long, env = "PETSTORE_METRICS_LISTEN", value_name = "ADDR")]
+    metrics_listen: Option<SocketAddr>,
 }
 
 /// Snapshots kept when `--backup-keep` is not given: a week of daily ones.
@@ -440,6 +445,8 @@ pub struct Config {
     pub log_level: Option<String>,
     /// Snapshots while serving; redb only.
     pub backup: Option<crate::backup::Settings>,
+    /// Where `/metrics` is served; `None`: nowhere.
+    pub metrics_listen: Option<SocketAddr>,
 }
 
 /// The two ways to a certificate: files the operator renews, or ACME.
@@ -657,6 +664,7 @@ impl Cli {
             log_format: self.log_format,
             log_level: self.log_level,
             backup,
+            metrics_listen: self.metrics_listen,
         })))
     }
 }

@@ -17,6 +17,7 @@ mod keys;
 mod lifecycle;
 mod log;
 mod log_format;
+mod metrics;
 #[cfg(test)]
 mod packaging;
 mod pet;
@@ -108,6 +109,10 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("listening on {}", config.listen))?;
     let address = listener.local_addr().context("reading the bound address")?;
+    let metrics_listener = match config.metrics_listen {
+        Some(address) => Some(metrics::bind(address).await?),
+        None => None,
+    };
     let (location, name) = match &config.db {
         Database::Redb(path) => (
             store::Location::Redb {
@@ -138,6 +143,36 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     tracing::info!(database = %name, pets, "database open");
     tracing::info!(keys = keys.len(), "API keys loaded");
     tracing::info!(%address, "listening on");
+    let metrics = match metrics_listener {
+        Some(listener) => {
+            let address = listener.local_addr().context("reading the bound address")?;
+            tracing::info!(%address, "serving metrics on");
+            let counted = store.clone();
+            let sources = metrics::Sources {
+                pets: Box::new(move || {
+                    let store = counted.clone();
+                    Box::pin(async move {
+                        match store.count_by_status().await {
+                            Ok(counts) => Some(
+                                counts
+                                    .into_iter()
+                                    .map(|(status, count)| (status.map(|s| s.as_str()), count))
+                                    .collect(),
+                            ),
+                            Err(e) => {
+                                tracing::warn!(error = %e, "counting pets for the metrics failed");
+                                None
+                            }
+                        }
+                    })
+                }),
+                certificate_not_after: tls::not_after,
+                backups: config.backup.is_some(),
+            };
+            Some(tokio::spawn(metrics::serve(listener, sources)))
+        }
+        None => None,
+    };
 
     let reloads = {
         let keys = Arc::clone(&keys);
@@ -214,6 +249,9 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         renewals.abort();
     }
     reloads.abort();
+    if let Some(metrics) = metrics {
+        metrics.abort();
+    }
     // A snapshot in progress stops and removes its temp file, within a few thousand entries.
     backups.stop().await;
     store.close().await;

@@ -26,6 +26,7 @@ use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, watch};
 use tokio::time::Instant;
 use tokio_rustls::TlsAcceptor;
 
+use crate::metrics;
 use crate::service::App;
 
 /// After a failed accept (e.g. out of file descriptors), wait this long before the next.
@@ -101,6 +102,7 @@ pub async fn serve(
             accepted = listener.accept() => match accepted {
                 Ok(accepted) => accepted,
                 Err(e) => {
+                    metrics::accept_failed();
                     tracing::warn!(error = %e, "accept failed");
                     tokio::time::sleep(ACCEPT_BACKOFF).await;
                     continue;
@@ -111,6 +113,7 @@ pub async fn serve(
         let slot = match Arc::clone(&slots).try_acquire_owned() {
             Ok(slot) => slot,
             Err(_) => {
+                metrics::connection_waited();
                 let room = make_room(&open, &slots);
                 tokio::select! {
                     slot = room => slot,
@@ -140,6 +143,26 @@ pub async fn serve(
             timeout_s = limits.drain_timeout.as_secs(),
             "drain timed out; closing the remaining connections"
         ),
+    }
+}
+
+/// Why a handshake failed, from what rustls (inside the `io::Error` tokio-rustls gives) or the
+/// socket said.
+fn handshake_failure(e: &io::Error) -> metrics::HandshakeFailure {
+    use metrics::HandshakeFailure;
+    match e
+        .get_ref()
+        .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+    {
+        Some(rustls::Error::AlertReceived(_)) => HandshakeFailure::Alert,
+        Some(
+            rustls::Error::PeerIncompatible(_)
+            | rustls::Error::NoApplicationProtocol
+            | rustls::Error::NoCertificatesPresented,
+        ) => HandshakeFailure::Incompatible,
+        Some(_) => HandshakeFailure::Protocol,
+        None if e.kind() == io::ErrorKind::UnexpectedEof => HandshakeFailure::Eof,
+        None => HandshakeFailure::Io,
     }
 }
 
@@ -201,6 +224,7 @@ struct Place {
     open: Arc<Open>,
     number: u64,
     _slot: OwnedSemaphorePermit,
+    _counted: metrics::OpenConnection,
 }
 
 impl Place {
@@ -214,6 +238,7 @@ impl Place {
             open: Arc::clone(open),
             number,
             _slot: slot,
+            _counted: metrics::OpenConnection::enter(),
         }
     }
 }
@@ -239,11 +264,18 @@ impl Connection {
             tls = handshake => match tls {
                 Ok(Ok(tls)) => tls,
                 // Scanners and plain-HTTP clients land here; not worth more than debug.
-                Ok(Err(e)) => return tracing::debug!(%peer, error = %e, "TLS handshake failed"),
-                Err(_) => return tracing::debug!(%peer, "TLS handshake timed out"),
+                Ok(Err(e)) => {
+                    metrics::handshake_failed(handshake_failure(&e));
+                    return tracing::debug!(%peer, error = %e, "TLS handshake failed");
+                }
+                Err(_) => {
+                    metrics::handshake_failed(metrics::HandshakeFailure::Timeout);
+                    return tracing::debug!(%peer, "TLS handshake timed out");
+                }
             },
             _ = self.stop.wait_for(|stopped| *stopped) => return,
             () = activity.evict.notified() => {
+                metrics::connection_evicted();
                 return tracing::debug!(%peer, "closed during its handshake to make room");
             }
         };
@@ -316,6 +348,7 @@ impl Connection {
                     // Picked while idle; a request may have arrived since, and that one is
                     // answered: the accept loop then picks another.
                     if activity.in_flight.load(Ordering::Relaxed) == 0 {
+                        metrics::connection_evicted();
                         return tracing::debug!(%peer, "closed while idle to make room");
                     }
                     activity.evicted.store(false, Ordering::Relaxed);

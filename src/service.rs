@@ -21,6 +21,7 @@ use hyper::{Method, Request, Response, StatusCode, Version};
 use crate::api::{self, Reply};
 use crate::auth::{AuthFailure, Keys};
 use crate::error::Error;
+use crate::metrics;
 use crate::ratelimit::RateLimits;
 use crate::store::Store;
 
@@ -82,6 +83,7 @@ impl App {
         // With the line at the end, this one shows requests that are slow or never finish.
         tracing::debug!(method = method.as_str(), path, peer, "request started");
         let routed = route(method, path);
+        let template = route_template(path);
         let deprecated = matches!(routed, Ok(Route::GetPet(_)));
         let health = matches!(routed, Ok(Route::Health));
         let mut label = None;
@@ -107,7 +109,9 @@ impl App {
         }
 
         let status = response.status().as_u16();
-        let duration_us = started.elapsed().as_micros() as u64;
+        let elapsed = started.elapsed();
+        metrics::request(template, method, status, elapsed);
+        let duration_us = elapsed.as_micros() as u64;
         let key = label.as_deref().unwrap_or("-");
         // Fields as `&str` and integers: `log_format` writes those without `core::fmt`.
         let (method, protocol) = (method.as_str(), protocol_name(version));
@@ -272,6 +276,20 @@ fn route<'a>(method: &Method, path: &'a str) -> Result<Route<'a>, Error> {
     }
 }
 
+/// The route template a path falls under, for the metrics: by path alone, so a 405 still
+/// counts under the resource it asked for.
+fn route_template(path: &str) -> metrics::Route {
+    match path {
+        "/v1/pets" => metrics::Route::Pets,
+        OPENAPI_PATH => metrics::Route::OpenApi,
+        HEALTH_PATH => metrics::Route::Health,
+        _ => match path.strip_prefix("/v1/pets/") {
+            Some(id) if !id.is_empty() && !id.contains('/') => metrics::Route::Pet,
+            _ => metrics::Route::Unmatched,
+        },
+    }
+}
+
 fn into_response(
     result: Result<Reply, Error>,
     deprecated: bool,
@@ -412,6 +430,26 @@ mod tests {
             Ok(Route::DeletePet("12"))
         ));
         assert_eq!(allowed(Method::POST, "/healthz"), "GET, HEAD");
+    }
+
+    #[test]
+    fn metrics_count_by_route_template_never_by_raw_path() {
+        use metrics::Route as Template;
+        assert_eq!(route_template("/v1/pets"), Template::Pets);
+        assert_eq!(route_template("/v1/pets/12"), Template::Pet);
+        assert_eq!(route_template("/v1/pets/not-an-id"), Template::Pet);
+        assert_eq!(route_template(OPENAPI_PATH), Template::OpenApi);
+        assert_eq!(route_template(HEALTH_PATH), Template::Health);
+        for path in [
+            "/",
+            "/v1",
+            "/v1/pets/",
+            "/v1/pets/1/x",
+            "/v1/petsx",
+            "/metrics",
+        ] {
+            assert_eq!(route_template(path), Template::Unmatched, "{path}");
+        }
     }
 
     #[test]

@@ -350,4 +350,21 @@ mod tests {
         certificate.reload().expect("a matching pair reloads");
         assert_ne!(leaf(), first);
     }
+
+    #[test]
+    fn the_leaf_not_after_is_read() {
+        // `openssl x509 -enddate`: Nov 19 07:22:50 2036 GMT.
+        for name in ["dev-server.pem", "dev-server-rsa.pem"] {
+            let leaf = CertificateDer::pem_file_iter(cert(name))
+                .expect("read")
+                .next()
+                .expect("one")
+                .expect("pem");
+            assert_eq!(
+                validity(&leaf).expect("parsed").1,
+                2_110_692_170,
+                "{name}"
+            );
+        }
+    }
 }

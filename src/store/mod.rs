@@ -362,6 +362,12 @@ impl Store {
         on_backend!(&self.0, store => store.list(status, after, limit).await)
     }
 
+    /// Pets per status (`None`: pets without one). Reads every pet's index entry: for the
+    /// metrics, which bound how often they ask.
+    pub async fn count_by_status(&self) -> Result<Vec<(Option<PetStatus>, u64)>, StoreError> {
+        on_backend!(&self.0, store => store.count_by_status().await)
+    }
+
     /// Whether the store can serve now.
     pub async fn check(&self) -> Result<(), StoreError> {
         on_backend!(&self.0, store => store.check().await)

@@ -258,6 +258,42 @@ impl PgStore {
         .await
     }
 
+    /// Pets per status (`None`: without one): one scan of the status index, so its caller
+    /// decides how often.
+    pub(super) async fn count_by_status(
+        &self,
+    ) -> Result<Vec<(Option<PetStatus>, u64)>, StoreError> {
+        let rows = self
+            .pool
+            .run(async |client| {
+                client
+                    .query("SELECT status, count(*) FROM pets GROUP BY status", &[])
+                    .await
+                    .map_err(pg_error)
+            })
+            .await?;
+        let mut counts: Vec<(Option<PetStatus>, u64)> = [
+            Some(PetStatus::Available),
+            Some(PetStatus::Pending),
+            Some(PetStatus::Sold),
+            None,
+        ]
+        .into_iter()
+        .map(|status| (status, 0))
+        .collect();
+        for row in rows {
+            let code: Option<i16> = row.try_get(0).map_err(pg_error)?;
+            let count: i64 = row.try_get(1).map_err(pg_error)?;
+            if let Some(slot) = counts
+                .iter_mut()
+                .find(|(status, _)| status_code(*status) == code)
+            {
+                slot.1 = u64::try_from(count).unwrap_or(0);
+            }
+        }
+        Ok(counts)
+    }
+
     pub(super) async fn check(&self) -> Result<(), StoreError> {
         if self.writer.is_closed() {
             return Err(StoreError::Closed);
@@ -373,7 +409,12 @@ async fn write_loop(pool: Connections, mut queue: mpsc::Receiver<Command>, max_b
         // at once when it ends. A retry with the same Idempotency-Key creates the pet then.
         batch.retain(|write| !write.abandoned());
         if !batch.is_empty() {
+            let began = std::time::Instant::now();
             let failure = commit(&pool, &mut batch).await.err();
+            match &failure {
+                None => crate::metrics::store_committed(began.elapsed(), batch.len()),
+                Some(_) => crate::metrics::store_commit_failed(),
+            }
             if let Some(e) = &failure {
                 tracing::warn!(error = %e, writes = batch.len(), "write transaction failed");
             }

@@ -19,6 +19,7 @@ mod lifecycle;
 mod limits;
 mod list;
 mod logs;
+mod metrics;
 mod openapi;
 mod paging;
 mod patch;

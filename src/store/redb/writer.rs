@@ -94,6 +94,7 @@ impl Writer {
             self.reopen();
         }
         // The read guard lives to the end of this statement: `reopen` below takes the write lock.
+        let began = Instant::now();
         let result = match self.shared.db().as_ref() {
             Some(db) => write_batch(db, &self.shared.index, &mut self.changes, batch),
             None => Err(StoreError::Reopening),
@@ -101,6 +102,7 @@ impl Writer {
         match result {
             Ok(committed) => {
                 if committed {
+                    crate::metrics::store_committed(began.elapsed(), batch.len());
                     // Before any answer: a client that got its 201 must find the pet, and a
                     // retry its record.
                     self.shared.index.apply(&mut self.changes);
@@ -115,6 +117,7 @@ impl Writer {
             }
             Err(e) => {
                 self.changes.clear();
+                crate::metrics::store_commit_failed();
                 if !matches!(e, StoreError::Reopening) {
                     tracing::error!(error = %e, writes = batch.len(), "write transaction failed");
                 }
