@@ -11,7 +11,7 @@ use std::net::IpAddr;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, UNIX_EPOCH};
 
 use anyhow::{Context, anyhow, bail};
 use bytes::Bytes;
@@ -28,6 +28,8 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+use crate::metrics;
+use crate::store::unix_now;
 use crate::tls;
 
 /// Let's Encrypt's production directory, the default CA (as Caddy's).
@@ -116,12 +118,6 @@ fn rfc3339(unix: u64) -> String {
     humantime::format_rfc3339_seconds(UNIX_EPOCH + Duration::from_secs(unix)).to_string()
 }
 
-fn unix_now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |since| since.as_secs())
-}
-
 type Http = HyperClient<hyper_rustls::HttpsConnector<HttpConnector>, BodyWrapper<Bytes>>;
 
 /// The certificate this module serves: its pair's parts and validity.
@@ -203,7 +199,10 @@ impl Manager {
         let mut failures = 0;
         loop {
             match self.obtain().await {
-                Ok(issued) => return self.install(issued),
+                Ok(issued) => {
+                    metrics::acme_order(true);
+                    return self.install(issued);
+                }
                 Err(Failure::Permanent(e)) => {
                     update_status(|status| status.last_error = Some(format!("{e:#}")));
                     return Err(e);
@@ -236,7 +235,10 @@ impl Manager {
             }
             tracing::info!(domains = ?self.settings.domains, not_after = %rfc3339(not_after), "renewing the ACME certificate");
             let outcome = match self.obtain().await {
-                Ok(issued) => self.install(issued).map_err(Failure::Transient),
+                Ok(issued) => {
+                    metrics::acme_order(true);
+                    self.install(issued).map_err(Failure::Transient)
+                }
                 Err(e) => Err(e),
             };
             match outcome {
@@ -258,6 +260,7 @@ impl Manager {
     fn failed(&self, error: &anyhow::Error, wait: Duration) {
         let message = format!("{error:#}");
         let next = unix_now() + wait.as_secs();
+        metrics::acme_order(false);
         tracing::error!(
             error = %message,
             retry_in_s = wait.as_secs(),

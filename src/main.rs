@@ -168,6 +168,7 @@ async fn serve(config: Config) -> anyhow::Result<()> {
                 }),
                 certificate_not_after: tls::not_after,
                 backups: config.backup.is_some(),
+                acme: acme.is_some(),
             };
             Some(tokio::spawn(metrics::serve(listener, sources)))
         }

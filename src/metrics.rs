@@ -12,7 +12,7 @@ use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http_body_util::Full;
@@ -27,6 +27,8 @@ use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::{Registry, Unit};
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
+
+use crate::store::unix_now;
 
 /// Scrapes served at once; Prometheus needs one, a person with curl a second.
 const MAX_SCRAPE_CONNECTIONS: usize = 4;
@@ -207,6 +209,9 @@ static SNAPSHOTS_TAKEN: AtomicU64 = AtomicU64::new(0);
 static SNAPSHOTS_FAILED: AtomicU64 = AtomicU64::new(0);
 static SNAPSHOT_LAST_GOOD: AtomicU64 = AtomicU64::new(0);
 /// Unix seconds of the process start, set when the listener starts.
+static ACME_ISSUED: AtomicU64 = AtomicU64::new(0);
+static ACME_FAILED: AtomicU64 = AtomicU64::new(0);
+static ACME_FAILING: AtomicI64 = AtomicI64::new(0);
 static STARTED: AtomicU64 = AtomicU64::new(0);
 
 /// Counts one answered request, `status` being the one sent.
@@ -283,6 +288,16 @@ pub fn snapshot_failed() {
     SNAPSHOTS_FAILED.fetch_add(1, Ordering::Relaxed);
 }
 
+/// An ACME order ended: a certificate was issued, or the attempt failed (to be retried).
+pub fn acme_order(issued: bool) {
+    if issued {
+        ACME_ISSUED.fetch_add(1, Ordering::Relaxed);
+    } else {
+        ACME_FAILED.fetch_add(1, Ordering::Relaxed);
+    }
+    ACME_FAILING.store(i64::from(!issued), Ordering::Relaxed);
+}
+
 /// Pets per status (`None`: pets without one), as the store counts them.
 pub type PetCounts = Vec<(Option<&'static str>, u64)>;
 
@@ -298,6 +313,8 @@ pub struct Sources {
     pub certificate_not_after: fn() -> Option<u64>,
     /// Whether snapshots are taken (`--backup-dir`): without, their series would only alarm.
     pub backups: bool,
+    /// Whether the certificate comes from ACME (`--acme-domain`): its orders are counted.
+    pub acme: bool,
 }
 
 /// Binds the metrics listener; a failure is the start's, so a typo in the address stops the
@@ -382,6 +399,7 @@ async fn answer(request: Request<Incoming>, sources: &Sources) -> Response<Full<
         pets: pet_counts(sources).await,
         certificate_not_after: (sources.certificate_not_after)(),
         backups: sources.backups,
+        acme: sources.acme,
     };
     let mut registry = Registry::default();
     registry.register_collector(Box::new(scrape));
@@ -442,6 +460,7 @@ struct Scrape {
     pets: Option<PetCounts>,
     certificate_not_after: Option<u64>,
     backups: bool,
+    acme: bool,
 }
 
 /// A counter, gauge or histogram with no labels, or one series of a family.
@@ -638,6 +657,28 @@ impl Scrape {
                 i64::try_from(not_after).unwrap_or(i64::MAX),
             )?;
         }
+        if self.acme {
+            // The error itself is text for /healthz and the log; here, whether there is one.
+            counter(
+                e,
+                "petstore_acme_certificates_issued",
+                "ACME orders that ended with a certificate in service.",
+                ACME_ISSUED.load(Ordering::Relaxed),
+            )?;
+            counter(
+                e,
+                "petstore_acme_order_failures",
+                "ACME order attempts that failed and will be retried with backoff.",
+                ACME_FAILED.load(Ordering::Relaxed),
+            )?;
+            gauge(
+                e,
+                "petstore_acme_renewal_failing",
+                "1 while the last ACME order failed (see /healthz for its error), else 0.",
+                None,
+                ACME_FAILING.load(Ordering::Relaxed),
+            )?;
+        }
         let mut info = e.encode_descriptor(
             "petstore_build_info",
             "The running build: always 1, with the version as a label.",
@@ -654,12 +695,6 @@ impl Scrape {
             STARTED.load(Ordering::Relaxed) as i64,
         )
     }
-}
-
-fn unix_now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |since| since.as_secs())
 }
 
 #[cfg(test)]

@@ -360,11 +360,7 @@ mod tests {
                 .next()
                 .expect("one")
                 .expect("pem");
-            assert_eq!(
-                validity(&leaf).expect("parsed").1,
-                2_110_692_170,
-                "{name}"
-            );
+            assert_eq!(validity(&leaf).expect("parsed").1, 2_110_692_170, "{name}");
         }
     }
 }

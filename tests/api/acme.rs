@@ -25,6 +25,7 @@ use tempfile::TempDir;
 use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 
+use crate::metrics;
 use crate::support::{Options, Server, cert, run, tls_config};
 
 const DOMAIN: &str = "pets.test";
@@ -293,8 +294,27 @@ async fn the_first_certificate_comes_over_tls_alpn_and_a_restart_places_no_order
     let pebble = Pebble::start(port, 3600, false);
     let dir = tempfile::tempdir().expect("temp dir");
     let state = dir.path().join("acme");
-    let server = Server::start_with(acme_options(&pebble, port, &state));
+    let mut options = acme_options(&pebble, port, &state);
+    options
+        .args
+        .extend(["--metrics-listen".into(), "127.0.0.1:0".into()]);
+    let server = Server::start_with(options);
     wait_for(&server, &pebble, "ACME certificate in service", 1);
+    let page = metrics::scrape(metrics::metrics_address(&server)).await;
+    assert_eq!(
+        metrics::value(&page, "petstore_acme_certificates_issued_total"),
+        1.0,
+        "{page}"
+    );
+    assert_eq!(metrics::value(&page, "petstore_acme_renewal_failing"), 0.0);
+    assert!(
+        metrics::value(
+            &page,
+            "petstore_tls_certificate_not_after_timestamp_seconds"
+        ) > metrics::value(&page, "process_start_time_seconds"),
+        "{page}"
+    );
+    metrics::promtool_check(&page);
     let logs = server.logs();
     assert!(
         logs.contains("terms_of_service=data:text/plain,Do%20what%20thou%20wilt"),
@@ -567,8 +587,23 @@ async fn a_refused_order_is_logged_with_the_cas_reason_and_retried() {
     // pebble validates on a port where nobody listens.
     let pebble = Pebble::start(free_port(), 3600, false);
     let dir = tempfile::tempdir().expect("temp dir");
-    let server = Server::start_with(acme_options(&pebble, port, &dir.path().join("acme")));
+    let mut options = acme_options(&pebble, port, &dir.path().join("acme"));
+    options
+        .args
+        .extend(["--metrics-listen".into(), "127.0.0.1:0".into()]);
+    let server = Server::start_with(options);
     wait_for(&server, &pebble, "ACME certificate order failed", 1);
+    let page = metrics::scrape(metrics::metrics_address(&server)).await;
+    assert!(metrics::value(&page, "petstore_acme_order_failures_total") >= 1.0);
+    assert_eq!(metrics::value(&page, "petstore_acme_renewal_failing"), 1.0);
+    assert_eq!(
+        metrics::value(&page, "petstore_acme_certificates_issued_total"),
+        0.0
+    );
+    assert!(
+        !page.contains("petstore_tls_certificate_not_after"),
+        "no certificate yet, no expiry: {page}"
+    );
     let logs = server.logs();
     assert!(
         logs.contains("the CA refused the order for pets.test:")

@@ -23,19 +23,23 @@ fn start(args: &[&str]) -> (Server, SocketAddr) {
         args: all,
         ..Options::default()
     });
+    let address = metrics_address(&server);
+    (server, address)
+}
+
+/// Where a server started with `--metrics-listen 127.0.0.1:0` serves its page, from its log.
+pub(crate) fn metrics_address(server: &Server) -> SocketAddr {
     server.wait_for_log("serving metrics on", 1);
     let logs = server.logs();
     let line = logs
         .lines()
         .find(|line| line.contains("serving metrics on"))
         .expect("the metrics line");
-    let address = line
-        .split_once("address=")
+    line.split_once("address=")
         .and_then(|(_, rest)| rest.split_whitespace().next())
         .expect("an address")
         .parse()
-        .expect("a socket address");
-    (server, address)
+        .expect("a socket address")
 }
 
 /// One plain HTTP/1.1 exchange; returns the status line, the head and the body.
@@ -61,7 +65,7 @@ async fn http(
     (status, head.to_ascii_lowercase(), body.to_owned())
 }
 
-async fn scrape(address: SocketAddr) -> String {
+pub(crate) async fn scrape(address: SocketAddr) -> String {
     let (status, head, body) = http(address, "GET", "/metrics", "*/*").await;
     assert_eq!(status, 200, "{head}");
     assert!(
@@ -73,7 +77,7 @@ async fn scrape(address: SocketAddr) -> String {
 
 /// The value of one series, written exactly as on the page (`name{labels}`); 0 when absent,
 /// as Prometheus reads a counter that has not appeared yet.
-fn value(page: &str, series: &str) -> f64 {
+pub(crate) fn value(page: &str, series: &str) -> f64 {
     page.lines()
         .filter(|line| !line.starts_with('#'))
         .find_map(|line| {
@@ -91,7 +95,7 @@ fn requests(method: &str, route: &str, status: u16) -> String {
 
 /// `promtool check metrics` on the page: it must be installed (Debian's `prometheus`), and
 /// find nothing.
-fn promtool_check(page: &str) {
+pub(crate) fn promtool_check(page: &str) {
     use std::io::Write;
     let mut child = Command::new("promtool")
         .args(["check", "metrics"])
