@@ -48,7 +48,7 @@ pub struct Created {
 
 /// One page of a list: the pets as one JSON array, the id of the last one, and whether at
 /// least one more pet matched when the page was read.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct Page {
     pub json: Bytes,
     pub last_id: Option<PetId>,
