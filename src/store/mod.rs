@@ -346,9 +346,14 @@ impl Store {
         on_backend!(&self.0, store => store.delete(id, precondition).await)
     }
 
-    /// The pet with this id.
+    /// The pet with this id. The reads on PostgreSQL are boxed: their futures are KiBs long,
+    /// and inline they would lengthen every request's future on redb too, which HTTP/2 copies
+    /// into each stream's task.
     pub async fn get(&self, id: PetId) -> Result<Option<StoredPet>, StoreError> {
-        on_backend!(&self.0, store => store.get(id).await)
+        match &self.0 {
+            Backend::Redb(store) => store.get(id).await,
+            Backend::Postgres(store) => Box::pin(store.get(id)).await,
+        }
     }
 
     /// Up to `limit` pets with ids above `after`, in ascending id order, only those with
@@ -359,12 +364,18 @@ impl Store {
         after: Option<PetId>,
         limit: usize,
     ) -> Result<Page, StoreError> {
-        on_backend!(&self.0, store => store.list(status, after, limit).await)
+        match &self.0 {
+            Backend::Redb(store) => store.list(status, after, limit).await,
+            Backend::Postgres(store) => Box::pin(store.list(status, after, limit)).await,
+        }
     }
 
     /// Whether the store can serve now.
     pub async fn check(&self) -> Result<(), StoreError> {
-        on_backend!(&self.0, store => store.check().await)
+        match &self.0 {
+            Backend::Redb(store) => store.check().await,
+            Backend::Postgres(store) => Box::pin(store.check()).await,
+        }
     }
 
     /// Writes a consistent copy of the whole store, one read transaction's, into a new redb
