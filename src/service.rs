@@ -213,9 +213,9 @@ impl App {
             return Err(Error::Forbidden);
         }
         // The writes' futures (a body read under a timeout, a wait on the writer) are boxed, as
-        // the store's are on PostgreSQL: inline, they made every request's future KiBs long,
-        // which HTTP/2 copies into each stream's task (memcpy was the largest cost of an
-        // HTTP/2 list under callgrind).
+        // the store's are on PostgreSQL, so that a read's request future stays small: HTTP/2
+        // copies it into each stream's task, and memcpy was the largest cost of an HTTP/2 list
+        // under callgrind. With the PostgreSQL reads still inline it was 3,264 bytes; now 1,304.
         match routed {
             Route::ListPets => api::list_pets(&self.0.store, parts.uri.query()).await,
             Route::CreatePet => {
