@@ -82,7 +82,10 @@ pub async fn list_pets(store: &Store, query: Option<&str>) -> Result<Reply, Erro
         && let Some(last_id) = page.last_id
     {
         // RFC 8288; the target is relative to the server, as Location is.
-        let link = format!("</v1/pets?{}>; rel=\"next\"", query.next(last_id));
+        let mut link = String::with_capacity(80);
+        link.push_str("</v1/pets?");
+        query.next_into(last_id, &mut link);
+        link.push_str(">; rel=\"next\"");
         let link = HeaderValue::try_from(link)
             .expect("a link of digits, names and base64url characters is a valid header value");
         reply.headers.push((LINK, link));
@@ -290,23 +293,22 @@ pub fn openapi() -> Reply {
 
 /// Headers on every getPet answer: it is deprecated and goes away on 5 December 2030.
 pub fn deprecation_headers() -> [(HeaderName, HeaderValue); 3] {
+    // Constants, so that the names and values are checked once at compile time rather than
+    // on every call.
+    // RFC 9745: Deprecation is an sf-date; the operation has been deprecated since this
+    // server's first release, 2026-11-22.
+    const DEPRECATION: HeaderName = HeaderName::from_static("deprecation");
+    const DEPRECATED_SINCE: HeaderValue = HeaderValue::from_static("@1795305600");
+    // RFC 8594: Sunset is an HTTP-date.
+    const SUNSET: HeaderName = HeaderName::from_static("sunset");
+    const SUNSET_AT: HeaderValue = HeaderValue::from_static("Thu, 05 Dec 2030 00:00:00 GMT");
+    // spec 4.3: clients are directed to listPets with its status filter.
+    const SUCCESSOR: HeaderValue =
+        HeaderValue::from_static(r#"</v1/pets>; rel="successor-version""#);
     [
-        // RFC 9745: Deprecation is an sf-date; the operation has been deprecated since this
-        // server's first release, 2026-11-22.
-        (
-            HeaderName::from_static("deprecation"),
-            HeaderValue::from_static("@1795305600"),
-        ),
-        // RFC 8594: Sunset is an HTTP-date.
-        (
-            HeaderName::from_static("sunset"),
-            HeaderValue::from_static("Thu, 05 Dec 2030 00:00:00 GMT"),
-        ),
-        // spec 4.3: clients are directed to listPets with its status filter.
-        (
-            LINK,
-            HeaderValue::from_static(r#"</v1/pets>; rel="successor-version""#),
-        ),
+        (DEPRECATION, DEPRECATED_SINCE),
+        (SUNSET, SUNSET_AT),
+        (LINK, SUCCESSOR),
     ]
 }
 

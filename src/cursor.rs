@@ -23,15 +23,23 @@ pub struct Cursor {
 }
 
 impl Cursor {
-    /// The token, 16 characters of the URL-safe base64 alphabet: safe in a query as it is.
+    #[cfg(test)]
     pub fn encode(&self) -> String {
+        let mut token = String::with_capacity(16);
+        self.encode_into(&mut token);
+        token
+    }
+
+    /// Appends the token, 16 characters of the URL-safe base64 alphabet: safe in a query as
+    /// it is.
+    pub fn encode_into(&self, out: &mut String) {
         let mut bytes = [0u8; TOKEN_BYTES];
         bytes[0] = VERSION;
         bytes[1] = filter_code(self.status);
         bytes[2..10].copy_from_slice(&self.after.to_be_bytes());
         let check = fletcher16(&bytes[..10]);
         bytes[10..].copy_from_slice(&check.to_be_bytes());
-        URL_SAFE_NO_PAD.encode(bytes)
+        URL_SAFE_NO_PAD.encode_string(bytes, out);
     }
 
     /// The cursor in a token, or `None` for anything `encode` did not make: wrong length,

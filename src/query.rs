@@ -91,22 +91,29 @@ impl ListQuery {
         })
     }
 
-    /// The query of the page after this one, which ends at `last_id`: the same limit and
-    /// status, and a cursor. Its characters need no escaping in a URL.
+    #[cfg(test)]
     pub fn next(&self, last_id: PetId) -> String {
-        let cursor = Cursor {
+        let mut next = String::with_capacity(48);
+        self.next_into(last_id, &mut next);
+        next
+    }
+
+    /// Appends the query of the page after this one, which ends at `last_id`: the same limit
+    /// and status, and a cursor. Its characters need no escaping in a URL. Every page with
+    /// more after it builds one, so it is written piece by piece, without `core::fmt`.
+    pub fn next_into(&self, last_id: PetId, out: &mut String) {
+        out.push_str("limit=");
+        out.push_str(itoa::Buffer::new().format(self.limit));
+        if let Some(status) = self.status {
+            out.push_str("&status=");
+            out.push_str(status.as_str());
+        }
+        out.push_str("&cursor=");
+        Cursor {
             status: self.status,
             after: last_id,
-        };
-        match self.status {
-            Some(status) => format!(
-                "limit={}&status={}&cursor={}",
-                self.limit,
-                status.as_str(),
-                cursor.encode()
-            ),
-            None => format!("limit={}&cursor={}", self.limit, cursor.encode()),
         }
+        .encode_into(out);
     }
 }
 

@@ -48,7 +48,7 @@ pub struct Created {
 
 /// One page of a list: the pets as one JSON array, the id of the last one, and whether at
 /// least one more pet matched when the page was read.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct Page {
     pub json: Bytes,
     pub last_id: Option<PetId>,
@@ -346,9 +346,14 @@ impl Store {
         on_backend!(&self.0, store => store.delete(id, precondition).await)
     }
 
-    /// The pet with this id.
+    /// The pet with this id. The reads on PostgreSQL are boxed: their futures are KiBs long,
+    /// and inline they would lengthen every request's future on redb too, which HTTP/2 copies
+    /// into each stream's task.
     pub async fn get(&self, id: PetId) -> Result<Option<StoredPet>, StoreError> {
-        on_backend!(&self.0, store => store.get(id).await)
+        match &self.0 {
+            Backend::Redb(store) => store.get(id).await,
+            Backend::Postgres(store) => Box::pin(store.get(id)).await,
+        }
     }
 
     /// Up to `limit` pets with ids above `after`, in ascending id order, only those with
@@ -359,7 +364,10 @@ impl Store {
         after: Option<PetId>,
         limit: usize,
     ) -> Result<Page, StoreError> {
-        on_backend!(&self.0, store => store.list(status, after, limit).await)
+        match &self.0 {
+            Backend::Redb(store) => store.list(status, after, limit).await,
+            Backend::Postgres(store) => Box::pin(store.list(status, after, limit)).await,
+        }
     }
 
     /// Pets per status (`None`: pets without one). Reads every pet's index entry: for the
@@ -370,7 +378,10 @@ impl Store {
 
     /// Whether the store can serve now.
     pub async fn check(&self) -> Result<(), StoreError> {
-        on_backend!(&self.0, store => store.check().await)
+        match &self.0 {
+            Backend::Redb(store) => store.check().await,
+            Backend::Postgres(store) => Box::pin(store.check()).await,
+        }
     }
 
     /// Writes a consistent copy of the whole store, one read transaction's, into a new redb

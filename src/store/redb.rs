@@ -30,7 +30,7 @@ mod writer;
 
 use super::write::{Command, Keyed, Pending, Write, unix_now};
 use idempotency::Index;
-use snapshot::{Snapshot, Snapshots};
+use snapshot::{PageKey, Snapshot, Snapshots};
 use writer::{Writer, write_loop};
 
 /// Pet id to the pet's JSON object, exactly as the API sends it.
@@ -262,29 +262,36 @@ impl RedbStore {
                 None => return Ok(Page::empty()),
             },
         };
+        let key = PageKey {
+            status,
+            first,
+            limit,
+        };
         self.read(move |snapshot| {
-            let mut page = PageBuilder::new(limit);
-            match status {
-                None => {
-                    let entries = snapshot.pets.range(first..).map_err(StoreError::storage)?;
-                    for entry in entries.take(limit + 1) {
-                        let (id, json) = entry.map_err(StoreError::storage)?;
-                        page.push(id.value(), json.value());
+            snapshot.page(key, || {
+                let mut page = PageBuilder::new(limit);
+                match status {
+                    None => {
+                        let entries = snapshot.pets.range(first..).map_err(StoreError::storage)?;
+                        for entry in entries.take(limit + 1) {
+                            let (id, json) = entry.map_err(StoreError::storage)?;
+                            page.push(id.value(), json.value());
+                        }
+                    }
+                    Some(status) => {
+                        let code = status.to_code();
+                        let entries = snapshot
+                            .by_status
+                            .range((code, first)..=(code, i64::MAX))
+                            .map_err(StoreError::storage)?;
+                        for entry in entries.take(limit + 1) {
+                            let (key, json) = entry.map_err(StoreError::storage)?;
+                            page.push(key.value().1, json.value());
+                        }
                     }
                 }
-                Some(status) => {
-                    let code = status.to_code();
-                    let entries = snapshot
-                        .by_status
-                        .range((code, first)..=(code, i64::MAX))
-                        .map_err(StoreError::storage)?;
-                    for entry in entries.take(limit + 1) {
-                        let (key, json) = entry.map_err(StoreError::storage)?;
-                        page.push(key.value().1, json.value());
-                    }
-                }
-            }
-            Ok(page.finish())
+                Ok(page.finish())
+            })
         })
     }
 
@@ -582,6 +589,64 @@ mod tests {
                 assert_eq!(sold.as_array().map(Vec::len), Some(expected));
             }
             assert!(!Arc::ptr_eq(&first, &snapshot(&store)));
+            store.close().await;
+        });
+    }
+
+    #[test]
+    fn a_page_is_read_once_per_snapshot_and_a_change_is_listed_at_once() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        runtime().block_on(async {
+            let (store, _) =
+                Store::open(&dir.path().join("pets.redb"), TEST_CACHE_BYTES, TUNING).expect("open");
+            for name in ["a", "b", "c"] {
+                add(&store, new_pet(name, None)).await.expect("create");
+            }
+            let first = list(&store, None, 2).await.expect("list");
+            let again = list(&store, None, 2).await.expect("list");
+            assert_eq!(
+                first.as_ptr(),
+                again.as_ptr(),
+                "the kept page, not a new read"
+            );
+            // More pages than a snapshot keeps: each is still the right one.
+            for round in 0..2 {
+                for limit in 1..=12 {
+                    let page = store.list(None, Some(1), limit).await.expect("list");
+                    let ids: serde_json::Value = serde_json::from_slice(&page.json).expect("json");
+                    let ids = ids
+                        .as_array()
+                        .map(|a| a.iter().map(|p| p["id"].clone()).collect::<Vec<_>>());
+                    let expected: Vec<serde_json::Value> =
+                        (2..=3).take(limit).map(Into::into).collect();
+                    assert_eq!(ids, Some(expected), "limit {limit}, round {round}");
+                    assert_eq!(
+                        (page.last_id, page.more),
+                        (Some(1 + limit.min(2) as i64), limit < 2)
+                    );
+                }
+            }
+            // A change keeps every id, so only the commit can tell the kept page is stale.
+            let patch = PetPatch {
+                name: Some("renamed".into()),
+                category_id: None,
+                status: None,
+            };
+            store
+                .patch(1, patch, Precondition::None)
+                .await
+                .expect("patch");
+            let after = list(&store, None, 2).await.expect("list");
+            assert_eq!(
+                &after[..],
+                br#"[{"id":1,"name":"renamed","categoryId":1},{"id":2,"name":"b","categoryId":1}]"#
+            );
+            store.delete(2, Precondition::None).await.expect("delete");
+            let after = list(&store, None, 2).await.expect("list");
+            assert_eq!(
+                &after[..],
+                br#"[{"id":1,"name":"renamed","categoryId":1},{"id":3,"name":"c","categoryId":1}]"#
+            );
             store.close().await;
         });
     }
