@@ -327,6 +327,7 @@ mod tests {
             let location = crate::store::Location::Redb {
                 path: dir.path().join("pets.redb"),
                 cache_bytes: 1 << 20,
+                shared: true,
             };
             let tuning = crate::store::Tuning {
                 idempotency_ttl: Duration::from_secs(60),

@@ -1,5 +1,6 @@
-//! `petstore check --db FILE`: runs the store's check of a redb file and prints what it found,
-//! counts first, then every disagreement; the exit code says whether all agree.
+//! `petstore check --db FILE`: runs the store's check of a redb file (stopped or live) and
+//! prints what it found, counts first, then every disagreement; the exit code says whether all
+//! agree.
 
 use std::path::Path;
 
@@ -13,13 +14,21 @@ pub fn run(path: &Path) -> anyhow::Result<()> {
     let report = match store::check_redb(path) {
         Ok(report) => report,
         Err(StoreError::Locked) => bail!(
-            "{} is open in another process (a running petstore?): stop it first, or check a \
-             snapshot (--backup-dir, SIGUSR1)",
+            "{} is open in another process that does not share it (a petstore that predates \
+             shared reads, or another check of it): stop it first, or check a snapshot \
+             (--backup-dir, SIGUSR1)",
             path.display()
         ),
         Err(e) => bail!("checking {}: {e}", path.display()),
     };
     println!("file: {}", path.display());
+    if report.live {
+        println!(
+            "live: a server has the file open; checked from one read transaction beside it \
+             (redb's check of every page runs only on a file no server has open, such as a \
+             backup)"
+        );
+    }
     println!(
         "schema version: {}, next id: {}",
         report.schema_version, report.next_id

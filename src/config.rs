@@ -320,14 +320,27 @@ enum Command {
         #[arg(long, value_name = "PATH")]
         db_ca: Option<PathBuf>,
     },
-    /// Check a redb file (a snapshot, or the live file with the server stopped): redb's
-    /// integrity check, every status index entry against its pet and back, revisions and
-    /// idempotency records against the ids given out; prints the counts per status. Exits 0
-    /// only when everything agrees.
+    /// Check a redb file (a snapshot, a stopped server's file, or the live file of a running
+    /// server): every status index entry against its pet and back, revisions and idempotency
+    /// records against the ids given out, and, unless a server has the file open, redb's
+    /// integrity check; prints the counts per status. Exits 0 only when everything agrees.
     Check {
-        /// The redb file to check. It is never written: the check runs on a copy.
+        /// The redb file to check. It is never written: a file no server has open is checked
+        /// on a copy, a live one from one read transaction beside the server.
         #[arg(long, env = "PETSTORE_DB", value_name = "PATH")]
         db: OsString,
+    },
+    /// Copy a redb file, the live file of a running server included, into a new complete redb
+    /// file from one read transaction (consistent; the server never waits for it), as
+    /// `sqlite3 .backup` does: written to a temp name beside FILE, fsynced, renamed over FILE,
+    /// the directory fsynced. For cron or a systemd timer.
+    Backup {
+        /// The redb file to back up, e.g. the running server's `--db`.
+        #[arg(long, env = "PETSTORE_DB", value_name = "PATH")]
+        db: OsString,
+        /// Where the backup goes; an existing file is replaced only once the new one is whole.
+        #[arg(long, value_name = "FILE")]
+        to: PathBuf,
     },
 }
 
@@ -365,6 +378,7 @@ pub enum Action {
     Keys { file: PathBuf, command: KeysCommand },
     Copy(CopyConfig),
     Check(PathBuf),
+    Backup { from: PathBuf, to: PathBuf },
 }
 
 /// What `petstore copy` copies, from where to where.
@@ -579,6 +593,15 @@ impl Cli {
                     Database::Postgres(_) => bail!(
                         "check is for redb files; for PostgreSQL use its own tools \
                          (pg_amcheck for indexes and heap, pg_dump to read every row)"
+                    ),
+                };
+            }
+            Some(Command::Backup { db, to }) => {
+                return match Database::from_flag("--db", db)? {
+                    Database::Redb(from) => Ok(Action::Backup { from, to }),
+                    Database::Postgres(_) => bail!(
+                        "backup is for redb files; for PostgreSQL use its own tools \
+                         (pg_dump, or pg_basebackup with WAL archiving)"
                     ),
                 };
             }

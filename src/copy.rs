@@ -235,6 +235,9 @@ async fn open(config: &CopyConfig, db: &Database, flag: &str) -> anyhow::Result<
         Database::Redb(path) => Location::Redb {
             path: path.clone(),
             cache_bytes: REDB_CACHE_BYTES,
+            // The import's chunks are not durable until the last (redb refuses that on a
+            // shared file), and nothing else should read a store while it is being filled.
+            shared: false,
         },
         Database::Postgres(url) => Location::Postgres(Box::new(
             store::parse_postgres(

@@ -76,6 +76,10 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             let _logs = init_logging(LogFormat::Text, Some("warn"))?;
             check::run(&path)
         }
+        Action::Backup { from, to } => {
+            let _logs = init_logging(LogFormat::Text, Some("warn"))?;
+            backup::run_once(&from, &to)
+        }
         Action::Serve(config) => {
             // Held to the end of `run`, so every line is written before the process exits.
             let _logs = init_logging(config.log_format, config.log_level.as_deref())?;
@@ -118,6 +122,7 @@ async fn serve(config: Config) -> anyhow::Result<()> {
             store::Location::Redb {
                 path: path.clone(),
                 cache_bytes: config.cache_bytes,
+                shared: true,
             },
             path.display().to_string(),
         ),

@@ -108,6 +108,7 @@ pub fn add(
         |v| v >= 0.87,
     );
     postgres(report);
+    crate::snapshot::goals(report);
 }
 
 /// Issue 11: group commit on PostgreSQL against one transaction per create, and the

@@ -4,8 +4,9 @@
 //! nothing of pets beyond the requests it is handed. Invariant: every loop stops at its
 //! deadline, and every wait is bounded by a hard deadline shortly after.
 
+use std::future::Future;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -242,11 +243,20 @@ struct Plan {
     addr: SocketAddr,
     tls: Arc<Tls>,
     protocol: Protocol,
+    /// When the run began: `window_end_us` counts from here.
+    start: Instant,
     window_start: Instant,
-    window_end: Instant,
+    /// Microseconds after `start`; brought forward when the caller's `end` finishes first.
+    window_end_us: AtomicU64,
     hard_end: Instant,
     sample_wanted: AtomicBool,
     sample: Mutex<Option<Sample>>,
+}
+
+impl Plan {
+    fn window_end(&self) -> Instant {
+        self.start + Duration::from_micros(self.window_end_us.load(Ordering::Relaxed))
+    }
 }
 
 /// One client's counts.
@@ -269,6 +279,23 @@ pub async fn run(
     warmup: Duration,
     window: Duration,
 ) -> Outcome {
+    let never = std::future::pending();
+    run_until(server, tls, protocol, clients, work, warmup, window, never).await
+}
+
+/// `run`, whose window also ends (early) when `end` finishes, for a window that lasts as long
+/// as something the caller watches (a snapshot). `end` is polled from the start of the run.
+#[allow(clippy::too_many_arguments)]
+pub async fn run_until(
+    server: &Server,
+    tls: &Arc<Tls>,
+    protocol: Protocol,
+    clients: usize,
+    work: Workload,
+    warmup: Duration,
+    window: Duration,
+    end: impl Future<Output = ()>,
+) -> Outcome {
     let start = Instant::now();
     let window_start = start + warmup;
     let window_end = window_start + window;
@@ -277,8 +304,9 @@ pub async fn run(
         addr: server.addr,
         tls: Arc::clone(tls),
         protocol,
+        start,
         window_start,
-        window_end,
+        window_end_us: AtomicU64::new((window_end - start).as_micros() as u64),
         hard_end: window_end + GRACE,
         sample_wanted: AtomicBool::new(true),
         sample: Mutex::new(None),
@@ -306,7 +334,16 @@ pub async fn run(
     }
 
     // The sampler runs beside the clients; it reads the real instants, since it may wake late.
-    tokio::time::sleep_until(window_start).await;
+    tokio::pin!(end);
+    let mut ended = false;
+    tokio::select! {
+        () = tokio::time::sleep_until(window_start) => {}
+        () = &mut end => ended = true,
+    }
+    if ended {
+        // Nothing to measure before the window opens: it opens and closes at once.
+        tokio::time::sleep_until(window_start).await;
+    }
     let me = std::process::id();
     let (t0, ticks0, mine0, steal0) = (
         Instant::now(),
@@ -314,7 +351,15 @@ pub async fn run(
         cpu_ticks(me),
         steal_ticks(),
     );
-    tokio::time::sleep_until(window_end).await;
+    if !ended {
+        tokio::select! {
+            () = tokio::time::sleep_until(window_end) => {}
+            () = &mut end => {}
+        }
+    }
+    let now = Instant::now().min(window_end);
+    plan.window_end_us
+        .store((now - start).as_micros() as u64, Ordering::Relaxed);
     let (t1, ticks1, mine1, steal1) = (
         Instant::now(),
         server.cpu_ticks(),
@@ -326,6 +371,8 @@ pub async fn run(
         _ => 0.0,
     };
     let seconds = (t1 - t0).as_secs_f64();
+    // The nominal window, or up to where `end` closed it.
+    let window = plan.window_end() - window_start;
 
     let mut total = Tally::default();
     while let Some(tally) = tasks.join_next().await {
@@ -363,7 +410,7 @@ async fn client(plan: Arc<Plan>, id: usize, mut conn: Option<Conn>) -> Tally {
     };
     // Clients start at different points of the workload's list of requests.
     let mut index = id.wrapping_mul(PET_ID_SPREAD / 64 + 1);
-    while Instant::now() < plan.window_end {
+    while Instant::now() < plan.window_end() {
         let started = Instant::now();
         let mut sender = match conn.take() {
             Some(sender) => sender,
@@ -387,7 +434,7 @@ async fn client(plan: Arc<Plan>, id: usize, mut conn: Option<Conn>) -> Tally {
                 } else {
                     tally.non_2xx += 1;
                 }
-                if done >= plan.window_start && done <= plan.window_end {
+                if done >= plan.window_start && done <= plan.window_end() {
                     tally.requests += 1;
                     let micros = (done - started).as_micros();
                     tally

@@ -17,6 +17,7 @@ mod pg_cluster;
 mod process;
 mod report;
 mod settings;
+mod snapshot;
 
 use std::path::Path;
 use std::process::ExitCode;
@@ -195,9 +196,22 @@ impl Bench<'_> {
         kind: Kind,
         pets: Option<u64>,
     ) -> (u64, Duration) {
+        let never = std::future::pending();
+        self.measure_until(spec, server, kind, pets, never).await
+    }
+
+    /// `measure`, whose window also closes when `end` finishes (see `load::run_until`).
+    async fn measure_until(
+        &mut self,
+        spec: &Spec<'_>,
+        server: &Server,
+        kind: Kind,
+        pets: Option<u64>,
+        end: impl std::future::Future<Output = ()>,
+    ) -> (u64, Duration) {
         let errors_before = server.logged_errors();
         let work = spec.pick.workload(server, spec.protocol);
-        let outcome = load::run(
+        let outcome = load::run_until(
             server,
             &self.tls,
             spec.protocol,
@@ -205,6 +219,7 @@ impl Bench<'_> {
             work,
             spec.warmup,
             spec.window,
+            end,
         )
         .await;
         // The baseline answers every request with the list, whatever was asked.
@@ -612,7 +627,10 @@ async fn bench(settings: &Settings) -> Report {
     };
 
     let (mut clean_start, mut crash_start) = (None, None);
-    if settings.skip_1m || !(settings.wants("1m") || settings.wants("deep-page")) {
+    let wants_1m = ["1m", "deep-page", "snapshot"]
+        .iter()
+        .any(|part| settings.wants(part));
+    if settings.skip_1m || !wants_1m {
         bench
             .report
             .note("1M store skipped (BENCH_SKIP_1M or BENCH_ONLY)".to_owned());
@@ -628,6 +646,9 @@ async fn bench(settings: &Settings) -> Report {
             crash_start = bench.crash(server, &db).await;
         } else {
             bench.stop(server, "1M store").await;
+        }
+        if settings.wants("snapshot") {
+            bench.snapshot(&db).await;
         }
     }
     let (status, _) = baseline.stop().await;

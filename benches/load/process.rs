@@ -50,6 +50,8 @@ struct Log {
     /// The `database open path=... pets=N` line.
     database_open: Option<String>,
     errors: u64,
+    /// Each `snapshot taken` line's pets and milliseconds, in order.
+    snapshots: Vec<(u64, u64)>,
     tail: VecDeque<String>,
 }
 
@@ -203,6 +205,16 @@ impl Server {
         let log = self.log.lock().expect("log lock");
         let line = log.database_open.as_deref()?;
         field(line, "pets=")
+    }
+
+    /// The snapshots the server has logged as taken so far, as (pets, milliseconds).
+    pub fn snapshots(&self) -> Vec<(u64, u64)> {
+        self.log.lock().expect("log lock").snapshots.clone()
+    }
+
+    /// SIGUSR1: petstore takes a snapshot (with `--backup-dir`).
+    pub fn request_snapshot(&self) {
+        signal(self.pid, "USR1");
     }
 
     /// The last lines of the server's log, for a failure message.
@@ -422,6 +434,12 @@ fn drain_petstore(stderr: impl std::io::Read, log: &Mutex<Log>, found: &mpsc::Se
             log.store_closed = Some(text.to_owned());
         } else if text.contains("database open") {
             log.database_open = Some(text.to_owned());
+        } else if text.contains("snapshot taken") {
+            let taken = (
+                field(text, " pets=").unwrap_or(0),
+                field(text, " ms=").unwrap_or(0),
+            );
+            log.snapshots.push(taken);
         }
     }
 }

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 /// Knobs from the environment, so a quick iteration needs no edit: BENCH_SECONDS, BENCH_WARMUP,
 /// BENCH_SCALE_SECONDS, BENCH_ROUNDS, BENCH_SKIP_1M=1,
-/// BENCH_ONLY=list20,get-one,scale,create,create-keyed,postgres,rss,1m,deep-page and
+/// BENCH_ONLY=list20,get-one,scale,create,create-keyed,postgres,rss,1m,deep-page,snapshot and
 /// BENCH_PETSTORE_ARGS="--log-level info,petstore::service=warn" (a diagnostic: the real
 /// figures use none; the `listening on` line must stay, so the filter keeps `info`).
 pub struct Settings {
@@ -19,7 +19,8 @@ pub struct Settings {
     pub rounds: usize,
     pub skip_1m: bool,
     /// Parts to run (read scenario names, `scale`, `create`, `create-keyed`, `postgres`, `rss`, `1m`,
-    /// `deep-page`); all when empty. `deep-page` builds the 1M store without `1m`'s crash.
+    /// `deep-page`, `snapshot`); all when empty. `deep-page` and `snapshot` build the 1M store
+    /// without `1m`'s crash.
     pub only: Vec<String>,
     /// Extra petstore flags, for diagnostics such as a log filter without the request lines.
     pub petstore_args: Vec<String>,

@@ -26,6 +26,7 @@ mod write;
 
 pub use claims::{IdempotencyKey, KeyClaim};
 pub use postgres::connect::{PgTarget, parse as parse_postgres};
+pub use redb::backup::backup_live as backup_redb;
 pub use redb::check::{STATUSES, check_file as check_redb};
 pub use write::{DEFAULT_MAX_WRITE_BATCH, unix_now};
 
@@ -268,8 +269,14 @@ enum Backend {
 
 /// Which store to open.
 pub enum Location {
-    /// The embedded redb file, with a page cache of at most `cache_bytes`.
-    Redb { path: PathBuf, cache_bytes: usize },
+    /// The embedded redb file, with a page cache of at most `cache_bytes`. `shared`: other
+    /// processes may open it read-only while this one writes (`petstore backup` and `check`
+    /// beside a server); without it the file is this process's alone.
+    Redb {
+        path: PathBuf,
+        cache_bytes: usize,
+        shared: bool,
+    },
     /// A PostgreSQL database, shared by any number of instances.
     Postgres(Box<PgTarget>),
 }
@@ -301,8 +308,12 @@ impl Store {
     /// it holds.
     pub async fn open(location: Location, tuning: Tuning) -> Result<(Store, u64), StoreError> {
         match location {
-            Location::Redb { path, cache_bytes } => {
-                let (store, pets) = redb::RedbStore::open(&path, cache_bytes, tuning)?;
+            Location::Redb {
+                path,
+                cache_bytes,
+                shared,
+            } => {
+                let (store, pets) = redb::RedbStore::open_as(&path, cache_bytes, shared, tuning)?;
                 Ok((Store(Backend::Redb(store)), pets))
             }
             Location::Postgres(target) => {

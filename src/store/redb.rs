@@ -5,7 +5,7 @@
 //! lives in `redb/writer.rs`, the snapshot reads share in `redb/snapshot.rs`, idempotency
 //! records in `redb/idempotency.rs`. No redb type leaves this module and its children.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::thread;
 use std::time::Duration;
@@ -21,7 +21,7 @@ use super::{
 };
 use crate::pet::{NewPet, PetId, PetPatch, PetStatus};
 
-mod backup;
+pub(super) mod backup;
 pub(super) mod check;
 pub(super) mod copy;
 mod idempotency;
@@ -78,6 +78,10 @@ struct Shared {
     claims: Arc<Claims>,
     /// The live idempotency records of the committed file, by scope.
     index: Index,
+    /// The file, for snapshots that read it through a handle of their own.
+    path: PathBuf,
+    /// Opened for other processes to read beside this one (redb's `SingleWriter` mode).
+    shared_file: bool,
 }
 
 impl Shared {
@@ -128,18 +132,32 @@ impl RedbStore {
     /// checks its schema version and starts the writer; idempotency records answer for
     /// `idempotency_ttl`. Returns the store and the number of pets it holds. Inside a tokio
     /// runtime it also starts the purge of expired idempotency records.
+    #[cfg(test)]
     pub(super) fn open(
         path: &Path,
         cache_bytes: usize,
         tuning: Tuning,
     ) -> Result<(RedbStore, u64), StoreError> {
-        let (db, count, index) = open_database(path, cache_bytes)?;
+        RedbStore::open_as(path, cache_bytes, true, tuning)
+    }
+
+    /// `open`, with `shared`: whether other processes may open the file read-only while this
+    /// one writes (see `Location::Redb`).
+    pub(super) fn open_as(
+        path: &Path,
+        cache_bytes: usize,
+        shared: bool,
+        tuning: Tuning,
+    ) -> Result<(RedbStore, u64), StoreError> {
+        let (db, count, index) = open_database(path, cache_bytes, shared)?;
         tracing::debug!(records = index.len(), "idempotency records loaded");
         let shared = Arc::new(Shared {
             db: RwLock::new(Some(db)),
             snapshots: Snapshots::default(),
             claims: Arc::default(),
             index,
+            path: path.to_owned(),
+            shared_file: shared,
         });
         let (writer, queue) = mpsc::channel(WRITE_QUEUE);
         let mut thread_writer = Writer::new(
@@ -393,14 +411,24 @@ impl RedbStore {
 /// Opens (or creates) the database file and prepares it; returns it, its number of pets and
 /// its live idempotency records. A file left mid-commit (a crash, a failed write) is repaired
 /// by redb as it opens.
-fn open_database(path: &Path, cache_bytes: usize) -> Result<(Database, u64, Index), StoreError> {
-    let db = Database::builder()
-        .set_cache_size(cache_bytes)
-        .create(path)
-        .map_err(|e| match e {
-            redb::DatabaseError::DatabaseAlreadyOpen => StoreError::Locked,
-            e => StoreError::storage(e),
-        })?;
+fn open_database(
+    path: &Path,
+    cache_bytes: usize,
+    shared: bool,
+) -> Result<(Database, u64, Index), StoreError> {
+    let mut builder = Database::builder();
+    builder.set_cache_size(cache_bytes);
+    if shared {
+        // Other processes may open the file read-only meanwhile (`petstore backup`, `check`):
+        // each read transaction then also takes a byte-range lock, and each commit looks for
+        // the oldest reader in any process; measured on creates and list20 (README, "Backups
+        // and restore").
+        builder.set_concurrency_mode(redb::ConcurrencyMode::SingleWriter);
+    }
+    let db = builder.create(path).map_err(|e| match e {
+        redb::DatabaseError::DatabaseAlreadyOpen => StoreError::Locked,
+        e => StoreError::storage(e),
+    })?;
     let count = prepare(&db)?;
     let txn = db.begin_read().map_err(StoreError::storage)?;
     let records = txn

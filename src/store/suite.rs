@@ -369,6 +369,7 @@ where
         let redb = Location::Redb {
             path: dir.path().join("pets.redb"),
             cache_bytes: 1 << 20,
+            shared: true,
         };
         let (store, _) = Store::open(redb, TUNING).await.expect("open redb");
         case(store.clone()).await;

@@ -16,6 +16,9 @@ _petstore() {
             ",$1")
                 cmd="petstore"
                 ;;
+            petstore,backup)
+                cmd="petstore__subcmd__backup"
+                ;;
             petstore,check)
                 cmd="petstore__subcmd__check"
                 ;;
@@ -30,6 +33,9 @@ _petstore() {
                 ;;
             petstore,new-key)
                 cmd="petstore__subcmd__new__subcmd__key"
+                ;;
+            petstore__subcmd__help,backup)
+                cmd="petstore__subcmd__help__subcmd__backup"
                 ;;
             petstore__subcmd__help,check)
                 cmd="petstore__subcmd__help__subcmd__check"
@@ -86,7 +92,7 @@ _petstore() {
 
     case "${cmd}" in
         petstore)
-            opts="-h -V --listen --db --db-password-file --db-ca --db-pool-size --db-statement-timeout --tls-cert --tls-key --acme-domain --acme-directory --acme-email --acme-ca-root --acme-eab-kid --acme-eab-hmac-key-file --acme-state-dir --api-keys --shutdown-timeout --max-connections --handshake-timeout --header-timeout --body-timeout --idle-timeout --cache-size --max-write-batch --idempotency-ttl --rate-limit --rate-burst --auth-failure-limit --auth-failure-burst --log-format --log-level --backup-dir --backup-keep --backup-every --metrics-listen --help --version new-key keys copy check help"
+            opts="-h -V --listen --db --db-password-file --db-ca --db-pool-size --db-statement-timeout --tls-cert --tls-key --acme-domain --acme-directory --acme-email --acme-ca-root --acme-eab-kid --acme-eab-hmac-key-file --acme-state-dir --api-keys --shutdown-timeout --max-connections --handshake-timeout --header-timeout --body-timeout --idle-timeout --cache-size --max-write-batch --idempotency-ttl --rate-limit --rate-burst --auth-failure-limit --auth-failure-burst --log-format --log-level --backup-dir --backup-keep --backup-every --metrics-listen --help --version new-key keys copy check backup help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -239,6 +245,28 @@ _petstore() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        petstore__subcmd__backup)
+            opts="-h --db --to --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --db)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --to)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         petstore__subcmd__check)
             opts="-h --db --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
@@ -288,8 +316,22 @@ _petstore() {
             return 0
             ;;
         petstore__subcmd__help)
-            opts="new-key keys copy check help"
+            opts="new-key keys copy check backup help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        petstore__subcmd__help__subcmd__backup)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi

@@ -44,6 +44,9 @@ pub struct CheckReport {
     pub problems: Vec<String>,
     /// Every disagreement, listed or not.
     pub problem_count: u64,
+    /// A server had the file open: checked from one read transaction beside it, without
+    /// redb's integrity check of every page.
+    pub live: bool,
 }
 
 /// The statuses in code order, for `CheckReport::by_status`.
@@ -70,17 +73,20 @@ impl Drop for Scratch {
 /// Checks the redb file at `path`; `Err` only when it cannot be checked at all (missing,
 /// unreadable, in use by a running server, no room for the copy).
 pub fn check_file(path: &Path) -> Result<CheckReport, StoreError> {
-    // A running server holds the file's lock; a copy taken under its writes would be torn, and
-    // its "problems" would be the copy's. redb's writer takes a whole-file flock (beside its
-    // byte-range locks, for older redb versions), so a shared flock here fails while a server
-    // has the file open, and keeps one from opening it until the copy is done. (A read-only
-    // open of the file would probe the lock too, but it reads pages unverified and panics on a
-    // damaged file.)
+    // Whether a server has the file open: its redb handle holds a flock on it beside its
+    // byte-range locks (shared for a server that shares the file with readers, exclusive for
+    // one that does not), so an exclusive flock here fails while one runs. Taken, it keeps a
+    // server from opening the file until the copy is done; a copy taken under a server's
+    // writes would be torn, and its "problems" the copy's. (A read-only open of a stopped file
+    // reads pages unverified and panics on a damaged one, hence the copy.)
     let file =
         fs::File::open(path).map_err(|e| StoreError::Io(format!("{}: {e}", path.display())))?;
-    match file.try_lock_shared() {
+    match file.try_lock() {
         Ok(()) => {}
-        Err(fs::TryLockError::WouldBlock) => return Err(StoreError::Locked),
+        Err(fs::TryLockError::WouldBlock) => {
+            drop(file);
+            return check_live(path);
+        }
         // A file system without locks: the check goes on, as redb's open would.
         Err(fs::TryLockError::Error(e)) => {
             tracing::debug!(error = %e, "no lock on the checked file");
@@ -122,6 +128,20 @@ pub fn check_file(path: &Path) -> Result<CheckReport, StoreError> {
     if let Err(e) = db.close() {
         tracing::warn!(error = %e, "closing the checked copy failed");
     }
+    Ok(report)
+}
+
+/// The live file of a running server: the store's rules on one read transaction of a
+/// read-only handle beside the server (`Locked` when the process that has it open does not
+/// share it). redb's page checksums are only verified on a file no server has open.
+fn check_live(path: &Path) -> Result<CheckReport, StoreError> {
+    let db = super::backup::open_live(path)?;
+    let txn = db.begin_read().map_err(StoreError::storage)?;
+    let mut report = CheckReport {
+        live: true,
+        ..CheckReport::default()
+    };
+    check_tables(&txn, &mut report)?;
     Ok(report)
 }
 
@@ -449,6 +469,26 @@ mod tests {
             "{:?}",
             report.problems
         );
+    }
+
+    #[test]
+    fn the_file_of_a_sharing_store_is_checked_live_beside_it() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("pets.redb");
+        sample(&path);
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        runtime.block_on(async {
+            let (store, _) = RedbStore::open(&path, 1 << 20, tuning()).expect("opens");
+            let report = check_file(&path).expect("checks");
+            assert!(report.live);
+            assert_eq!(report.problems, Vec::<String>::new());
+            assert_eq!(report.pets, 4);
+            store.close().await;
+        });
+        assert!(!check_file(&path).expect("checks").live);
     }
 
     #[test]

@@ -146,7 +146,7 @@ impl Writer {
         if let Some(old) = self.shared.take_db() {
             let _ = old.close();
         }
-        match open_database(&self.path, self.cache_bytes) {
+        match open_database(&self.path, self.cache_bytes, self.shared.shared_file) {
             Ok((db, pets, index)) => {
                 // A commit that failed may still have reached the disk: the file decides which
                 // records exist.
