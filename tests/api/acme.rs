@@ -191,6 +191,29 @@ fn acme_options(pebble: &Pebble, port: u16, state: &Path) -> Options {
     }
 }
 
+/// A datagram socket standing in for systemd's `NOTIFY_SOCKET`, and the directory holding it.
+fn notify_socket() -> (std::os::unix::net::UnixDatagram, TempDir) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let socket = std::os::unix::net::UnixDatagram::bind(dir.path().join("notify.sock"))
+        .expect("bind the notify socket");
+    socket.set_read_timeout(Some(DEADLINE)).expect("timeout");
+    (socket, dir)
+}
+
+fn notify_env(socket: &std::os::unix::net::UnixDatagram) -> (String, String) {
+    let address = socket.local_addr().expect("address");
+    let path = address.as_pathname().expect("a path");
+    ("NOTIFY_SOCKET".into(), path.display().to_string())
+}
+
+fn notification(socket: &std::os::unix::net::UnixDatagram) -> String {
+    let mut buf = [0u8; 512];
+    let n = socket
+        .recv(&mut buf)
+        .expect("a notification within the deadline");
+    String::from_utf8_lossy(&buf[..n]).into_owned()
+}
+
 /// Waits, up to `DEADLINE`, until the log holds `needle` `count` times.
 fn wait_for(server: &Server, pebble: &Pebble, needle: &str, count: usize) {
     let started = Instant::now();
@@ -294,11 +317,17 @@ async fn the_first_certificate_comes_over_tls_alpn_and_a_restart_places_no_order
     let pebble = Pebble::start(port, 3600, false);
     let dir = tempfile::tempdir().expect("temp dir");
     let state = dir.path().join("acme");
+    let (notify, _notify_dir) = notify_socket();
     let mut options = acme_options(&pebble, port, &state);
     options
         .args
         .extend(["--metrics-listen".into(), "127.0.0.1:0".into()]);
+    options.env.push(notify_env(&notify));
     let server = Server::start_with(options);
+    // READY only once the certificate serves: a handshake right after it succeeds.
+    assert!(notification(&notify).starts_with("READY=1"));
+    let (ready_health, _) = health(server.addr, pebble.root().await).await;
+    assert_eq!(ready_health["status"], "ok");
     wait_for(&server, &pebble, "ACME certificate in service", 1);
     let page = metrics::scrape(metrics::metrics_address(&server)).await;
     assert_eq!(
@@ -587,12 +616,24 @@ async fn a_refused_order_is_logged_with_the_cas_reason_and_retried() {
     // pebble validates on a port where nobody listens.
     let pebble = Pebble::start(free_port(), 3600, false);
     let dir = tempfile::tempdir().expect("temp dir");
+    let (notify, _notify_dir) = notify_socket();
     let mut options = acme_options(&pebble, port, &dir.path().join("acme"));
     options
         .args
         .extend(["--metrics-listen".into(), "127.0.0.1:0".into()]);
+    options.env.push(notify_env(&notify));
     let server = Server::start_with(options);
     wait_for(&server, &pebble, "ACME certificate order failed", 1);
+    // Without a certificate, systemd is never told the server is ready.
+    notify
+        .set_read_timeout(Some(Duration::from_secs(1)))
+        .expect("timeout");
+    let mut buf = [0u8; 512];
+    assert!(
+        notify.recv(&mut buf).is_err(),
+        "no READY without a certificate: {}",
+        String::from_utf8_lossy(&buf)
+    );
     let page = metrics::scrape(metrics::metrics_address(&server)).await;
     assert!(metrics::value(&page, "petstore_acme_order_failures_total") >= 1.0);
     assert_eq!(metrics::value(&page, "petstore_acme_renewal_failing"), 1.0);
