@@ -213,7 +213,9 @@ async fn take(
 /// their rate with p50 2.8x during back-to-back snapshots (benches/load, `snapshot`). Nice 19 is
 /// the fallback where SCHED_IDLE is refused. Best effort.
 fn lower_priority() {
-    let param = libc::sched_param { sched_priority: 0 };
+    // The kernel's `struct sched_param` is one int (libc's musl struct adds fields the kernel
+    // never reads, so it is not built here).
+    let param: libc::c_int = 0;
     // SAFETY: gettid takes nothing; sched_setscheduler reads `param`, which outlives the call,
     // and setpriority takes no pointers. The raw syscall, not libc's wrapper: musl's wrapper
     // only returns ENOSYS.
