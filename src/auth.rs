@@ -7,6 +7,7 @@
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, PoisonError, RwLock};
 use std::time::UNIX_EPOCH;
@@ -152,7 +153,27 @@ pub fn parse_line(raw: &str) -> anyhow::Result<Option<Entry>> {
 /// The keys the server accepts, each known only by its SHA-256, with a label for the logs.
 #[derive(Debug, Default)]
 pub struct KeySet {
-    entries: HashMap<[u8; 32], Entry>,
+    entries: HashMap<[u8; 32], Entry, BuildHasherDefault<DigestHasher>>,
+}
+
+/// Hashes a SHA-256 digest by its first bytes. The digest is already uniform, and a client
+/// cannot place entries (they come from the keys file), so SipHash's defence against chosen
+/// collisions buys nothing here; it cost about 250 instructions on every authenticated request.
+#[derive(Default)]
+struct DigestHasher(u64);
+
+impl Hasher for DigestHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        // `[u8; 32]` hashes as its length, then its bytes: fold in the first 8 of each write.
+        let mut word = [0; 8];
+        let n = bytes.len().min(8);
+        word[..n].copy_from_slice(&bytes[..n]);
+        self.0 = self.0.rotate_left(17) ^ u64::from_ne_bytes(word);
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
 }
 
 impl KeySet {
@@ -164,7 +185,7 @@ impl KeySet {
 
     /// Parses the keys file (see `parse_line`); blank lines are skipped.
     fn parse(text: &str) -> anyhow::Result<KeySet> {
-        let mut entries = HashMap::new();
+        let mut entries = HashMap::default();
         for (index, raw) in text.lines().enumerate() {
             let line_number = index + 1;
             let Some(entry) = parse_line(raw).with_context(|| format!("line {line_number}"))?

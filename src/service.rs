@@ -150,14 +150,14 @@ impl App {
             );
         }
         if deprecated && let Some(label) = &label {
-            self.warn_deprecated(label);
+            // The request's own end, rather than another read of the clock.
+            self.warn_deprecated(label, started + elapsed);
         }
         response
     }
 
-    fn warn_deprecated(&self, key: &Arc<str>) {
+    fn warn_deprecated(&self, key: &Arc<str>, now: Instant) {
         let mut warned = self.0.warned.lock().unwrap_or_else(PoisonError::into_inner);
-        let now = Instant::now();
         let due = warned
             .get(key)
             .is_none_or(|last| now.duration_since(*last) >= DEPRECATION_WARNING_INTERVAL);
