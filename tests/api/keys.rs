@@ -337,3 +337,115 @@ async fn requests_in_flight_across_reloads_are_all_answered() {
     );
     server.stop();
 }
+
+/// The commands of one `Exec…=` kind in the shipped `pets.service`, as systemd would run them
+/// here: `%t` is `runtime`, the operator's keys file is `etc_keys`, `$MAINPID` is `pid`, and
+/// the `+` prefix (run with full privileges) is dropped: the tests already run as root.
+fn unit_commands(kind: &str, runtime: &Path, etc_keys: &Path, pid: u32) -> Vec<Vec<String>> {
+    let unit = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("pets.service"))
+        .expect("pets.service");
+    let commands: Vec<Vec<String>> = unit
+        .lines()
+        .filter_map(|line| line.strip_prefix(kind)?.strip_prefix('='))
+        .map(|command| {
+            command
+                .trim_start_matches('+')
+                .split_whitespace()
+                .map(|word| {
+                    word.replace("%t", &runtime.display().to_string())
+                        .replace("/etc/petstore/api-keys", &etc_keys.display().to_string())
+                        .replace("$MAINPID", &pid.to_string())
+                })
+                .collect()
+        })
+        .collect();
+    assert!(!commands.is_empty(), "no {kind}= in pets.service");
+    commands
+}
+
+fn run_unit_commands(commands: &[Vec<String>]) {
+    for command in commands {
+        let status = Command::new(&command[0])
+            .args(&command[1..])
+            .status()
+            .expect("the unit's command runs");
+        assert!(status.success(), "{command:?}: {status}");
+    }
+}
+
+/// `keys add` on /etc/petstore/api-keys, then `systemctl reload`: what the shipped unit's
+/// ExecStartPre= and ExecReload= lines do (systemd itself is not PID 1 on the test machines, so
+/// its lines are run as it would run them), with a client asking all along.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_shipped_units_reload_puts_a_new_key_in_force_without_a_failed_request() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (etc_keys, _) = own_keys(dir.path());
+    let runtime = dir.path().join("run");
+    std::fs::create_dir_all(runtime.join("petstore")).expect("RuntimeDirectory=");
+    run_unit_commands(&unit_commands("ExecStartPre", &runtime, &etc_keys, 0));
+    let server = server_with(&runtime.join("petstore/api-keys"));
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let (answered, failed) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let mut asking = server.h1().await;
+    let asker = {
+        let (stop, answered, failed) = (stop.clone(), answered.clone(), failed.clone());
+        tokio::spawn(async move {
+            while !stop.load(Ordering::Relaxed) {
+                let status = asking.get("/v1/pets").await.status;
+                let count = if status == 200 { &answered } else { &failed };
+                count.fetch_add(1, Ordering::Relaxed);
+            }
+        })
+    };
+
+    let carol = add(&etc_keys, &["carol"]);
+    let mut client = server.h1().await;
+    assert_eq!(
+        send(&mut client, Method::GET, "/v1/pets", &carol, "")
+            .await
+            .status,
+        401,
+        "not in force before the reload"
+    );
+    run_unit_commands(&unit_commands(
+        "ExecReload",
+        &runtime,
+        &etc_keys,
+        server.pid(),
+    ));
+    server.wait_for_log("reload done", 1);
+    assert_eq!(
+        send(&mut client, Method::GET, "/v1/pets", &carol, "")
+            .await
+            .status,
+        200,
+        "in force after the unit's reload"
+    );
+
+    let (code, _, stderr) = keys(&etc_keys, false, &["revoke", "carol"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    run_unit_commands(&unit_commands(
+        "ExecReload",
+        &runtime,
+        &etc_keys,
+        server.pid(),
+    ));
+    server.wait_for_log("reload done", 2);
+    assert_eq!(
+        send(&mut client, Method::GET, "/v1/pets", &carol, "")
+            .await
+            .status,
+        401,
+        "revoked"
+    );
+
+    stop.store(true, Ordering::Relaxed);
+    asker.await.expect("the asking client");
+    assert_eq!(failed.load(Ordering::Relaxed), 0, "no request failed");
+    assert!(answered.load(Ordering::Relaxed) > 0);
+    server.stop();
+}
