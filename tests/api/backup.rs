@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::support::{Options, Server, run};
+use crate::support::{Client, Options, Server, run};
 
 /// Starts a server with snapshots into `dir` and the extra flags.
 fn with_backups(dir: &Path, extra: &[&str]) -> Server {
@@ -60,6 +60,64 @@ fn assert_checks_clean(path: &Path) -> String {
     stdout
 }
 
+/// Eight clients creating pets (statuses in turn) until stopped; every answered pet is kept.
+struct Burst {
+    acknowledged: Arc<Mutex<Vec<Value>>>,
+    stop: Arc<AtomicBool>,
+    writers: tokio::task::JoinSet<()>,
+}
+
+impl Burst {
+    /// Starts the writers on `client`'s connection; `prefix` starts each pet's name.
+    fn start(client: &Client, prefix: &'static str) -> Burst {
+        let acknowledged = Arc::new(Mutex::new(Vec::<Value>::new()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut writers = tokio::task::JoinSet::new();
+        for w in 0..8 {
+            let mut client = client.share();
+            let acknowledged = Arc::clone(&acknowledged);
+            let stop = Arc::clone(&stop);
+            writers.spawn(async move {
+                let mut n = 0;
+                while !stop.load(Ordering::Relaxed) {
+                    let status = ["available", "pending", "sold"][n % 3];
+                    let body = format!(
+                        r#"{{"name":"{prefix}{w}-{n}","categoryId":{n},"status":"{status}"}}"#
+                    );
+                    let pet = client.create(&body).await;
+                    acknowledged.lock().expect("lock").push(pet);
+                    n += 1;
+                }
+            });
+        }
+        Burst {
+            acknowledged,
+            stop,
+            writers,
+        }
+    }
+
+    /// Waits until `count` creates have been answered.
+    async fn reach(&self, count: usize) {
+        while self.acknowledged.lock().expect("lock").len() < count {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// The pets answered so far.
+    fn acknowledged(&self) -> Vec<Value> {
+        self.acknowledged.lock().expect("lock").clone()
+    }
+
+    /// Stops the writers and returns every pet they were answered.
+    async fn stop(self) -> Vec<Value> {
+        self.stop.store(true, Ordering::Relaxed);
+        let acknowledged = self.acknowledged;
+        self.writers.join_all().await;
+        acknowledged.lock().expect("lock").clone()
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_snapshot_taken_on_sigusr1_during_creates_checks_clean_and_restores_every_acknowledged_pet()
  {
@@ -73,35 +131,14 @@ async fn a_snapshot_taken_on_sigusr1_during_creates_checks_clean_and_restores_ev
     assert_eq!(mode & 0o777, 0o700);
 
     let client = server.h2().await;
-    let acknowledged = Arc::new(Mutex::new(Vec::<Value>::new()));
-    let stop = Arc::new(AtomicBool::new(false));
-    let mut writers = tokio::task::JoinSet::new();
-    for w in 0..8 {
-        let mut client = client.share();
-        let acknowledged = Arc::clone(&acknowledged);
-        let stop = Arc::clone(&stop);
-        writers.spawn(async move {
-            let mut n = 0;
-            while !stop.load(Ordering::Relaxed) {
-                let status = ["available", "pending", "sold"][n % 3];
-                let body = format!(r#"{{"name":"w{w}-{n}","categoryId":{n},"status":"{status}"}}"#);
-                let pet = client.create(&body).await;
-                acknowledged.lock().expect("lock").push(pet);
-                n += 1;
-            }
-        });
-    }
+    let burst = Burst::start(&client, "w");
     // Let the burst get going, then ask for a snapshot in the middle of it.
-    while acknowledged.lock().expect("lock").len() < 300 {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    let before_signal = acknowledged.lock().expect("lock").clone();
+    burst.reach(300).await;
+    let before_signal = burst.acknowledged();
     server.signal("USR1");
     tokio::task::block_in_place(|| server.wait_for_log("snapshot taken", 1));
     // Still creating while it was taken: the writer never waited for it.
-    let during = acknowledged.lock().expect("lock").len();
-    stop.store(true, Ordering::Relaxed);
-    writers.join_all().await;
+    let during = burst.stop().await.len();
     assert!(
         during > before_signal.len(),
         "creates went on during the snapshot"
@@ -347,41 +384,20 @@ async fn a_second_process_backs_up_and_checks_the_live_file_under_creates_and_th
     let server = Server::start();
     let live = server.db_path();
     let client = server.h2().await;
-    let acknowledged = Arc::new(Mutex::new(Vec::<Value>::new()));
-    let stop = Arc::new(AtomicBool::new(false));
-    let mut writers = tokio::task::JoinSet::new();
-    for w in 0..8 {
-        let mut client = client.share();
-        let acknowledged = Arc::clone(&acknowledged);
-        let stop = Arc::clone(&stop);
-        writers.spawn(async move {
-            let mut n = 0;
-            while !stop.load(Ordering::Relaxed) {
-                let status = ["available", "pending", "sold"][n % 3];
-                let body = format!(r#"{{"name":"b{w}-{n}","categoryId":{n},"status":"{status}"}}"#);
-                let pet = client.create(&body).await;
-                acknowledged.lock().expect("lock").push(pet);
-                n += 1;
-            }
-        });
-    }
-    while acknowledged.lock().expect("lock").len() < 300 {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let burst = Burst::start(&client, "b");
+    burst.reach(300).await;
     let root = tempfile::tempdir().expect("temp dir");
     let target = root.path().join("pets-backup.redb");
     // Two backups over one name: the second replaces the first only once it is whole.
     let mut before_backup = Vec::new();
     for _ in 0..2 {
-        before_backup = acknowledged.lock().expect("lock").clone();
+        before_backup = burst.acknowledged();
         let (code, stdout, stderr) = tokio::task::block_in_place(|| backup(&live, &target));
         assert_eq!(code, Some(0), "stdout:\n{stdout}\nstderr:\n{stderr}");
         assert!(stdout.starts_with("backup: "), "{stdout}");
     }
     let (code, stdout, stderr) = tokio::task::block_in_place(|| check(&live));
-    let during = acknowledged.lock().expect("lock").len();
-    stop.store(true, Ordering::Relaxed);
-    writers.join_all().await;
+    let during = burst.stop().await.len();
     assert_eq!(code, Some(0), "stdout:\n{stdout}\nstderr:\n{stderr}");
     assert!(
         stdout.contains("live: a server has the file open"),
