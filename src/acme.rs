@@ -28,6 +28,7 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+use crate::durable;
 use crate::metrics;
 use crate::store::unix_now;
 use crate::tls;
@@ -758,25 +759,20 @@ fn describe(pem: String) -> anyhow::Result<Issued> {
 /// Writes `bytes` to `path` so that a reader sees the old file or the new one, never part:
 /// a 0600 temp file beside it, fsynced, renamed over it, and the directory fsynced.
 fn write_private(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
-    let dir = path.parent().unwrap_or(Path::new("."));
     let temp = path.with_extension("tmp");
-    let written = (|| {
-        let mut file = fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&temp)?;
-        file.set_permissions(fs::Permissions::from_mode(0o600))?;
-        file.write_all(bytes)?;
-        file.sync_all()?;
-        fs::rename(&temp, path)?;
-        fs::File::open(dir)?.sync_all()
-    })();
+    let written = fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&temp)
+        .and_then(|mut file| file.write_all(bytes))
+        .with_context(|| format!("writing {}", temp.display()))
+        .and_then(|()| durable::publish_private(&temp, path));
     if written.is_err() {
         let _ = fs::remove_file(&temp);
     }
-    written.with_context(|| format!("writing {}", path.display()))
+    written
 }
 
 fn eab_key(kid: &str, file: &Path) -> anyhow::Result<ExternalAccountKey> {

@@ -8,7 +8,7 @@
 
 use std::fs;
 use std::io;
-use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, PoisonError};
@@ -16,6 +16,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use tokio::time::sleep_until;
 
+use crate::durable;
 use crate::lifecycle::SnapshotRequests;
 use crate::store::Store;
 
@@ -251,7 +252,7 @@ fn take_blocking(
     let stamp = stamp(started);
     let temp = dir.join(format!("{TEMP_PREFIX}{stamp}{TEMP_SUFFIX}"));
     let path = dir.join(format!("{PREFIX}{stamp}{SUFFIX}"));
-    let written = write_snapshot(store, &temp, &path, dir, cancel);
+    let written = write_snapshot(store, &temp, &path, cancel);
     if written.is_err() {
         let _ = fs::remove_file(&temp);
     }
@@ -267,23 +268,14 @@ fn write_snapshot(
     store: &Store,
     temp: &Path,
     path: &Path,
-    dir: &Path,
     cancel: &AtomicBool,
 ) -> anyhow::Result<u64> {
-    use anyhow::Context;
     let _ = fs::remove_file(temp);
     let pets = store
         .snapshot_to(temp, cancel)
         .map_err(|e| anyhow::anyhow!("writing {}: {e}", temp.display()))?;
-    // The pets are the store's, not for other users of the machine.
-    fs::set_permissions(temp, fs::Permissions::from_mode(0o600))
-        .with_context(|| format!("setting the mode of {}", temp.display()))?;
-    fs::File::open(temp)
-        .and_then(|file| file.sync_all())
-        .with_context(|| format!("syncing {}", temp.display()))?;
-    fs::rename(temp, path)
-        .with_context(|| format!("renaming {} to {}", temp.display(), path.display()))?;
-    sync_dir(dir).with_context(|| format!("syncing {}", dir.display()))?;
+    // The pets are the store's, not for other users of the machine: 0600.
+    durable::publish_private(temp, path)?;
     Ok(pets)
 }
 
@@ -306,7 +298,7 @@ pub fn run_once(from: &Path, to: &Path) -> anyhow::Result<()> {
         std::process::id()
     ));
     let began = Instant::now();
-    let written = write_backup(from, &temp, to, dir);
+    let written = write_backup(from, &temp, to);
     if written.is_err() {
         let _ = fs::remove_file(&temp);
     }
@@ -320,8 +312,7 @@ pub fn run_once(from: &Path, to: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn write_backup(from: &Path, temp: &Path, to: &Path, dir: &Path) -> anyhow::Result<u64> {
-    use anyhow::Context;
+fn write_backup(from: &Path, temp: &Path, to: &Path) -> anyhow::Result<u64> {
     let _ = fs::remove_file(temp);
     let pets = match crate::store::backup_redb(from, temp) {
         Ok(pets) => pets,
@@ -333,14 +324,7 @@ fn write_backup(from: &Path, temp: &Path, to: &Path, dir: &Path) -> anyhow::Resu
         ),
         Err(e) => anyhow::bail!("backing up {} into {}: {e}", from.display(), temp.display()),
     };
-    fs::set_permissions(temp, fs::Permissions::from_mode(0o600))
-        .with_context(|| format!("setting the mode of {}", temp.display()))?;
-    fs::File::open(temp)
-        .and_then(|file| file.sync_all())
-        .with_context(|| format!("syncing {}", temp.display()))?;
-    fs::rename(temp, to)
-        .with_context(|| format!("renaming {} to {}", temp.display(), to.display()))?;
-    sync_dir(dir).with_context(|| format!("syncing {}", dir.display()))?;
+    durable::publish_private(temp, to)?;
     Ok(pets)
 }
 
@@ -358,10 +342,6 @@ fn ensure_dir(dir: &Path) -> io::Result<()> {
             .create(dir),
         Err(e) => Err(e),
     }
-}
-
-fn sync_dir(dir: &Path) -> io::Result<()> {
-    fs::File::open(dir)?.sync_all()
 }
 
 /// `pets-YYYYMMDDTHHMMSSZ`'s stamp for `time`, in UTC.
@@ -429,7 +409,7 @@ fn prune(dir: &Path, keep: usize) {
             }
         }
     }
-    if removed && let Err(e) = sync_dir(dir) {
+    if removed && let Err(e) = durable::sync_dir(dir) {
         tracing::warn!(dir = %dir.display(), error = %e, "syncing the backup directory failed");
     }
 }
@@ -437,6 +417,7 @@ fn prune(dir: &Path, keep: usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::fs::PermissionsExt;
 
     #[test]
     fn stamps_are_utc_and_sort_as_time() {

@@ -12,6 +12,7 @@ mod conditional;
 mod config;
 mod copy;
 mod cursor;
+mod durable;
 mod error;
 mod keys;
 mod lifecycle;
