@@ -153,26 +153,8 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         Some(listener) => {
             let address = listener.local_addr().context("reading the bound address")?;
             tracing::info!(%address, "serving metrics on");
-            let counted = store.clone();
             let sources = metrics::Sources {
-                pets: Box::new(move || {
-                    let store = counted.clone();
-                    Box::pin(async move {
-                        match store.count_by_status().await {
-                            Ok(counts) => Some(
-                                counts
-                                    .into_iter()
-                                    .map(|(status, count)| (status.map(|s| s.as_str()), count))
-                                    .collect(),
-                            ),
-                            Err(e) => {
-                                tracing::warn!(error = %e, "counting pets for the metrics failed");
-                                None
-                            }
-                        }
-                    })
-                }),
-                certificate_not_after: tls::not_after,
+                store: store.clone(),
                 backups: config.backup.is_some(),
                 acme: acme.is_some(),
             };

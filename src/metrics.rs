@@ -2,14 +2,12 @@
 //! commits, snapshots), kept as fixed arrays of atomics so the request path never takes a lock
 //! or hashes a label, and the `--metrics-listen` listener that renders them for Prometheus at
 //! `GET /metrics` over plain HTTP/1.1 with prometheus-client's encoders. It knows no routes,
-//! sockets of the API, tables or certificates: what it cannot count itself (pets by status, the
-//! certificate's not-after) it asks `Sources` for at scrape time. Invariant: every label set is
+//! sockets of the API or tables: what it cannot count itself it asks for at scrape time (pets
+//! by status from the `Store` interface, the certificate's not-after from `tls::not_after`). Invariant: every label set is
 //! drawn from a fixed list, so the number of series is bounded whatever clients send.
 
 use std::convert::Infallible;
-use std::future::Future;
 use std::net::SocketAddr;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -28,7 +26,8 @@ use prometheus_client::registry::{Registry, Unit};
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 
-use crate::store::unix_now;
+use crate::pet::PetStatus;
+use crate::store::{Store, unix_now};
 
 /// Scrapes served at once; Prometheus needs one, a person with curl a second.
 const MAX_SCRAPE_CONNECTIONS: usize = 4;
@@ -299,18 +298,12 @@ pub fn acme_order(issued: bool) {
 }
 
 /// Pets per status (`None`: pets without one), as the store counts them.
-pub type PetCounts = Vec<(Option<&'static str>, u64)>;
-
-/// Counts the pets per status, `None` when the store cannot say now.
-pub type CountPets =
-    Box<dyn Fn() -> Pin<Box<dyn Future<Output = Option<PetCounts>> + Send>> + Send + Sync>;
+type PetCounts = Vec<(Option<&'static str>, u64)>;
 
 /// What the listener asks the rest of the server for at each scrape.
 pub struct Sources {
-    /// Pets per status; `None` when the store cannot say now (then the series are left out).
-    pub pets: CountPets,
-    /// The serving certificate's not-after, in Unix seconds.
-    pub certificate_not_after: fn() -> Option<u64>,
+    /// Counted per status at a scrape (when it cannot say now, the series are left out).
+    pub store: Store,
     /// Whether snapshots are taken (`--backup-dir`): without, their series would only alarm.
     pub backups: bool,
     /// Whether the certificate comes from ACME (`--acme-domain`): its orders are counted.
@@ -397,7 +390,7 @@ async fn answer(request: Request<Incoming>, sources: &Sources) -> Response<Full<
     });
     let scrape = Scrape {
         pets: pet_counts(sources).await,
-        certificate_not_after: (sources.certificate_not_after)(),
+        certificate_not_after: crate::tls::not_after(),
         backups: sources.backups,
         acme: sources.acme,
     };
@@ -449,7 +442,16 @@ async fn pet_counts(sources: &Sources) -> Option<PetCounts> {
         return Some(counts.clone());
     }
     let began = Instant::now();
-    let counts = (sources.pets)().await?;
+    let counts: PetCounts = match sources.store.count_by_status().await {
+        Ok(counts) => counts
+            .into_iter()
+            .map(|(status, count)| (status.map(PetStatus::as_str), count))
+            .collect(),
+        Err(e) => {
+            tracing::warn!(error = %e, "counting pets for the metrics failed");
+            return None;
+        }
+    };
     *last = Some((began, began.elapsed(), counts.clone()));
     Some(counts)
 }
