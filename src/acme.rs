@@ -200,10 +200,7 @@ impl Manager {
         let mut failures = 0;
         loop {
             match self.obtain().await {
-                Ok(issued) => {
-                    metrics::acme_order(true);
-                    return self.install(issued);
-                }
+                Ok(issued) => return self.install(issued),
                 Err(Failure::Permanent(e)) => {
                     update_status(|status| status.last_error = Some(format!("{e:#}")));
                     return Err(e);
@@ -236,10 +233,7 @@ impl Manager {
             }
             tracing::info!(domains = ?self.settings.domains, not_after = %rfc3339(not_after), "renewing the ACME certificate");
             let outcome = match self.obtain().await {
-                Ok(issued) => {
-                    metrics::acme_order(true);
-                    self.install(issued).map_err(Failure::Transient)
-                }
+                Ok(issued) => self.install(issued).map_err(Failure::Transient),
                 Err(e) => Err(e),
             };
             match outcome {
@@ -334,7 +328,10 @@ impl Manager {
         loop {
             let attempt = tokio::time::timeout(ATTEMPT_DEADLINE, self.attempt()).await;
             let error = match attempt {
-                Ok(Ok(issued)) => return Ok(issued),
+                Ok(Ok(issued)) => {
+                    metrics::acme_order(true);
+                    return Ok(issued);
+                }
                 Ok(Err(e)) => e,
                 Err(_) => {
                     return Err(Failure::Transient(anyhow!(
@@ -380,11 +377,10 @@ impl Manager {
             .new_order(&NewOrder::new(&identifiers))
             .await
             .context(Step::Place)?;
-        let challenges = Challenges {
+        let mut challenges = Challenges {
             certificate: Arc::clone(&self.certificate),
             domains: Vec::new(),
         };
-        let mut challenges = challenges;
         {
             let mut authorizations = order.authorizations();
             while let Some(authorization) = authorizations.next().await {
