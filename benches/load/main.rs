@@ -554,6 +554,12 @@ async fn bench(settings: &Settings) -> Report {
             settings.petstore_args
         );
     }
+    if settings::petstore_exe_replaced() {
+        println!(
+            "petstore executable: {} (BENCH_PETSTORE_BIN)\n",
+            settings::petstore_exe().display()
+        );
+    }
     let mut bench = Bench {
         settings,
         tls: Arc::new(Tls::new()),

@@ -80,7 +80,7 @@ impl Server {
     /// logging with one line per request on stderr, which is drained here. `extra` flags go
     /// last (a diagnostic such as a log filter; empty for the real figures).
     pub fn petstore(db: &Path, extra: &[String]) -> Server {
-        let mut command = pinned(Path::new(env!("CARGO_BIN_EXE_petstore")));
+        let mut command = pinned(crate::settings::petstore_exe());
         command
             .arg("--listen")
             .arg("127.0.0.1:0")

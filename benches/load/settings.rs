@@ -2,13 +2,17 @@
 //! switches for quick iterations and diagnostics. Defaults are the recorded run's settings;
 //! nothing here changes what a run measures, only how long and which parts.
 
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 use std::time::Duration;
 
 /// Knobs from the environment, so a quick iteration needs no edit: BENCH_SECONDS, BENCH_WARMUP,
 /// BENCH_SCALE_SECONDS, BENCH_ROUNDS, BENCH_SKIP_1M=1,
-/// BENCH_ONLY=list20,get-one,scale,create,create-keyed,postgres,rss,1m,deep-page,snapshot and
+/// BENCH_ONLY=list20,get-one,scale,create,create-keyed,postgres,rss,1m,deep-page,snapshot,
 /// BENCH_PETSTORE_ARGS="--log-level info,petstore::service=warn" (a diagnostic: the real
-/// figures use none; the `listening on` line must stay, so the filter keeps `info`).
+/// figures use none; the `listening on` line must stay, so the filter keeps `info`) and
+/// BENCH_PETSTORE_BIN=target/x86_64-unknown-linux-musl/release/petstore (the shipped static
+/// build, with its own allocator, in place of the host build `cargo bench` made).
 pub struct Settings {
     pub warmup: Duration,
     pub window: Duration,
@@ -55,6 +59,26 @@ impl Settings {
     pub fn wants(&self, part: &str) -> bool {
         self.only.is_empty() || self.only.iter().any(|p| p == part)
     }
+}
+
+/// The petstore executable every server of the run starts: BENCH_PETSTORE_BIN, else the one
+/// `cargo bench` built beside this benchmark. Read once, like the other knobs, but kept out of
+/// `Settings` because every `Server::petstore` call needs it.
+pub fn petstore_exe() -> &'static Path {
+    static EXE: OnceLock<PathBuf> = OnceLock::new();
+    EXE.get_or_init(|| {
+        std::env::var_os("BENCH_PETSTORE_BIN")
+            .filter(|v| !v.is_empty())
+            .map_or_else(
+                || PathBuf::from(env!("CARGO_BIN_EXE_petstore")),
+                PathBuf::from,
+            )
+    })
+}
+
+/// Whether BENCH_PETSTORE_BIN replaced the executable `cargo bench` built.
+pub fn petstore_exe_replaced() -> bool {
+    petstore_exe() != Path::new(env!("CARGO_BIN_EXE_petstore"))
 }
 
 /// The non-empty items of an environment variable split at `separator`.
