@@ -6,6 +6,7 @@
 //! records in `redb/idempotency.rs`. No redb type leaves this module and its children.
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::thread;
 use std::time::Duration;
@@ -82,6 +83,9 @@ struct Shared {
     path: PathBuf,
     /// Opened for other processes to read beside this one (redb's `SingleWriter` mode).
     shared_file: bool,
+    /// Snapshots of this process copying the file now: the writer commits without quick-repair
+    /// while any is (see `writer::write_batch`).
+    copying: AtomicUsize,
 }
 
 impl Shared {
@@ -158,6 +162,7 @@ impl RedbStore {
             index,
             path: path.to_owned(),
             shared_file: shared,
+            copying: AtomicUsize::new(0),
         });
         let (writer, queue) = mpsc::channel(WRITE_QUEUE);
         let mut thread_writer = Writer::new(

@@ -7,7 +7,7 @@
 //! Where the copy goes and under which name is the caller's (`crate::backup`).
 
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use redb::{
     ConcurrencyMode, Database, Key, MultimapTableHandle, ReadOnlyDatabase, ReadTransaction,
@@ -38,6 +38,8 @@ impl RedbStore {
         to: &Path,
         cancel: &AtomicBool,
     ) -> Result<u64, StoreError> {
+        // Counted before the read transaction begins and until it ends, for the writer.
+        let _copying = Copying::start(&self.shared.copying);
         // The guard is let go once the transaction has begun: a transaction outlives the
         // handle, so a reopen or the close at shutdown never waits for a snapshot (its reads
         // then fail with `DatabaseClosed`, and the snapshot with them).
@@ -54,6 +56,23 @@ impl RedbStore {
             db.begin_read().map_err(StoreError::storage)?
         };
         write_copy(&txn, to, cancel)
+    }
+}
+
+/// One snapshot in `Shared::copying`, from `start` until dropped: the writer commits without
+/// quick-repair meanwhile (`writer::write_batch` says why).
+struct Copying<'a>(&'a AtomicUsize);
+
+impl<'a> Copying<'a> {
+    fn start(count: &'a AtomicUsize) -> Copying<'a> {
+        count.fetch_add(1, Ordering::Relaxed);
+        Copying(count)
+    }
+}
+
+impl Drop for Copying<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
