@@ -560,6 +560,34 @@ mod tests {
             .expect("a current-thread runtime builds")
     }
 
+    /// The writer leaves quick-repair off only while a snapshot copies: a snapshot that ends,
+    /// well or not, must not leave it off for good.
+    #[test]
+    fn a_snapshot_counts_as_copying_only_until_it_ends() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let dir = tempfile::tempdir().expect("temp dir");
+        runtime().block_on(async {
+            let (store, _) =
+                Store::open(&dir.path().join("pets.redb"), TEST_CACHE_BYTES, TUNING).expect("open");
+            add(&store, new_pet("a", None)).await.expect("create");
+            let copied = store
+                .snapshot_to(&dir.path().join("copy.redb"), &AtomicBool::new(false))
+                .expect("snapshot");
+            assert_eq!(copied, 1);
+            assert_eq!(store.shared.copying.load(Ordering::Relaxed), 0);
+            let cancelled =
+                store.snapshot_to(&dir.path().join("cancelled.redb"), &AtomicBool::new(true));
+            assert!(
+                matches!(cancelled, Err(StoreError::Closed)),
+                "{cancelled:?}"
+            );
+            assert_eq!(store.shared.copying.load(Ordering::Relaxed), 0);
+            // Writes still commit (with quick-repair again) after both.
+            assert_eq!(add(&store, new_pet("b", None)).await.expect("create").id, 2);
+            store.close().await;
+        });
+    }
+
     #[test]
     fn ids_start_at_one_and_survive_reopening() {
         let dir = tempfile::tempdir().expect("temp dir");
