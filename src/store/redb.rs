@@ -560,28 +560,46 @@ mod tests {
             .expect("a current-thread runtime builds")
     }
 
-    /// The writer leaves quick-repair off only while a snapshot copies: a snapshot that ends,
-    /// well or not, must not leave it off for good.
+    /// The writer leaves quick-repair off only while a snapshot copies: a snapshot counts as
+    /// copying from before its read transaction begins, and one that ends, well or not, must
+    /// not leave quick-repair off for good.
     #[test]
     fn a_snapshot_counts_as_copying_only_until_it_ends() {
         use std::sync::atomic::{AtomicBool, Ordering};
         let dir = tempfile::tempdir().expect("temp dir");
+        let copying = |store: &Store| store.shared.copying.load(Ordering::Relaxed);
         runtime().block_on(async {
-            let (store, _) =
-                Store::open(&dir.path().join("pets.redb"), TEST_CACHE_BYTES, TUNING).expect("open");
+            // Not shared: the snapshot reads through the server's own handle, so holding that
+            // handle's lock stops it after it has counted itself and before it reads.
+            let (store, _) = Store::open_as(
+                &dir.path().join("pets.redb"),
+                TEST_CACHE_BYTES,
+                false,
+                TUNING,
+            )
+            .expect("open");
             add(&store, new_pet("a", None)).await.expect("create");
-            let copied = store
-                .snapshot_to(&dir.path().join("copy.redb"), &AtomicBool::new(false))
-                .expect("snapshot");
-            assert_eq!(copied, 1);
-            assert_eq!(store.shared.copying.load(Ordering::Relaxed), 0);
+            let copy = dir.path().join("copy.redb");
+            let copied = thread::scope(|scope| {
+                let held = store.shared.db_mut();
+                let snapshot = scope.spawn(|| store.snapshot_to(&copy, &AtomicBool::new(false)));
+                let deadline = std::time::Instant::now() + Duration::from_secs(10);
+                while copying(&store) == 0 && std::time::Instant::now() < deadline {
+                    thread::sleep(Duration::from_millis(1));
+                }
+                assert_eq!(copying(&store), 1, "a waiting snapshot counts as copying");
+                drop(held);
+                snapshot.join().expect("the snapshot thread")
+            });
+            assert_eq!(copied.expect("snapshot"), 1);
+            assert_eq!(copying(&store), 0);
             let cancelled =
                 store.snapshot_to(&dir.path().join("cancelled.redb"), &AtomicBool::new(true));
             assert!(
                 matches!(cancelled, Err(StoreError::Closed)),
                 "{cancelled:?}"
             );
-            assert_eq!(store.shared.copying.load(Ordering::Relaxed), 0);
+            assert_eq!(copying(&store), 0);
             // Writes still commit (with quick-repair again) after both.
             assert_eq!(add(&store, new_pet("b", None)).await.expect("create").id, 2);
             store.close().await;

@@ -96,17 +96,15 @@ impl Writer {
         }
         // The read guard lives to the end of this statement: `reopen` below takes the write lock.
         let began = Instant::now();
+        let quick_repair = self.shared.copying.load(Ordering::Relaxed) == 0;
         let result = match self.shared.db().as_ref() {
-            Some(db) => {
-                let quick_repair = self.shared.copying.load(Ordering::Relaxed) == 0;
-                write_batch(
-                    db,
-                    quick_repair,
-                    &self.shared.index,
-                    &mut self.changes,
-                    batch,
-                )
-            }
+            Some(db) => write_batch(
+                db,
+                quick_repair,
+                &self.shared.index,
+                &mut self.changes,
+                batch,
+            ),
             None => Err(StoreError::Reopening),
         };
         match result {
