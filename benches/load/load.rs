@@ -207,6 +207,8 @@ pub struct Outcome {
     pub load_time: Duration,
     /// The server's CPU seconds over the window divided by the window's wall time.
     pub cpu_share: f64,
+    /// The user-space part of `cpu_share` (the rest is the kernel's: TCP, epoll, fsync).
+    pub user_share: f64,
     /// The same for this process (the load generator and the log drain), to show whether
     /// the client, not the server, set the pace.
     pub client_cpu_share: f64,
@@ -218,6 +220,16 @@ pub struct Outcome {
 impl Outcome {
     pub fn rps(&self) -> f64 {
         self.requests as f64 / self.window.as_secs_f64()
+    }
+
+    /// CPU microseconds a request, split (user, kernel); zeros without a CPU figure.
+    pub fn cpu_per_request_us(&self) -> (f64, f64) {
+        let rps = self.rps();
+        if rps <= 0.0 || self.cpu_share <= 0.0 {
+            return (0.0, 0.0);
+        }
+        let user = self.user_share.min(self.cpu_share);
+        (user * 1e6 / rps, (self.cpu_share - user) * 1e6 / rps)
     }
 
     pub fn per_core(&self) -> f64 {
@@ -345,9 +357,10 @@ pub async fn run_until(
         tokio::time::sleep_until(window_start).await;
     }
     let me = std::process::id();
-    let (t0, ticks0, mine0, steal0) = (
+    let (t0, ticks0, user0, mine0, steal0) = (
         Instant::now(),
         server.cpu_ticks(),
+        server.user_ticks(),
         cpu_ticks(me),
         steal_ticks(),
     );
@@ -360,9 +373,10 @@ pub async fn run_until(
     let now = Instant::now().min(window_end);
     plan.window_end_us
         .store((now - start).as_micros() as u64, Ordering::Relaxed);
-    let (t1, ticks1, mine1, steal1) = (
+    let (t1, ticks1, user1, mine1, steal1) = (
         Instant::now(),
         server.cpu_ticks(),
+        server.user_ticks(),
         cpu_ticks(me),
         steal_ticks(),
     );
@@ -396,6 +410,7 @@ pub async fn run_until(
         load_time,
         // A server killed during the window (the crash run) has no CPU figure: 0.
         cpu_share: ticks(ticks0, ticks1) / seconds,
+        user_share: ticks(user0, user1) / seconds,
         client_cpu_share: ticks(mine0, mine1) / seconds,
         steal: ticks(steal0, steal1) / seconds,
         sample,

@@ -601,6 +601,9 @@ async fn bench(settings: &Settings) -> Report {
                 bench.measure(&spec, target, kind, pets).await;
             }
         }
+        if let Some(split) = bench.report.cpu_split(scenario) {
+            bench.report.note(split);
+        }
     }
     // Only the read scenarios make the figure: an idle server's memory says nothing.
     let read_ran = read_scenarios(READ_STORE)

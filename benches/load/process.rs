@@ -184,6 +184,11 @@ impl Server {
         Some(own + self.database_pid.map_or(0, tree_ticks))
     }
 
+    /// The user part of `cpu_ticks` for the process alone (a database server's is not split).
+    pub fn user_ticks(&self) -> Option<u64> {
+        user_and_system_ticks(self.pid).map(|(user, _)| user)
+    }
+
     /// Peak resident memory (VmHWM) in KiB.
     pub fn peak_rss_kib(&self) -> u64 {
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid))
@@ -286,13 +291,18 @@ impl Drop for Server {
 
 /// User + system CPU ticks of process `pid` (all its threads) from /proc/<pid>/stat.
 pub fn cpu_ticks(pid: u32) -> Option<u64> {
+    user_and_system_ticks(pid).map(|(user, system)| user + system)
+}
+
+/// User and system CPU ticks of process `pid` (all its threads) from /proc/<pid>/stat.
+fn user_and_system_ticks(pid: u32) -> Option<(u64, u64)> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // The command name may hold spaces and parentheses; the fields follow the last ')'.
     let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
     // utime and stime are fields 14 and 15 of stat: 12 and 13 after the state (field 3).
     let utime: u64 = fields.get(11)?.parse().ok()?;
     let stime: u64 = fields.get(12)?.parse().ok()?;
-    Some(utime + stime)
+    Some((utime, stime))
 }
 
 /// CPU ticks of `root`, of its children that ended (which it waited for) and of those that

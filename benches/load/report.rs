@@ -151,6 +151,31 @@ impl Report {
         median(ratios)
     }
 
+    /// Where each server's CPU went in `scenario`: microseconds a request in user space and in
+    /// the kernel, medians over its rounds. The ratio alone does not say which side differs.
+    pub fn cpu_split(&self, scenario: &str) -> Option<String> {
+        let mut line = format!("{scenario}: CPU a request, medians of rounds:");
+        for kind in [Kind::Petstore, Kind::Baseline] {
+            let (user, kernel): (Vec<f64>, Vec<f64>) = self
+                .rows
+                .iter()
+                .filter(|row| row.scenario == scenario && row.kind == kind)
+                .map(|row| row.outcome.cpu_per_request_us())
+                .filter(|&(user, kernel)| user + kernel > 0.0)
+                .unzip();
+            let (user, _) = median(user)?;
+            let (kernel, _) = median(kernel)?;
+            let _ = write!(
+                line,
+                " {} {:.1} us (user {user:.1} + kernel {kernel:.1});",
+                kind.name(),
+                user + kernel
+            );
+        }
+        line.pop();
+        Some(line)
+    }
+
     /// The median over rounds of `figure` (req/s, req/s/core) of `top` over that of `bottom`
     /// (rows of the same server, matched by round), with every round's ratio in run order.
     pub fn median_pair_ratio(
