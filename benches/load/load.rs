@@ -228,8 +228,9 @@ impl Outcome {
         if rps <= 0.0 || self.cpu_share <= 0.0 {
             return (0.0, 0.0);
         }
-        let user = self.user_share.min(self.cpu_share);
-        (user * 1e6 / rps, (self.cpu_share - user) * 1e6 / rps)
+        // One /proc read gives both, so the user part never exceeds the whole.
+        let kernel = self.cpu_share - self.user_share;
+        (self.user_share * 1e6 / rps, kernel * 1e6 / rps)
     }
 
     pub fn per_core(&self) -> f64 {
@@ -357,10 +358,9 @@ pub async fn run_until(
         tokio::time::sleep_until(window_start).await;
     }
     let me = std::process::id();
-    let (t0, ticks0, user0, mine0, steal0) = (
+    let (t0, server0, mine0, steal0) = (
         Instant::now(),
         server.cpu_ticks(),
-        server.user_ticks(),
         cpu_ticks(me),
         steal_ticks(),
     );
@@ -373,10 +373,9 @@ pub async fn run_until(
     let now = Instant::now().min(window_end);
     plan.window_end_us
         .store((now - start).as_micros() as u64, Ordering::Relaxed);
-    let (t1, ticks1, user1, mine1, steal1) = (
+    let (t1, server1, mine1, steal1) = (
         Instant::now(),
         server.cpu_ticks(),
-        server.user_ticks(),
         cpu_ticks(me),
         steal_ticks(),
     );
@@ -409,8 +408,8 @@ pub async fn run_until(
         ok_total: total.ok_total,
         load_time,
         // A server killed during the window (the crash run) has no CPU figure: 0.
-        cpu_share: ticks(ticks0, ticks1) / seconds,
-        user_share: ticks(user0, user1) / seconds,
+        cpu_share: ticks(server0.map(|t| t.all), server1.map(|t| t.all)) / seconds,
+        user_share: ticks(server0.map(|t| t.user), server1.map(|t| t.user)) / seconds,
         client_cpu_share: ticks(mine0, mine1) / seconds,
         steal: ticks(steal0, steal1) / seconds,
         sample,

@@ -179,14 +179,12 @@ impl Server {
 
     /// User + system CPU ticks of the whole process, every thread included, and of its
     /// database server's processes; `None` once the process is gone.
-    pub fn cpu_ticks(&self) -> Option<u64> {
-        let own = cpu_ticks(self.pid)?;
-        Some(own + self.database_pid.map_or(0, tree_ticks))
-    }
-
-    /// The user part of `cpu_ticks` for the process alone (a database server's is not split).
-    pub fn user_ticks(&self) -> Option<u64> {
-        user_and_system_ticks(self.pid).map(|(user, _)| user)
+    pub fn cpu_ticks(&self) -> Option<CpuTicks> {
+        let (user, system) = user_and_system_ticks(self.pid)?;
+        Some(CpuTicks {
+            all: user + system + self.database_pid.map_or(0, tree_ticks),
+            user,
+        })
     }
 
     /// Peak resident memory (VmHWM) in KiB.
@@ -287,6 +285,14 @@ impl Drop for Server {
             let _ = child.wait();
         }
     }
+}
+
+/// A server's CPU ticks, read at one instant: all of them, and the user-space part of its own
+/// process (a database server's is counted in `all` only).
+#[derive(Clone, Copy, Debug)]
+pub struct CpuTicks {
+    pub all: u64,
+    pub user: u64,
 }
 
 /// User + system CPU ticks of process `pid` (all its threads) from /proc/<pid>/stat.
