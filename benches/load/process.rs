@@ -181,9 +181,10 @@ impl Server {
     /// database server's processes; `None` once the process is gone.
     pub fn cpu_ticks(&self) -> Option<CpuTicks> {
         let (user, system) = user_and_system_ticks(self.pid)?;
+        let (db_user, db_system) = self.database_pid.map_or((0, 0), tree_ticks);
         Some(CpuTicks {
-            all: user + system + self.database_pid.map_or(0, tree_ticks),
-            user,
+            all: user + system + db_user + db_system,
+            user: user + db_user,
         })
     }
 
@@ -287,8 +288,8 @@ impl Drop for Server {
     }
 }
 
-/// A server's CPU ticks, read at one instant: all of them, and the user-space part of its own
-/// process (a database server's is counted in `all` only).
+/// A server's CPU ticks, read at one instant (its database server's with them): all of them,
+/// and their user-space part.
 #[derive(Clone, Copy, Debug)]
 pub struct CpuTicks {
     pub all: u64,
@@ -302,25 +303,19 @@ pub fn cpu_ticks(pid: u32) -> Option<u64> {
 
 /// User and system CPU ticks of process `pid` (all its threads) from /proc/<pid>/stat.
 fn user_and_system_ticks(pid: u32) -> Option<(u64, u64)> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The command name may hold spaces and parentheses; the fields follow the last ')'.
-    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
-    // utime and stime are fields 14 and 15 of stat: 12 and 13 after the state (field 3).
-    let utime: u64 = fields.get(11)?.parse().ok()?;
-    let stime: u64 = fields.get(12)?.parse().ok()?;
-    Some((utime, stime))
+    proc_stat(pid).map(|(_, [user, system, ..])| (user, system))
 }
 
-/// CPU ticks of `root`, of its children that ended (which it waited for) and of those that
-/// run: for PostgreSQL's postmaster, the whole server with its backends.
-pub fn tree_ticks(root: u32) -> u64 {
-    let own = proc_stat(root).map_or(0, |(_, t)| t.iter().sum());
-    let children: u64 = children(root)
+/// User and system CPU ticks of `root`, of its children that ended (which it waited for) and
+/// of those that run: for PostgreSQL's postmaster, the whole server with its backends.
+fn tree_ticks(root: u32) -> (u64, u64) {
+    let own = proc_stat(root).map_or((0, 0), |(_, [user, system, child_user, child_system])| {
+        (user + child_user, system + child_system)
+    });
+    children(root)
         .into_iter()
         .filter_map(proc_stat)
-        .map(|(_, t)| t[0] + t[1])
-        .sum();
-    own + children
+        .fold(own, |(user, system), (_, t)| (user + t[0], system + t[1]))
 }
 
 /// Pins `root` and its running children to the server CPU; children forked later inherit it.
