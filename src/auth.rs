@@ -59,7 +59,10 @@ impl Keys {
 
     /// Checks an `Authorization` header (all of its values) and returns who sent it.
     pub fn check<'a>(&self, values: impl Iterator<Item = &'a [u8]>) -> Result<Caller, AuthFailure> {
-        self.set().check(values, unix_now)
+        // Under the read lock rather than on a clone of the set: a reload waits for one hash,
+        // and a request saves an `Arc` count up and down.
+        let set = self.current.read().unwrap_or_else(PoisonError::into_inner);
+        set.check(values, unix_now)
     }
 
     fn set(&self) -> Arc<KeySet> {
