@@ -167,11 +167,14 @@ impl App {
         metrics::request(template, method, status, elapsed);
         let duration_us = elapsed.as_micros() as u64;
         let key = label.as_deref().unwrap_or("-");
-        // Fields as `&str` and integers: `log_format` writes those without `core::fmt`.
+        // Fields as `&str` and integers, the message too: `log_format` writes those without
+        // `core::fmt` (a message given as a format string is a `fmt::Arguments`, written
+        // through it: 90 instructions more a line; callgrind).
         let (method, protocol) = (method.as_str(), protocol_name(version));
         // Probes poll every few seconds; at info they would drown the lines that matter.
         if health {
             tracing::debug!(
+                message = "request",
                 method,
                 path,
                 status,
@@ -179,10 +182,10 @@ impl App {
                 protocol,
                 peer,
                 key,
-                "request"
             );
         } else {
             tracing::info!(
+                message = "request",
                 method,
                 path,
                 status,
@@ -190,7 +193,6 @@ impl App {
                 protocol,
                 peer,
                 key,
-                "request"
             );
         }
         if deprecated && let Some(label) = &label {
