@@ -25,6 +25,7 @@ use crate::pet::{NewPet, PetId, PetPatch, PetStatus};
 pub(super) mod backup;
 pub(super) mod check;
 pub(super) mod copy;
+mod file;
 mod idempotency;
 mod snapshot;
 mod writer;
@@ -430,7 +431,15 @@ fn open_database(
         // and restore").
         builder.set_concurrency_mode(redb::ConcurrencyMode::SingleWriter);
     }
-    let db = builder.create(path).map_err(|e| match e {
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)
+        .and_then(file::Filled::new)
+        .map_err(StoreError::storage)?;
+    let db = builder.create_with_backend(file).map_err(|e| match e {
         redb::DatabaseError::DatabaseAlreadyOpen => StoreError::Locked,
         e => StoreError::storage(e),
     })?;
