@@ -3,7 +3,8 @@
 //! durably before it answers; ids start at 1, only grow, and the next id is committed with the
 //! pets it follows, so no acknowledged id is reused even after a crash. The writer thread
 //! lives in `redb/writer.rs`, the snapshot reads share in `redb/snapshot.rs`, idempotency
-//! records in `redb/idempotency.rs`. No redb type leaves this module and its children.
+//! records in `redb/idempotency.rs`, the file's zero-filled growth in `redb/file.rs`. No
+//! redb type leaves this module and its children.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicUsize;
