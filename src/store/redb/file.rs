@@ -80,7 +80,6 @@ impl Filled {
     /// The file as it is now counts as written: holes in a file from before are left alone,
     /// only the space it grows by from here is filled.
     pub(super) fn new(file: File) -> io::Result<Filled> {
-        #[allow(deprecated)]
         let inner = FileBackend::new(file).map_err(io::Error::other)?;
         Ok(Filled {
             inner,
