@@ -23,7 +23,7 @@ pub const DEEP_AFTER: i64 = 900_000;
 /// The page size of the walk to the deep page: the API's largest.
 const WALK_LIMIT: &str = "limit=100";
 /// A deep page's warm-up: the server is warm, only the connections are new.
-const WARMUP: Duration = Duration::from_millis(500);
+pub const WARMUP: Duration = Duration::from_millis(500);
 
 /// The two lists of the part, as (first-page scenario, deep-page scenario, first page, what
 /// each page must hold).

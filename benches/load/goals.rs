@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use crate::load::Outcome;
 use crate::report::{Kind, Report};
-use crate::{KEYED_KEYED, KEYED_PLAIN, READ_STORE, SCALE_STEPS, deep, pg};
+use crate::{KEYED_KEYED, KEYED_PLAIN, READ_STORE, SCALE_PAIR, SCALE_STEPS, deep, pg};
 
 /// Adds the goal lines; figures a short run did not measure show as "not measured".
 pub fn add(
@@ -34,19 +34,26 @@ pub fn add(
         };
         report.goal(&name, value, want, |v| v >= goal);
     }
+    // Issue 4: the status filter at 1M within 10% of 10k, in back-to-back pairs.
+    pair_goal(
+        report,
+        "status-filter at 1M over at 10k: req/s/core",
+        SCALE_PAIR[1],
+        SCALE_PAIR[0],
+        ">= 0.90",
+        |v| v >= 0.90,
+    );
+    // The single windows, minutes apart: shown, not held against the goal.
     let per_core = |report: &Report, pets: u64| {
         report
             .find("scale status-filter", Kind::Petstore, Some(pets))
             .map(|row| row.outcome.per_core())
     };
-    let value = per_core(report, SCALE_STEPS[2])
-        .zip(per_core(report, SCALE_STEPS[0]))
-        .map(|(big, small)| big / small);
-    report.goal(
-        "status-filter req/s/core at 1M over at 10k",
-        value,
-        ">= 0.90",
-        |v| v >= 0.90,
+    report.report_only(
+        "  the single windows, 1M over 10k, minutes apart",
+        per_core(report, SCALE_STEPS[2])
+            .zip(per_core(report, SCALE_STEPS[0]))
+            .map(|(big, small)| big / small),
     );
     let value = report
         .find("create-64", Kind::Petstore, None)

@@ -49,6 +49,10 @@ pub const KEYED_KEYED: &str = "create-keyed keyed";
 /// The read scenarios' store, and the steps of the scaling runs.
 pub const READ_STORE: u64 = 100_000;
 pub const SCALE_STEPS: [u64; 3] = [10_000, 100_000, 1_000_000];
+/// The status filter on a copy of the 10k store (first) and on the 1M store, in back-to-back
+/// rounds: the scaling goal compares these, as the single windows above run minutes apart
+/// on a host whose speed drifts.
+pub const SCALE_PAIR: [&str; 2] = ["scale pair sold20 10k", "scale pair sold20 1M"];
 /// How long the creates run before the crash's SIGKILL, and in all.
 /// The name petstore gives its redb writer thread (src/store.rs).
 const WRITER_THREAD: &str = "petstore-writer";
@@ -291,6 +295,39 @@ impl Bench<'_> {
             };
             self.measure(&spec, server, Kind::Petstore, Some(pets))
                 .await;
+        }
+    }
+
+    /// The status filter on `small` (a copy of the 10k store) and on `big` (the 1M store) in
+    /// back-to-back rounds, for the scaling goal.
+    async fn scale_pairs(&mut self, small: &Server, big: &Server) {
+        for round in 0..self.settings.rounds {
+            for (scenario, server, pets) in [
+                (SCALE_PAIR[0], small, SCALE_STEPS[0]),
+                (SCALE_PAIR[1], big, SCALE_STEPS[2]),
+            ] {
+                let spec = Spec {
+                    scenario,
+                    protocol: Protocol::Http1,
+                    clients: CLIENTS,
+                    pick: Pick::Path(SOLD20),
+                    expect: Expect::OnlySold,
+                    // The copy's server starts cold: the first round warms both in full, the
+                    // later ones only open their connections, as for the deep pages.
+                    warmup: if round == 0 {
+                        self.settings.warmup
+                    } else {
+                        deep::WARMUP.min(self.settings.warmup)
+                    },
+                    window: self
+                        .settings
+                        .scale_window
+                        .div_f64(self.settings.rounds as f64),
+                    round,
+                };
+                self.measure(&spec, server, Kind::Petstore, Some(pets))
+                    .await;
+            }
         }
     }
 
@@ -574,6 +611,9 @@ async fn bench(settings: &Settings) -> Report {
     let server = Server::petstore(&db, &settings.petstore_args);
     bench.scale(&server, SCALE_STEPS[0]).await;
     bench.stop(server, "10k store").await;
+    // Kept for the scaling pairs on the 1M store; the copy is of a cleanly stopped file.
+    let db_10k = dir.path().join("pets-10k.redb");
+    std::fs::copy(&db, &db_10k).expect("a copy of the 10k store");
 
     bench.grow(&db, SCALE_STEPS[0], READ_STORE).await;
     let server = Server::petstore(&db, &settings.petstore_args);
@@ -636,7 +676,7 @@ async fn bench(settings: &Settings) -> Report {
     };
 
     let (mut clean_start, mut crash_start) = (None, None);
-    let wants_1m = ["1m", "deep-page", "snapshot"]
+    let wants_1m = ["1m", "scale", "deep-page", "snapshot"]
         .iter()
         .any(|part| settings.wants(part));
     if settings.skip_1m || !wants_1m {
@@ -648,6 +688,11 @@ async fn bench(settings: &Settings) -> Report {
         let (server, took) = bench.timed_start(&db, "after a clean stop").await;
         clean_start = took;
         bench.scale(&server, SCALE_STEPS[2]).await;
+        if settings.wants("scale") {
+            let small = Server::petstore(&db_10k, &settings.petstore_args);
+            bench.scale_pairs(&small, &server).await;
+            bench.stop(small, "10k copy").await;
+        }
         if settings.wants("deep-page") {
             bench.deep_page(&server, SCALE_STEPS[2]).await;
         }
