@@ -1,0 +1,167 @@
+//! What a group commit costs the writer thread, measured before choosing a design: redb's
+//! two-phase quick-repair commit as `src/store/redb/writer.rs` makes it, against a
+//! write-ahead log prototyped here (redb commits that are not durable, each batch appended to
+//! a preallocated log with one `fdatasync`, a durable redb commit every `CHECKPOINT_EVERY`
+//! batches). Not a goal and not product code: the prototype has no replay, and redb refuses
+//! non-durable commits in `SingleWriter` mode, so it runs `ExclusiveWriter`, which would cost
+//! `petstore backup` from another process (README: Performance). Same tables and batch size
+//! as the server at 64 clients; alternating rounds, CPU from `getrusage(RUSAGE_THREAD)`.
+//!
+//! `taskset -c 1 cargo bench --bench commit` (about 30 s).
+
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+use std::time::Instant;
+
+use redb::{Builder, ConcurrencyMode, Database, Durability, TableDefinition};
+
+const PETS: TableDefinition<i64, &[u8]> = TableDefinition::new("pets");
+const PETS_BY_STATUS: TableDefinition<(u8, i64), &[u8]> = TableDefinition::new("pets_by_status");
+const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
+
+/// The server's mean batch at 64 clients (benches/load, create-64).
+const BATCH: i64 = 25;
+const COMMITS: i64 = 2_000;
+const ROUNDS: usize = 3;
+const CHECKPOINT_EVERY: i64 = 1_000;
+const LOG_BYTES: u64 = 64 << 20;
+/// A created pet's JSON as the server stores it, about its size.
+const PET: &[u8] = br#"{"id":1,"name":"Rex","category":{"id":3,"name":"Dogs"},"photoUrls":[],"tags":[{"id":1,"name":"a"}],"status":"available"}"#;
+
+#[derive(Clone, Copy, PartialEq)]
+enum Commit {
+    /// Today's: every batch a durable, two-phase, quick-repair commit, `SingleWriter`.
+    TwoPhase,
+    /// The prototype: the batch's log record made durable, then a non-durable redb commit.
+    Log,
+}
+
+impl Commit {
+    fn name(self) -> &'static str {
+        match self {
+            Commit::TwoPhase => "redb two-phase quick-repair commit (today)",
+            Commit::Log => "log append + fdatasync, non-durable redb commit",
+        }
+    }
+}
+
+/// User and kernel CPU seconds of the calling thread.
+fn thread_cpu() -> (f64, f64) {
+    // SAFETY: getrusage writes the struct it is given and nothing else.
+    let usage = unsafe {
+        let mut usage: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_THREAD, &mut usage);
+        usage
+    };
+    let seconds = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    (seconds(usage.ru_utime), seconds(usage.ru_stime))
+}
+
+fn open(dir: &Path, path: Commit) -> (Database, File) {
+    let mut builder = Builder::new();
+    builder.set_cache_size(6 << 20);
+    builder.set_concurrency_mode(match path {
+        Commit::TwoPhase => ConcurrencyMode::SingleWriter,
+        Commit::Log => ConcurrencyMode::ExclusiveWriter,
+    });
+    let db = builder.create(dir.join("pets.redb")).expect("a database");
+    let log = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .read(true)
+        .write(true)
+        .open(dir.join("pets.log"))
+        .expect("a log file");
+    // Written once and synced, so appends land in allocated blocks and sync no metadata.
+    let zeros = vec![0u8; 1 << 20];
+    for chunk in 0..LOG_BYTES >> 20 {
+        log.write_all_at(&zeros, chunk << 20).expect("log zeros");
+    }
+    log.sync_all().expect("log sync");
+    (db, log)
+}
+
+/// Writer CPU a create (user, kernel) in µs and wall time a commit in µs.
+fn round(path: Commit) -> (f64, f64, f64) {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let (db, log) = open(dir.path(), path);
+    let mut record = Vec::with_capacity(8 << 10);
+    let (mut tail, mut id) = (0u64, 0i64);
+    let (user0, kernel0) = thread_cpu();
+    let began = Instant::now();
+    for commit in 1..=COMMITS {
+        let mut txn = db.begin_write().expect("begin");
+        match path {
+            Commit::TwoPhase => txn.set_quick_repair(true),
+            Commit::Log => txn
+                .set_durability(Durability::None)
+                .expect("non-durable in ExclusiveWriter"),
+        }
+        record.clear();
+        {
+            let mut pets = txn.open_table(PETS).expect("pets");
+            let mut by_status = txn.open_table(PETS_BY_STATUS).expect("by status");
+            let mut meta = txn.open_table(META).expect("meta");
+            for _ in 0..BATCH {
+                id += 1;
+                pets.insert(id, PET).expect("insert");
+                by_status.insert((0, id), PET).expect("insert");
+                record.extend_from_slice(&id.to_le_bytes());
+                record.extend_from_slice(PET);
+            }
+            meta.insert("next_id", id as u64 + 1).expect("meta");
+        }
+        if path == Commit::Log {
+            if tail + record.len() as u64 > LOG_BYTES {
+                tail = 0;
+            }
+            log.write_all_at(&record, tail).expect("append");
+            tail += record.len() as u64;
+            log.sync_data().expect("log fdatasync");
+        }
+        txn.commit().expect("commit");
+        if path == Commit::Log && commit % CHECKPOINT_EVERY == 0 {
+            let mut txn = db.begin_write().expect("begin");
+            txn.set_quick_repair(true);
+            txn.commit().expect("checkpoint");
+            tail = 0;
+        }
+    }
+    let wall = began.elapsed().as_secs_f64();
+    let (user1, kernel1) = thread_cpu();
+    let creates = (COMMITS * BATCH) as f64;
+    (
+        (user1 - user0) / creates * 1e6,
+        (kernel1 - kernel0) / creates * 1e6,
+        wall / COMMITS as f64 * 1e6,
+    )
+}
+
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
+}
+
+fn main() {
+    println!(
+        "writer thread, {COMMITS} commits of {BATCH} creates a round, {ROUNDS} alternating rounds"
+    );
+    let mut totals = [Vec::new(), Vec::new()];
+    for _ in 0..ROUNDS {
+        for (slot, path) in [Commit::TwoPhase, Commit::Log].into_iter().enumerate() {
+            let (user, kernel, wall) = round(path);
+            println!(
+                "  {:<50} CPU a create {:5.2} us (user {user:.2} + kernel {kernel:.2}), {wall:4.0} us a commit",
+                path.name(),
+                user + kernel
+            );
+            totals[slot].push(user + kernel);
+        }
+    }
+    let [today, log] = totals.map(median);
+    println!(
+        "median writer CPU a create: {today:.2} us today, {log:.2} us with the log ({:.2} of today)",
+        log / today
+    );
+}
