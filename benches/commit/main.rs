@@ -5,7 +5,9 @@
 //! batches). Not a goal and not product code: the prototype has no replay, and redb refuses
 //! non-durable commits in `SingleWriter` mode, so it runs `ExclusiveWriter`, which would cost
 //! `petstore backup` from another process (README: Performance). Same tables and batch size
-//! as the server at 64 clients; alternating rounds, CPU from `getrusage(RUSAGE_THREAD)`.
+//! as the server at 64 clients, both on redb's own file backend (without the server's
+//! zero-filled growth, `src/store/redb/file.rs`); alternating rounds, CPU from
+//! `getrusage(RUSAGE_THREAD)`.
 //!
 //! `taskset -c 1 cargo bench --bench commit` (about 30 s).
 
