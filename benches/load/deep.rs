@@ -13,17 +13,14 @@ use hyper::{Request, Uri};
 
 use crate::check::Expect;
 use crate::client::{BEARER, Conn};
-use crate::load::Protocol;
 use crate::process::Server;
 use crate::report::Kind;
-use crate::{Bench, CLIENTS, Pick, Spec};
+use crate::{Bench, Spec};
 
 /// The deep page starts past this id.
 pub const DEEP_AFTER: i64 = 900_000;
 /// The page size of the walk to the deep page: the API's largest.
 const WALK_LIMIT: &str = "limit=100";
-/// A deep page's warm-up: the server is warm, only the connections are new.
-pub const WARMUP: Duration = Duration::from_millis(500);
 
 /// The two lists of the part, as (first-page scenario, deep-page scenario, first page, what
 /// each page must hold).
@@ -54,19 +51,7 @@ impl Bench<'_> {
             ));
             for round in 0..self.settings.rounds {
                 for (scenario, path) in [(first_name, first), (deep_name, deep.as_str())] {
-                    let spec = Spec {
-                        scenario,
-                        protocol: Protocol::Http1,
-                        clients: CLIENTS,
-                        pick: Pick::Path(path),
-                        expect,
-                        warmup: WARMUP.min(self.settings.warmup),
-                        window: self
-                            .settings
-                            .scale_window
-                            .div_f64(self.settings.rounds as f64),
-                        round,
-                    };
+                    let spec = Spec::paired(scenario, path, expect, round, self.settings, false);
                     self.measure(&spec, server, Kind::Petstore, Some(pets))
                         .await;
                 }

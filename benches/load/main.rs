@@ -53,6 +53,8 @@ pub const SCALE_STEPS: [u64; 3] = [10_000, 100_000, 1_000_000];
 /// rounds: the scaling goal compares these, as the single windows above run minutes apart
 /// on a host whose speed drifts.
 pub const SCALE_PAIR: [&str; 2] = ["scale pair sold20 10k", "scale pair sold20 1M"];
+/// A paired round's warm-up on a warm server: only its connections are new.
+const PAIR_WARMUP: Duration = Duration::from_millis(500);
 /// How long the creates run before the crash's SIGKILL, and in all.
 /// The name petstore gives its redb writer thread (src/store.rs).
 const WRITER_THREAD: &str = "petstore-writer";
@@ -169,6 +171,33 @@ struct Spec<'a> {
 }
 
 impl Spec<'_> {
+    /// One round of a back-to-back pair on `path` (the deep pages, the scaling pairs): the
+    /// scaling window split over the rounds. A server that is already warm only opens its
+    /// connections (`PAIR_WARMUP`); a `cold` one gets the full warm-up in round 0.
+    fn paired<'a>(
+        scenario: &'a str,
+        path: &'a str,
+        expect: Expect,
+        round: usize,
+        settings: &Settings,
+        cold: bool,
+    ) -> Spec<'a> {
+        Spec {
+            scenario,
+            protocol: Protocol::Http1,
+            clients: CLIENTS,
+            pick: Pick::Path(path),
+            expect,
+            warmup: if cold && round == 0 {
+                settings.warmup
+            } else {
+                PAIR_WARMUP.min(settings.warmup)
+            },
+            window: settings.scale_window.div_f64(settings.rounds as f64),
+            round,
+        }
+    }
+
     fn create(scenario: &str, clients: usize, window: Duration, warmup: Duration) -> Spec<'_> {
         Spec {
             scenario,
@@ -306,25 +335,15 @@ impl Bench<'_> {
                 (SCALE_PAIR[0], small, SCALE_STEPS[0]),
                 (SCALE_PAIR[1], big, SCALE_STEPS[2]),
             ] {
-                let spec = Spec {
+                // The copy's server starts cold.
+                let spec = Spec::paired(
                     scenario,
-                    protocol: Protocol::Http1,
-                    clients: CLIENTS,
-                    pick: Pick::Path(SOLD20),
-                    expect: Expect::OnlySold,
-                    // The copy's server starts cold: the first round warms both in full, the
-                    // later ones only open their connections, as for the deep pages.
-                    warmup: if round == 0 {
-                        self.settings.warmup
-                    } else {
-                        deep::WARMUP.min(self.settings.warmup)
-                    },
-                    window: self
-                        .settings
-                        .scale_window
-                        .div_f64(self.settings.rounds as f64),
+                    SOLD20,
+                    Expect::OnlySold,
                     round,
-                };
+                    self.settings,
+                    true,
+                );
                 self.measure(&spec, server, Kind::Petstore, Some(pets))
                     .await;
             }
