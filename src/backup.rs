@@ -317,9 +317,9 @@ fn write_backup(from: &Path, temp: &Path, to: &Path) -> anyhow::Result<u64> {
     let pets = match crate::store::backup_redb(from, temp) {
         Ok(pets) => pets,
         Err(crate::store::StoreError::Locked) => anyhow::bail!(
-            "{} is open in a process that does not share it (a petstore that predates shared \
-             reads, or a `petstore check` of it): retry, or take a snapshot in the server \
-             (--backup-dir, SIGUSR1)",
+            "{} is open in a process that does not share it (a petstore serving it without \
+             --shared-reads, or a `petstore check` of it): take a snapshot in the server \
+             (--backup-dir, SIGUSR1), or start the server with --shared-reads",
             from.display()
         ),
         Err(e) => anyhow::bail!("backing up {} into {}: {e}", from.display(), temp.display()),

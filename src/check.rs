@@ -14,9 +14,9 @@ pub fn run(path: &Path) -> anyhow::Result<()> {
     let report = match store::check_redb(path) {
         Ok(report) => report,
         Err(StoreError::Locked) => bail!(
-            "{} is open in another process that does not share it (a petstore that predates \
-             shared reads, or another check of it): stop it first, or check a snapshot \
-             (--backup-dir, SIGUSR1)",
+            "{} is open in another process that does not share it (a petstore serving it \
+             without --shared-reads, or another check of it): check a snapshot (--backup-dir, \
+             SIGUSR1), or start the server with --shared-reads",
             path.display()
         ),
         Err(e) => bail!("checking {}: {e}", path.display()),

@@ -207,6 +207,12 @@ pub struct Cli {
     )]
     max_write_batch: u32,
 
+    /// redb only: let other processes open the live file read-only (`petstore backup` and
+    /// `petstore check` beside the server). Each batch is then committed durably by redb
+    /// itself, not through the write-ahead log: more CPU and disk writes a create.
+    #[arg(long, env = "PETSTORE_SHARED_READS")]
+    shared_reads: bool,
+
     /// How long a create's Idempotency-Key answers retries, e.g. `90s`, `15m`, `24h`, `7d`.
     #[arg(
         long,
@@ -451,6 +457,8 @@ pub struct Config {
     pub idempotency_ttl: Duration,
     /// Most writes one transaction takes.
     pub max_write_batch: usize,
+    /// Other processes may read the redb file meanwhile (no write-ahead log).
+    pub shared_reads: bool,
     /// Requests per API key label; `None`: no limit.
     pub rate_limit: Option<Limit>,
     /// Requests with a key that is not valid per client address; `None`: off.
@@ -639,6 +647,9 @@ impl Cli {
             keep: self.backup_keep as usize,
             every: self.backup_every,
         });
+        if self.shared_reads && matches!(db, Database::Postgres(_)) {
+            bail!("--shared-reads is for the redb store; PostgreSQL serves any number of readers");
+        }
         if backup.is_some() && matches!(db, Database::Postgres(_)) {
             bail!(
                 "--backup-dir: snapshots are for the redb store; with PostgreSQL, back up with \
@@ -682,6 +693,7 @@ impl Cli {
             cache_bytes: self.cache_size.saturating_mul(1 << 20),
             idempotency_ttl: self.idempotency_ttl,
             max_write_batch: self.max_write_batch as usize,
+            shared_reads: self.shared_reads,
             rate_limit,
             auth_failure_limit,
             log_format: self.log_format,

@@ -147,7 +147,7 @@ async fn serve(config: Config) -> anyhow::Result<()> {
             store::Location::Redb {
                 path: path.clone(),
                 cache_bytes: config.cache_bytes,
-                shared: true,
+                shared: config.shared_reads,
             },
             path.display().to_string(),
         ),

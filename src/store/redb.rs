@@ -29,11 +29,13 @@ pub(super) mod copy;
 mod file;
 mod idempotency;
 mod snapshot;
+mod wal;
 mod writer;
 
 use super::write::{Command, Keyed, Pending, Write, unix_now};
 use idempotency::Index;
 use snapshot::{PageKey, Snapshot, Snapshots};
+use wal::Log;
 use writer::{Writer, write_loop};
 
 /// Pet id to the pet's JSON object, exactly as the API sends it.
@@ -51,6 +53,9 @@ const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 
 const META_SCHEMA_VERSION: &str = "schema_version";
 const META_NEXT_ID: &str = "next_id";
+/// The epoch of the write-ahead log that the file's last checkpoint started (`redb/wal.rs`):
+/// only records of it are replayed. Absent (0) in a file that never had a log.
+const META_LOG_EPOCH: &str = "log_epoch";
 /// The layout of the tables; a file from a newer layout is refused, not misread. Version 1
 /// had no `REVISIONS` and no idempotency tables; opening one adds them. Version 2 kept
 /// idempotency records by scope, with a copy of the answer; opening one moves its live
@@ -144,7 +149,7 @@ impl RedbStore {
         cache_bytes: usize,
         tuning: Tuning,
     ) -> Result<(RedbStore, u64), StoreError> {
-        RedbStore::open_as(path, cache_bytes, true, tuning)
+        RedbStore::open_as(path, cache_bytes, false, tuning)
     }
 
     /// `open`, with `shared`: whether other processes may open the file read-only while this
@@ -155,7 +160,7 @@ impl RedbStore {
         shared: bool,
         tuning: Tuning,
     ) -> Result<(RedbStore, u64), StoreError> {
-        let (db, count, index) = open_database(path, cache_bytes, shared)?;
+        let (db, count, index, log) = open_database(path, cache_bytes, shared)?;
         tracing::debug!(records = index.len(), "idempotency records loaded");
         let shared = Arc::new(Shared {
             db: RwLock::new(Some(db)),
@@ -172,6 +177,7 @@ impl RedbStore {
             path,
             cache_bytes,
             tuning.max_write_batch,
+            log,
         );
         thread::Builder::new()
             .name("petstore-writer".into())
@@ -415,14 +421,15 @@ impl RedbStore {
     }
 }
 
-/// Opens (or creates) the database file and prepares it; returns it, its number of pets and
-/// its live idempotency records. A file left mid-commit (a crash, a failed write) is repaired
-/// by redb as it opens.
+/// Opens (or creates) the database file and prepares it; returns it, its number of pets, its
+/// live idempotency records and, unless other processes may read the file (`shared`), its
+/// write-ahead log. A file left mid-commit (a crash, a failed write) is repaired by redb as it
+/// opens, and then gets the batches its log holds past the last checkpoint.
 fn open_database(
     path: &Path,
     cache_bytes: usize,
     shared: bool,
-) -> Result<(Database, u64, Index), StoreError> {
+) -> Result<(Database, u64, Index, Option<Log>), StoreError> {
     let mut builder = Database::builder();
     builder.set_cache_size(cache_bytes);
     if shared {
@@ -444,7 +451,13 @@ fn open_database(
         redb::DatabaseError::DatabaseAlreadyOpen => StoreError::Locked,
         e => StoreError::storage(e),
     })?;
-    let count = prepare(&db)?;
+    prepare(&db)?;
+    let log = if shared {
+        None
+    } else {
+        Some(replay(&db, path)?)
+    };
+    let count = count_pets(&db)?;
     let txn = db.begin_read().map_err(StoreError::storage)?;
     let records = txn
         .open_table(idempotency::RECORDS)
@@ -452,13 +465,79 @@ fn open_database(
     let index = Index::load(&records, unix_now())?;
     drop(records);
     drop(txn);
-    Ok((db, count, index))
+    Ok((db, count, index, log))
 }
 
-/// Creates the tables on a new file, adds those of this version to an older one, refuses a
-/// newer schema, and counts the pets. A file that is already current is only read, so a start
-/// costs no commit.
-fn prepare(db: &Database) -> Result<u64, StoreError> {
+/// Opens the log and makes again, in memory, every batch it holds past the file's last
+/// checkpoint; returns the log, positioned after them. The redo is not a checkpoint: it needs
+/// no more of the file than the batches had before (a full disk may have stopped them), and
+/// the log goes on from its last record. A file that has no epoch yet gets one first, so that
+/// no record is ever of epoch 0.
+fn replay(db: &Database, path: &Path) -> Result<Log, StoreError> {
+    let epoch = {
+        let txn = db.begin_read().map_err(StoreError::storage)?;
+        let meta = txn.open_table(META).map_err(StoreError::storage)?;
+        meta.get(META_LOG_EPOCH)
+            .map_err(StoreError::storage)?
+            .map_or(0, |v| v.value())
+    };
+    let epoch = match epoch {
+        0 => checkpoint(db, true)?,
+        epoch => epoch,
+    };
+    let (log, records) = Log::open(path, epoch)?;
+    if records.is_empty() {
+        return Ok(log);
+    }
+    let began = std::time::Instant::now();
+    let mut txn = db.begin_write().map_err(StoreError::write)?;
+    txn.set_durability(redb::Durability::None)
+        .map_err(|e| StoreError::Corrupt(e.to_string()))?;
+    {
+        let mut tables = wal::ReplayTables {
+            pets: txn.open_table(PETS).map_err(StoreError::write)?,
+            by_status: txn.open_table(PETS_BY_STATUS).map_err(StoreError::write)?,
+            revisions: txn.open_table(REVISIONS).map_err(StoreError::write)?,
+            records: txn
+                .open_table(idempotency::RECORDS)
+                .map_err(StoreError::write)?,
+            next_id: None,
+        };
+        for record in &records {
+            tables.apply(record)?;
+        }
+        if let Some(next_id) = tables.next_id {
+            let mut meta = txn.open_table(META).map_err(StoreError::write)?;
+            meta.insert(META_NEXT_ID, next_id)
+                .map_err(StoreError::write)?;
+        }
+    }
+    txn.commit().map_err(StoreError::write)?;
+    tracing::info!(
+        batches = records.len(),
+        ms = began.elapsed().as_millis() as u64,
+        "write-ahead log replayed"
+    );
+    Ok(log)
+}
+
+/// A durable commit of everything committed before it, starting a new log epoch, which it
+/// returns: the log's records are stale from then on.
+fn checkpoint(db: &Database, quick_repair: bool) -> Result<u64, StoreError> {
+    let mut txn = db.begin_write().map_err(StoreError::write)?;
+    txn.set_quick_repair(quick_repair);
+    let epoch = wal::new_epoch();
+    txn.open_table(META)
+        .map_err(StoreError::write)?
+        .insert(META_LOG_EPOCH, epoch)
+        .map_err(StoreError::write)?;
+    txn.commit().map_err(StoreError::write)?;
+    Ok(epoch)
+}
+
+/// Creates the tables on a new file, adds those of this version to an older one and refuses a
+/// newer schema. A file that is already current is only read, so a start costs no commit.
+fn prepare(db: &Database) -> Result<(), StoreError> {
     let txn = db.begin_read().map_err(StoreError::storage)?;
     let version = match txn.open_table(META) {
         Ok(meta) => meta
@@ -469,22 +548,16 @@ fn prepare(db: &Database) -> Result<u64, StoreError> {
         Err(e) => return Err(StoreError::storage(e)),
     };
     match version {
-        Some(found) if found > SCHEMA_VERSION => {
-            return Err(StoreError::NewerSchema {
-                found,
-                supported: SCHEMA_VERSION,
-            });
-        }
-        Some(SCHEMA_VERSION) => {}
+        Some(found) if found > SCHEMA_VERSION => Err(StoreError::NewerSchema {
+            found,
+            supported: SCHEMA_VERSION,
+        }),
+        Some(SCHEMA_VERSION) => Ok(()),
         Some(_) | None => {
             drop(txn);
-            create_tables(db, version)?;
-            return count_pets(db);
+            create_tables(db, version)
         }
     }
-    txn.open_table(PETS)
-        .and_then(|pets| Ok(pets.len()?))
-        .map_err(StoreError::storage)
 }
 
 fn count_pets(db: &Database) -> Result<u64, StoreError> {
@@ -784,7 +857,14 @@ mod tests {
             }
             let before = snapshot(&store);
             // The writer thread is idle between creates, so this stands in for it.
-            Writer::new(Arc::clone(&store.shared), &path, TEST_CACHE_BYTES, 1024).reopen();
+            Writer::new(
+                Arc::clone(&store.shared),
+                &path,
+                TEST_CACHE_BYTES,
+                1024,
+                None,
+            )
+            .reopen();
             assert!(
                 !Arc::ptr_eq(&before, &snapshot(&store)),
                 "no snapshot of the old database"
@@ -993,7 +1073,14 @@ mod tests {
                 br#"{"id":2,"name":"a","categoryId":1,"status":"sold"}"#
             );
             // The writer reloads the records from the file when it reopens it.
-            Writer::new(Arc::clone(&store.shared), &path, TEST_CACHE_BYTES, 1024).reopen();
+            Writer::new(
+                Arc::clone(&store.shared),
+                &path,
+                TEST_CACHE_BYTES,
+                1024,
+                None,
+            )
+            .reopen();
             let again = replay(&store).await.expect("replay after a reopen");
             assert!(again.replayed);
             assert_eq!(&again.pet.json[..], &first.pet.json[..]);

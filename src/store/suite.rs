@@ -364,17 +364,21 @@ where
         .enable_all()
         .build()
         .expect("a current-thread runtime builds");
-    let dir = tempfile::tempdir().expect("temp dir");
-    runtime.block_on(async {
-        let redb = Location::Redb {
-            path: dir.path().join("pets.redb"),
-            cache_bytes: 1 << 20,
-            shared: true,
-        };
-        let (store, _) = Store::open(redb, TUNING).await.expect("open redb");
-        case(store.clone()).await;
-        store.close().await;
-    });
+    // Both ways redb commits: through the write-ahead log (the default), and by itself on a
+    // file other processes may read.
+    for shared in [false, true] {
+        let dir = tempfile::tempdir().expect("temp dir");
+        runtime.block_on(async {
+            let redb = Location::Redb {
+                path: dir.path().join("pets.redb"),
+                cache_bytes: 1 << 20,
+                shared,
+            };
+            let (store, _) = Store::open(redb, TUNING).await.expect("open redb");
+            case(store.clone()).await;
+            store.close().await;
+        });
+    }
     let cluster = shared_cluster();
     static DATABASES: AtomicUsize = AtomicUsize::new(0);
     let database = format!("suite_{}", DATABASES.fetch_add(1, Ordering::Relaxed));

@@ -323,7 +323,7 @@ fn backup_flags_with_postgresql_are_refused_naming_its_own_tools() {
 
 #[test]
 fn check_fails_on_a_damaged_file_and_checks_a_live_one_beside_its_server() {
-    let server = Server::start();
+    let server = Server::start_with(shared_reads());
     let (code, stdout, stderr) = check(&server.db_path());
     assert_eq!(code, Some(0), "stdout:\n{stdout}\nstderr:\n{stderr}");
     assert!(
@@ -381,7 +381,7 @@ fn backup(from: &Path, to: &Path) -> (Option<i32>, String, String) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_process_backs_up_and_checks_the_live_file_under_creates_and_the_backup_restores()
 {
-    let server = Server::start();
+    let server = Server::start_with(shared_reads());
     let live = server.db_path();
     let client = server.h2().await;
     let burst = Burst::start(&client, "b");
@@ -432,8 +432,8 @@ async fn a_second_process_backs_up_and_checks_the_live_file_under_creates_and_th
     tokio::task::block_in_place(|| server.stop());
 }
 
-#[test]
-fn backup_and_check_refuse_a_file_held_unshared_or_left_mid_commit_with_a_clear_message() {
+#[tokio::test(flavor = "multi_thread")]
+async fn backup_and_check_refuse_a_file_held_unshared_or_left_mid_commit_with_a_clear_message() {
     let dir = tempfile::tempdir().expect("temp dir");
     // A process that opens the file as redb does by default (a petstore that predates shared
     // reads): it does not share the file.
@@ -454,17 +454,45 @@ fn backup_and_check_refuse_a_file_held_unshared_or_left_mid_commit_with_a_clear_
     assert_eq!(names, ["held.redb"], "nothing written beside it");
 
     // A server killed in the middle of its life leaves the file for the next start to
-    // repair; a reader must not read it before that.
+    // repair (and, by default, its log to replay); a reader must not read it before that.
+    for options in [Options::default(), shared_reads()] {
+        let server = Server::start_with(options.clone());
+        let mut client = server.h1().await;
+        client.create(r#"{"name":"logged","categoryId":1}"#).await;
+        let crashed = server.db_path();
+        let dir = server.kill();
+        let (code, _, stderr) = backup(&crashed, &target);
+        assert_eq!(code, Some(1), "{stderr}");
+        assert!(stderr.contains("mid-commit"), "{stderr}");
+        assert!(!target.exists());
+        // The next start repairs it; a backup of the stopped server's file then holds the pet.
+        let server = Server::start_after_crash_with(dir, options);
+        let stopped = server.stop();
+        let db = stopped.dir.path().join("pets.redb");
+        let (code, stdout, stderr) = backup(&db, &target);
+        assert_eq!(code, Some(0), "stdout:\n{stdout}\nstderr:\n{stderr}");
+        assert!(stdout.contains("backup: 1 pets"), "{stdout}");
+        fs::remove_file(&target).expect("removed");
+    }
+
+    // Without --shared-reads, the live file is the server's alone: both say what to do.
     let server = Server::start();
-    let crashed = server.db_path();
-    let dir = server.kill();
-    let (code, _, stderr) = backup(&crashed, &target);
+    let (code, _, stderr) = backup(&server.db_path(), &target);
     assert_eq!(code, Some(1), "{stderr}");
-    assert!(stderr.contains("mid-commit"), "{stderr}");
-    assert!(!target.exists());
-    // The next start repairs it; a backup of the running server's file then works.
-    let server = Server::start_after_crash(dir);
-    let (code, stdout, stderr) = backup(&server.db_path(), &target);
-    assert_eq!(code, Some(0), "stdout:\n{stdout}\nstderr:\n{stderr}");
+    assert!(
+        stderr.contains("--shared-reads") && stderr.contains("SIGUSR1"),
+        "{stderr}"
+    );
+    let (code, _, stderr) = check(&server.db_path());
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("--shared-reads"), "{stderr}");
     server.stop();
+}
+
+/// Options for a server whose file other processes may read while it runs.
+fn shared_reads() -> Options {
+    Options {
+        args: vec!["--shared-reads".to_owned()],
+        ..Options::default()
+    }
 }

@@ -57,6 +57,69 @@ async fn a_keyed_create_acknowledged_before_a_sigkill_is_replayed_after_the_rest
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn patches_and_deletes_acknowledged_before_a_sigkill_survive_with_their_revisions() {
+    let server = Server::start();
+    let mut client = server.h1().await;
+    let a = client
+        .create(r#"{"name":"a","categoryId":1,"status":"available"}"#)
+        .await;
+    let b = client
+        .create(r#"{"name":"b","categoryId":1,"status":"pending"}"#)
+        .await;
+    let c = client.create(r#"{"name":"c","categoryId":1}"#).await;
+    let path = |pet: &serde_json::Value| format!("/v1/pets/{}", pet["id"]);
+    let patched = client
+        .patch_json(&path(&a), r#"{"name":"a2","status":"sold"}"#)
+        .await;
+    assert_eq!(patched.status, 200, "{:?}", patched.body);
+    let patched_again = client.patch_json(&path(&a), r#"{"categoryId":7}"#).await;
+    assert_eq!(patched_again.status, 200, "{:?}", patched_again.body);
+    let given_status = client
+        .patch_json(&path(&c), r#"{"status":"pending"}"#)
+        .await;
+    assert_eq!(given_status.status, 200, "{:?}", given_status.body);
+    assert_eq!(client.delete(&path(&b)).await.status, 204);
+
+    // The log holds these writes; the file does not, until the next checkpoint.
+    let server = Server::start_after_crash(server.kill());
+    server.wait_for_log("write-ahead log replayed batches=7", 1);
+    let mut client = server.h2().await;
+    let a_now = client.get(&path(&a)).await;
+    assert_eq!(
+        (a_now.json(), a_now.etag()),
+        (patched_again.json(), patched_again.etag()),
+        "the last patch and its revision"
+    );
+    assert_eq!(client.get(&path(&b)).await.status, 404, "still deleted");
+    let c_now = client.get(&path(&c)).await;
+    assert_eq!(
+        (c_now.json(), c_now.etag()),
+        (given_status.json(), given_status.etag())
+    );
+    let ids = |pets: Vec<serde_json::Value>| -> Vec<i64> {
+        pets.iter().map(|p| p["id"].as_i64().expect("id")).collect()
+    };
+    let id = |pet: &serde_json::Value| pet["id"].as_i64().expect("id");
+    for (status, want) in [
+        ("available", vec![]),
+        ("pending", vec![id(&c)]),
+        ("sold", vec![id(&a)]),
+    ] {
+        let listed = client.list_all(&format!("/v1/pets?status={status}")).await;
+        assert_eq!(ids(listed), want, "status {status}");
+    }
+    let next = client.create(r#"{"name":"d","categoryId":1}"#).await;
+    assert_eq!(id(&next), id(&c) + 1, "no id given twice");
+
+    // The file the replay wrote keeps the store's rules.
+    let stopped = server.stop();
+    let db = stopped.dir.path().join("pets.redb");
+    let (code, stdout, stderr) =
+        crate::support::run(&["check".as_ref(), "--db".as_ref(), db.as_os_str()]);
+    assert_eq!(code, Some(0), "stdout:\n{stdout}\nstderr:\n{stderr}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn a_write_the_disk_refuses_gets_503_leaves_the_database_as_it_was_and_reads_go_on() {
     // The file may not grow past its first size plus a little: a full disk, for this process.
     let server = under_file_limit("--fsize=1200000");

@@ -270,6 +270,11 @@ impl Server {
         Server::start_in(dir, Options::default())
     }
 
+    /// `start_after_crash`, with `options`.
+    pub fn start_after_crash_with(dir: TempDir, options: Options) -> Server {
+        Server::start_in(dir, options)
+    }
+
     /// SIGTERM, then a clean exit within the deadline.
     pub fn stop(self) -> Stopped {
         self.signal("TERM");

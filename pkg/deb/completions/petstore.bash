@@ -92,7 +92,7 @@ _petstore() {
 
     case "${cmd}" in
         petstore)
-            opts="-h -V --listen --db --db-password-file --db-ca --db-pool-size --db-statement-timeout --tls-cert --tls-key --acme-domain --acme-directory --acme-email --acme-ca-root --acme-eab-kid --acme-eab-hmac-key-file --acme-state-dir --api-keys --shutdown-timeout --max-connections --handshake-timeout --header-timeout --body-timeout --idle-timeout --cache-size --max-write-batch --idempotency-ttl --rate-limit --rate-burst --auth-failure-limit --auth-failure-burst --log-format --log-level --backup-dir --backup-keep --backup-every --metrics-listen --help --version new-key keys copy check backup help"
+            opts="-h -V --listen --db --db-password-file --db-ca --db-pool-size --db-statement-timeout --tls-cert --tls-key --acme-domain --acme-directory --acme-email --acme-ca-root --acme-eab-kid --acme-eab-hmac-key-file --acme-state-dir --api-keys --shutdown-timeout --max-connections --handshake-timeout --header-timeout --body-timeout --idle-timeout --cache-size --max-write-batch --shared-reads --idempotency-ttl --rate-limit --rate-burst --auth-failure-limit --auth-failure-burst --log-format --log-level --backup-dir --backup-keep --backup-every --metrics-listen --help --version new-key keys copy check backup help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0

@@ -1,6 +1,6 @@
 # Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
 function __fish_petstore_global_optspecs
-    string join \n listen= db= db-password-file= db-ca= db-pool-size= db-statement-timeout= tls-cert= tls-key= acme-domain= acme-directory= acme-email= acme-ca-root= acme-eab-kid= acme-eab-hmac-key-file= acme-state-dir= api-keys= shutdown-timeout= max-connections= handshake-timeout= header-timeout= body-timeout= idle-timeout= cache-size= max-write-batch= idempotency-ttl= rate-limit= rate-burst= auth-failure-limit= auth-failure-burst= log-format= log-level= backup-dir= backup-keep= backup-every= metrics-listen= h/help V/version
+    string join \n listen= db= db-password-file= db-ca= db-pool-size= db-statement-timeout= tls-cert= tls-key= acme-domain= acme-directory= acme-email= acme-ca-root= acme-eab-kid= acme-eab-hmac-key-file= acme-state-dir= api-keys= shutdown-timeout= max-connections= handshake-timeout= header-timeout= body-timeout= idle-timeout= cache-size= max-write-batch= shared-reads idempotency-ttl= rate-limit= rate-burst= auth-failure-limit= auth-failure-burst= log-format= log-level= backup-dir= backup-keep= backup-every= metrics-listen= h/help V/version
 end
 
 function __fish_petstore_needs_command
@@ -60,6 +60,7 @@ complete -c petstore -n "__fish_petstore_needs_command" -l backup-dir -d 'redb o
 complete -c petstore -n "__fish_petstore_needs_command" -l backup-keep -d 'Snapshots kept in --backup-dir; the oldest beyond these are removed' -r
 complete -c petstore -n "__fish_petstore_needs_command" -l backup-every -d 'Take a snapshot this often, e.g. `1h`, `30m`, `1d` [default: only on SIGUSR1]' -r
 complete -c petstore -n "__fish_petstore_needs_command" -l metrics-listen -d 'Socket address to serve Prometheus metrics on, over plain HTTP at `/metrics`, e.g. 127.0.0.1:9464; for localhost or a private network only [default: off]' -r
+complete -c petstore -n "__fish_petstore_needs_command" -l shared-reads -d 'redb only: let other processes open the live file read-only (`petstore backup` and `petstore check` beside the server). Each batch is then committed durably by redb itself, not through the write-ahead log: more CPU and disk writes a create'
 complete -c petstore -n "__fish_petstore_needs_command" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c petstore -n "__fish_petstore_needs_command" -s V -l version -d 'Print version'
 complete -c petstore -n "__fish_petstore_needs_command" -f -a "new-key" -d 'Print a new random API key and the line that admits it in the keys file'

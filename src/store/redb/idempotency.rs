@@ -16,6 +16,7 @@ use std::time::Duration;
 use redb::{ReadableTable, Table, TableDefinition, WriteTransaction};
 use tokio::sync::{mpsc, oneshot};
 
+use super::wal::Journal;
 use crate::pet::{NewPet, PetId};
 use crate::store::write::{Command, Keyed, Pending, Write, unix_now};
 use crate::store::{Created, IdempotencyKey, Record, SHORT_DIGEST, StoreError, short};
@@ -163,6 +164,7 @@ pub(super) fn joined(scope: &Scope, fingerprint: &[u8; SHORT]) -> [u8; 2 * SHORT
 pub(super) fn insert(
     records: &mut Table<(u64, i64), [u8; 2 * SHORT]>,
     changes: &mut Changes,
+    journal: &mut Journal,
     keyed: &Keyed,
     id: PetId,
 ) -> Result<(), StoreError> {
@@ -172,6 +174,7 @@ pub(super) fn insert(
     records
         .insert((keyed.expires_at, id), value)
         .map_err(StoreError::write)?;
+    journal.put_record((keyed.expires_at, id), &value);
     changes.added.insert(
         scope,
         Entry {
@@ -187,6 +190,7 @@ pub(super) fn insert(
 pub(super) fn purge(
     records: &mut Table<(u64, i64), [u8; 2 * SHORT]>,
     changes: &mut Changes,
+    journal: &mut Journal,
     now: u64,
 ) -> Result<usize, StoreError> {
     let mut expired = Vec::new();
@@ -200,6 +204,7 @@ pub(super) fn purge(
     }
     for (key, scope) in &expired {
         records.remove(*key).map_err(StoreError::write)?;
+        journal.remove_record(*key);
         changes.purged.push((*scope, key.1));
     }
     Ok(expired.len())

@@ -14,9 +14,11 @@ use redb::{Database, ReadableTable, Table};
 use tokio::sync::{mpsc, oneshot};
 
 use super::idempotency::{self, Changes, Index, RECORDS};
+use super::snapshot::Snapshots;
+use super::wal::{Journal, Log};
 use super::{
     Created, META, META_NEXT_ID, PETS, PETS_BY_STATUS, Precondition, REVISIONS, Shared, StoreError,
-    StoredPet, open_database,
+    StoredPet, checkpoint, open_database,
 };
 use crate::pet::{NewPet, Pet, PetId, PetPatch};
 use crate::store::write::{Command, Keyed, Write, gather, unix_now};
@@ -41,6 +43,11 @@ pub(super) struct Writer {
     next_reopen: Instant,
     /// What the batch being written changes in the idempotency index.
     changes: Changes,
+    /// The write-ahead log, where the file is this process's alone; `None` where other
+    /// processes may read it (redb then commits each batch durably itself).
+    log: Option<Log>,
+    /// What the batch being written changes in the tables, for the log.
+    journal: Journal,
 }
 
 /// The writer thread: takes every write queued while the last commit ran into one transaction
@@ -61,6 +68,7 @@ pub(super) fn write_loop(
             stats.writes += changed;
         }
         if closing.is_some() {
+            writer.checkpoint();
             stats.report();
             return closing;
         }
@@ -75,6 +83,7 @@ impl Writer {
         path: &Path,
         cache_bytes: usize,
         max_batch: usize,
+        log: Option<Log>,
     ) -> Writer {
         Writer {
             shared,
@@ -84,6 +93,8 @@ impl Writer {
             failed_reopens: 0,
             next_reopen: Instant::now(),
             changes: Changes::default(),
+            log,
+            journal: Journal::default(),
         }
     }
 
@@ -100,13 +111,19 @@ impl Writer {
         let result = match self.shared.db().as_ref() {
             Some(db) => write_batch(
                 db,
-                quick_repair,
+                Commit {
+                    quick_repair,
+                    log: self.log.as_mut(),
+                    snapshots: &self.shared.snapshots,
+                },
                 &self.shared.index,
                 &mut self.changes,
+                &mut self.journal,
                 batch,
             ),
             None => Err(StoreError::Reopening),
         };
+        self.journal.clear();
         match result {
             Ok(committed) => {
                 if committed {
@@ -154,8 +171,10 @@ impl Writer {
         if let Some(old) = self.shared.take_db() {
             let _ = old.close();
         }
+        self.log = None;
         match open_database(&self.path, self.cache_bytes, self.shared.shared_file) {
-            Ok((db, pets, index)) => {
+            Ok((db, pets, index, log)) => {
+                self.log = log;
                 // A commit that failed may still have reached the disk: the file decides which
                 // records exist.
                 self.shared.index.replace(index);
@@ -172,6 +191,25 @@ impl Writer {
                     tracing::error!(error = %e, "reopening the database failed; retrying at the next create");
                 }
                 self.failed_reopens += 1;
+            }
+        }
+    }
+
+    /// At a clean stop: makes the file hold every logged batch, so the next start replays
+    /// nothing. A failure here is logged; the next start replays the log instead.
+    fn checkpoint(&mut self) {
+        let Some(log) = self.log.as_mut().filter(|log| log.holds_records()) else {
+            return;
+        };
+        let quick_repair = self.shared.copying.load(Ordering::Relaxed) == 0;
+        let result = match self.shared.db().as_ref() {
+            Some(db) => checkpoint(db, quick_repair),
+            None => return,
+        };
+        match result {
+            Ok(epoch) => log.restart(epoch),
+            Err(e) => {
+                tracing::warn!(error = %e, "the checkpoint at the stop failed; the next start replays the log")
             }
         }
     }
@@ -200,6 +238,8 @@ struct Tables<'txn> {
     /// The committed idempotency records, and what this batch changes in them.
     index: &'txn Index,
     changes: &'txn mut Changes,
+    /// Every change to the tables above, for the log.
+    journal: &'txn mut Journal,
     /// The id the next create gets; written back to `META` when the batch created any.
     next_id: u64,
     /// The Unix time the batch runs at, for idempotency records.
@@ -212,11 +252,17 @@ struct Tables<'txn> {
 /// is aborted, saving the fsync.
 fn write_batch<'a>(
     db: &Database,
-    quick_repair: bool,
+    commit: Commit<'_>,
     index: &'a Index,
     changes: &'a mut Changes,
+    journal: &'a mut Journal,
     batch: &mut [Write],
 ) -> Result<bool, StoreError> {
+    let Commit {
+        quick_repair,
+        log,
+        snapshots,
+    } = commit;
     let mut txn = db.begin_write().map_err(StoreError::write)?;
     // Quick-repair: each commit also saves redb's allocator state (and commits in two phases),
     // so a start after a crash loads that state instead of walking the whole file to rebuild
@@ -241,6 +287,7 @@ fn write_batch<'a>(
             records: txn.open_table(RECORDS).map_err(StoreError::write)?,
             index,
             changes,
+            journal,
             next_id,
             now: unix_now(),
         };
@@ -250,6 +297,7 @@ fn write_batch<'a>(
         if tables.next_id != next_id {
             meta.insert(META_NEXT_ID, tables.next_id)
                 .map_err(StoreError::write)?;
+            tables.journal.next_id(tables.next_id);
         }
         batch.iter().any(Write::changed)
     };
@@ -257,9 +305,42 @@ fn write_batch<'a>(
         txn.abort().map_err(StoreError::write)?;
         return Ok(false);
     }
-    // Durability::Immediate is redb's default: commit returns after the fsync.
-    txn.commit().map_err(StoreError::write)?;
+    match log {
+        Some(log) if log.fits(journal) => {
+            // redb first, the log second: a batch redb refuses (a full disk) never reaches the
+            // log, so no replay brings back a create that got 503. Readers must still not see
+            // the batch before the log holds it: the snapshot they share until the writer
+            // counts this commit is taken here, before it.
+            txn.set_durability(redb::Durability::None)
+                .map_err(|e| StoreError::Corrupt(e.to_string()))?;
+            txn.set_quick_repair(false);
+            snapshots.get(db)?;
+            txn.commit().map_err(StoreError::write)?;
+            log.append(journal)?;
+        }
+        Some(log) => {
+            // More than the log has room for: this batch is the checkpoint, committed durably
+            // with a new epoch, and the log starts again.
+            let epoch = super::wal::new_epoch();
+            let mut meta = txn.open_table(META).map_err(StoreError::write)?;
+            meta.insert(super::META_LOG_EPOCH, epoch)
+                .map_err(StoreError::write)?;
+            drop(meta);
+            txn.commit().map_err(StoreError::write)?;
+            log.restart(epoch);
+        }
+        // Durability::Immediate is redb's default: commit returns after the fsync.
+        None => txn.commit().map_err(StoreError::write)?,
+    }
     Ok(true)
+}
+
+/// How a batch commits: with or without quick-repair, and through the log or redb alone.
+struct Commit<'a> {
+    quick_repair: bool,
+    log: Option<&'a mut Log>,
+    /// Taken before a commit through the log, so readers see the batch only once it is durable.
+    snapshots: &'a Snapshots,
 }
 
 impl Tables<'_> {
@@ -277,7 +358,8 @@ impl Tables<'_> {
                 pending.outcome = Some(self.delete(*id, precondition)?);
             }
             Write::Purge(now, pending) => {
-                let purged = idempotency::purge(&mut self.records, self.changes, *now)?;
+                let purged =
+                    idempotency::purge(&mut self.records, self.changes, self.journal, *now)?;
                 pending.outcome = Some(Ok(purged));
             }
         }
@@ -304,10 +386,13 @@ impl Tables<'_> {
         self.pets
             .insert(id, json.as_ref())
             .map_err(StoreError::write)?;
+        self.journal.put_pet(id, &json);
         if let Some(status) = pet.status {
+            let key = (status.to_code(), id);
             self.by_status
-                .insert((status.to_code(), id), json.as_ref())
+                .insert(key, json.as_ref())
                 .map_err(StoreError::write)?;
+            self.journal.put_status(key);
         }
         self.next_id += 1;
         let pet = StoredPet {
@@ -316,7 +401,7 @@ impl Tables<'_> {
             json,
         };
         if let Some(keyed) = keyed {
-            idempotency::insert(&mut self.records, self.changes, keyed, id)?;
+            idempotency::insert(&mut self.records, self.changes, self.journal, keyed, id)?;
         }
         Ok(Ok(Created {
             pet,
@@ -339,22 +424,26 @@ impl Tables<'_> {
         self.pets
             .insert(id, json.as_ref())
             .map_err(StoreError::write)?;
+        self.journal.put_pet(id, &json);
         // The old index entry goes in the same transaction as the new one comes: a status
         // filter never sees the pet under two statuses, or under its old one.
         if let Some(status) = old.status {
-            self.by_status
-                .remove((status.to_code(), id))
-                .map_err(StoreError::write)?;
+            let key = (status.to_code(), id);
+            self.by_status.remove(key).map_err(StoreError::write)?;
+            self.journal.remove_status(key);
         }
         if let Some(status) = new.status {
+            let key = (status.to_code(), id);
             self.by_status
-                .insert((status.to_code(), id), json.as_ref())
+                .insert(key, json.as_ref())
                 .map_err(StoreError::write)?;
+            self.journal.put_status(key);
         }
         let revision = revision + 1;
         self.revisions
             .insert(id, revision)
             .map_err(StoreError::write)?;
+        self.journal.put_revision(id, revision);
         Ok(Ok(StoredPet { id, revision, json }))
     }
 
@@ -368,12 +457,14 @@ impl Tables<'_> {
             Err(e) => return Ok(Err(e)),
         };
         self.pets.remove(id).map_err(StoreError::write)?;
+        self.journal.remove_pet(id);
         if let Some(status) = old.status {
-            self.by_status
-                .remove((status.to_code(), id))
-                .map_err(StoreError::write)?;
+            let key = (status.to_code(), id);
+            self.by_status.remove(key).map_err(StoreError::write)?;
+            self.journal.remove_status(key);
         }
         self.revisions.remove(id).map_err(StoreError::write)?;
+        self.journal.remove_revision(id);
         Ok(Ok(()))
     }
 
