@@ -160,7 +160,7 @@ impl RedbStore {
         shared: bool,
         tuning: Tuning,
     ) -> Result<(RedbStore, u64), StoreError> {
-        let (db, count, index, log) = open_database(path, cache_bytes, shared)?;
+        let (db, count, index, log) = open_database(path, cache_bytes, shared, true)?;
         tracing::debug!(records = index.len(), "idempotency records loaded");
         let shared = Arc::new(Shared {
             db: RwLock::new(Some(db)),
@@ -424,11 +424,13 @@ impl RedbStore {
 /// Opens (or creates) the database file and prepares it; returns it, its number of pets, its
 /// live idempotency records and, unless other processes may read the file (`shared`), its
 /// write-ahead log. A file left mid-commit (a crash, a failed write) is repaired by redb as it
-/// opens, and then gets the batches its log holds past the last checkpoint.
+/// opens, and then gets the batches its log holds past the last checkpoint. `starting`: the
+/// process is starting, not reopening the file after a failed write.
 fn open_database(
     path: &Path,
     cache_bytes: usize,
     shared: bool,
+    starting: bool,
 ) -> Result<(Database, u64, Index, Option<Log>), StoreError> {
     let mut builder = Database::builder();
     builder.set_cache_size(cache_bytes);
@@ -455,7 +457,7 @@ fn open_database(
     let log = if shared {
         None
     } else {
-        Some(replay(&db, path)?)
+        Some(replay(&db, path, starting)?)
     };
     let count = count_pets(&db)?;
     let txn = db.begin_read().map_err(StoreError::storage)?;
@@ -469,11 +471,13 @@ fn open_database(
 }
 
 /// Opens the log and makes again, in memory, every batch it holds past the file's last
-/// checkpoint; returns the log, positioned after them. The redo is not a checkpoint: it needs
-/// no more of the file than the batches had before (a full disk may have stopped them), and
-/// the log goes on from its last record. A file that has no epoch yet gets one first, so that
-/// no record is ever of epoch 0.
-fn replay(db: &Database, path: &Path) -> Result<Log, StoreError> {
+/// checkpoint; returns the log, positioned after them. The redo is not durable by itself: it
+/// needs no more of the file than the batches had before (a full disk may have stopped them),
+/// so a reopen after a failed write gets the store back for reads, and its log goes on from
+/// its last record. A start then checkpoints, starting a new epoch before any record is
+/// written: a copy of the file taken while the server was stopped (`cp`, a restore done twice)
+/// is of an older epoch than every record the log will hold, so no log ever replays into it.
+fn replay(db: &Database, path: &Path, starting: bool) -> Result<Log, StoreError> {
     let epoch = {
         let txn = db.begin_read().map_err(StoreError::storage)?;
         let meta = txn.open_table(META).map_err(StoreError::storage)?;
@@ -481,15 +485,33 @@ fn replay(db: &Database, path: &Path) -> Result<Log, StoreError> {
             .map_err(StoreError::storage)?
             .map_or(0, |v| v.value())
     };
-    let epoch = match epoch {
-        0 => checkpoint(db, true)?,
-        epoch => epoch,
-    };
-    let (log, records) = Log::open(path, epoch)?;
-    if records.is_empty() {
-        return Ok(log);
+    // No record is of epoch 0: a file without an epoch replays nothing.
+    let (mut log, records) = Log::open(path, epoch)?;
+    if !records.is_empty() {
+        let began = std::time::Instant::now();
+        redo(db, &records)?;
+        tracing::info!(
+            batches = records.len(),
+            ms = began.elapsed().as_millis() as u64,
+            "write-ahead log replayed"
+        );
     }
-    let began = std::time::Instant::now();
+    if starting || epoch == 0 {
+        match checkpoint(db, true) {
+            Ok(epoch) => log.restart(epoch),
+            // The log goes on in its epoch, as after a reopen: a start that cannot write still
+            // serves reads.
+            Err(e) if epoch != 0 => {
+                tracing::warn!(error = %e, "the checkpoint at start failed; the log goes on from its last record");
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(log)
+}
+
+/// Makes the logged batches `records` again, in one transaction committed without durability.
+fn redo(db: &Database, records: &[Vec<u8>]) -> Result<(), StoreError> {
     let mut txn = db.begin_write().map_err(StoreError::write)?;
     txn.set_durability(redb::Durability::None)
         .map_err(|e| StoreError::Corrupt(e.to_string()))?;
@@ -503,7 +525,7 @@ fn replay(db: &Database, path: &Path) -> Result<Log, StoreError> {
                 .map_err(StoreError::write)?,
             next_id: None,
         };
-        for record in &records {
+        for record in records {
             tables.apply(record)?;
         }
         if let Some(next_id) = tables.next_id {
@@ -512,13 +534,7 @@ fn replay(db: &Database, path: &Path) -> Result<Log, StoreError> {
                 .map_err(StoreError::write)?;
         }
     }
-    txn.commit().map_err(StoreError::write)?;
-    tracing::info!(
-        batches = records.len(),
-        ms = began.elapsed().as_millis() as u64,
-        "write-ahead log replayed"
-    );
-    Ok(log)
+    txn.commit().map_err(StoreError::write)
 }
 
 /// A durable commit of everything committed before it, starting a new log epoch, which it

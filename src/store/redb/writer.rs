@@ -172,7 +172,7 @@ impl Writer {
             let _ = old.close();
         }
         self.log = None;
-        match open_database(&self.path, self.cache_bytes, self.shared.shared_file) {
+        match open_database(&self.path, self.cache_bytes, self.shared.shared_file, false) {
             Ok((db, pets, index, log)) => {
                 self.log = log;
                 // A commit that failed may still have reached the disk: the file decides which
