@@ -2,8 +2,10 @@
 //! store's operations on it. Every write goes through the one writer thread, which commits
 //! durably before it answers; ids start at 1, only grow, and the next id is committed with the
 //! pets it follows, so no acknowledged id is reused even after a crash. The writer thread
-//! lives in `redb/writer.rs`, the snapshot reads share in `redb/snapshot.rs`, idempotency
-//! records in `redb/idempotency.rs`, the file's zero-filled growth in `redb/file.rs`. No
+//! lives in `redb/writer.rs`, its write-ahead log and its replay at start in `redb/wal.rs`
+//! (the replay's transactions here), the snapshot reads share in `redb/snapshot.rs`,
+//! idempotency records in `redb/idempotency.rs`, the file's zero-filled growth in
+//! `redb/file.rs`. No
 //! redb type leaves this module and its children.
 
 use std::path::{Path, PathBuf};

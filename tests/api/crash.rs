@@ -1,7 +1,8 @@
 //! Crash safety: a pet acknowledged with 201 survives SIGKILL unchanged and its id is never
-//! given again, and so does the Idempotency-Key record committed with it; a write the disk
-//! refuses gets 503, leaves the database as it was, and reads go on; once the disk takes
-//! writes again, creates resume without a restart.
+//! given again, and so does the Idempotency-Key record committed with it, a patch or a
+//! delete, and a create past the point where the write-ahead log filled and started again; a
+//! write the disk refuses gets 503, leaves the database as it was, and reads go on; once the
+//! disk takes writes again, creates resume without a restart.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -117,6 +118,33 @@ async fn patches_and_deletes_acknowledged_before_a_sigkill_survive_with_their_re
     let (code, stdout, stderr) =
         crate::support::run(&["check".as_ref(), "--db".as_ref(), db.as_os_str()]);
     assert_eq!(code, Some(0), "stdout:\n{stdout}\nstderr:\n{stderr}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn creates_past_a_full_log_checkpoint_and_every_one_survives_a_sigkill() {
+    let server = Server::start();
+    let mut client = server.h1().await;
+    let body = big_pet();
+    let mut acknowledged = Vec::new();
+    // 2 KB a create, one a batch: the 512 KiB log fills after about 250.
+    for _ in 0..400 {
+        acknowledged.push(client.post_json("/v1/pets", &body).await.json());
+    }
+    let server = Server::start_after_crash(server.kill());
+    let logs = server.logs();
+    let replayed: usize = logs
+        .split("write-ahead log replayed batches=")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("a replay after the crash: {logs}"));
+    assert!(
+        (1..400).contains(&replayed),
+        "the log started again after a checkpoint: {replayed} batches replayed"
+    );
+    let mut client = server.h2().await;
+    client.assert_stored(&acknowledged).await;
+    server.stop();
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -1,8 +1,10 @@
 //! The writer thread: the only code that writes the database. It takes every write queued
-//! while the last commit ran (creates, patches, deletes, purges) into one transaction and one
-//! fsync (group commit), answers each only after that commit is durable, and reopens the file
-//! after a write fails on I/O. Invariant: an answer leaves only after its commit is durable
-//! and counted in the read snapshot, so its client reads it back; ids only grow.
+//! while the last commit ran (creates, patches, deletes, purges) into one transaction (group
+//! commit), made durable by one record in the write-ahead log (`wal.rs`) or, on a file other
+//! processes may read, by redb's own durable commit; it answers each only after that, and
+//! reopens the file after a write fails on I/O. Invariant: an answer leaves only after its
+//! commit is durable and counted in the read snapshot, so its client reads it back; ids only
+//! grow.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
