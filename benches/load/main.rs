@@ -401,7 +401,7 @@ impl Bench<'_> {
         };
         let seconds = load_time.as_secs_f64();
         self.report.note(format!(
-            "{scenario}: {} commits for {} pets: mean batch {:.1}, {} commits/s (two fsyncs each: quick-repair commits in two phases) over {:.1} s of load",
+            "{scenario}: {} commits for {} pets: mean batch {:.1}, {} commits/s (each one fdatasync of the write-ahead log; a checkpoint when it is full) over {:.1} s of load",
             thousands(closed.commits),
             thousands(closed.pets_written),
             closed.pets_written as f64 / closed.commits.max(1) as f64,
@@ -409,7 +409,7 @@ impl Bench<'_> {
             seconds,
         ));
         if let Some(written) = written {
-            // What quick-repair costs: each commit also writes redb's allocator state.
+            // What a commit costs the disk: its log record, and the checkpoints' pages.
             self.report.note(format!(
                 "{scenario}: {} bytes written to the disk during the load: {} a commit, {} a create",
                 thousands(written),
