@@ -1,10 +1,11 @@
 //! What a group commit costs the writer thread, measured before choosing a design: redb's
-//! two-phase quick-repair commit as `src/store/redb/writer.rs` makes it, against a
-//! write-ahead log prototyped here (redb commits that are not durable, each batch appended to
-//! a preallocated log with one `fdatasync`, a durable redb commit every `CHECKPOINT_EVERY`
-//! batches). Not a goal and not product code: the prototype has no replay, and redb refuses
-//! non-durable commits in `SingleWriter` mode, so it runs `ExclusiveWriter`, which would cost
-//! `petstore backup` from another process (README: Performance). Same tables and batch size
+//! two-phase quick-repair commit (what `src/store/redb/writer.rs` still makes with
+//! `--shared-reads`), against a write-ahead log prototyped here (redb commits that are not
+//! durable, each batch appended to a preallocated log with one `fdatasync`, a durable redb
+//! commit every `CHECKPOINT_EVERY` batches). The server's log (`src/store/redb/wal.rs`) came
+//! from it; this prototype stays as the measurement: it has no replay and writes no real
+//! records. redb refuses non-durable commits in `SingleWriter` mode, so the log runs
+//! `ExclusiveWriter` (README: Storage, "The write-ahead log"). Same tables and batch size
 //! as the server at 64 clients, both on redb's own file backend (without the server's
 //! zero-filled growth, `src/store/redb/file.rs`); alternating rounds, CPU from
 //! `getrusage(RUSAGE_THREAD)`.

@@ -49,6 +49,8 @@ pub(super) struct Log {
     next_seq: u64,
     /// The record being written, kept to reuse its buffer.
     record: Vec<u8>,
+    /// A write or flush of the log failed: what it holds is unknown until it is read again.
+    in_doubt: bool,
 }
 
 /// The log file of the database at `db`.
@@ -114,6 +116,7 @@ impl Log {
             epoch,
             next_seq: records.len() as u64 + 1,
             record: Vec::new(),
+            in_doubt: false,
         };
         Ok((log, records))
     }
@@ -124,17 +127,25 @@ impl Log {
     }
 
     /// Writes `journal` as the next record and makes it durable. After an error the log is in
-    /// doubt: the caller reopens the database, which reads the log again.
+    /// doubt (the OS may or may not have written the record): the database must be reopened,
+    /// which reads the log again.
     pub(super) fn append(&mut self, journal: &Journal) -> Result<(), StoreError> {
         encode(&mut self.record, self.epoch, self.next_seq, &journal.ops);
-        let io = |e: std::io::Error| StoreError::Io(format!("{}: {e}", self.path.display()));
-        self.file
+        let written = self
+            .file
             .write_all_at(&self.record, self.tail)
-            .map_err(io)?;
-        self.file.sync_data().map_err(io)?;
+            .and_then(|()| self.file.sync_data());
+        if let Err(e) = written {
+            self.in_doubt = true;
+            return Err(StoreError::Io(format!("{}: {e}", self.path.display())));
+        }
         self.tail += self.record.len() as u64;
         self.next_seq += 1;
         Ok(())
+    }
+
+    pub(super) fn in_doubt(&self) -> bool {
+        self.in_doubt
     }
 
     /// Starts the log again for `epoch`, which a durable commit has just made the file's: the

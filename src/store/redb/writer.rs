@@ -103,8 +103,10 @@ impl Writer {
     /// Runs a batch in one transaction and answers each caller; returns how many writes
     /// changed something.
     fn commit_batch(&mut self, batch: &mut Vec<Write>) -> u64 {
-        // A reopen that failed is retried here, at the next write, never in a loop of its own.
-        if self.shared.db().is_none() && Instant::now() >= self.next_reopen {
+        // A reopen that failed is retried here, at the next write, never in a loop of its own;
+        // so is the reopen a log write that failed asks for.
+        let in_doubt = self.log.as_ref().is_some_and(Log::in_doubt);
+        if (self.shared.db().is_none() || in_doubt) && Instant::now() >= self.next_reopen {
             self.reopen();
         }
         // The read guard lives to the end of this statement: `reopen` below takes the write lock.
@@ -265,6 +267,11 @@ fn write_batch<'a>(
         log,
         snapshots,
     } = commit;
+    // After a log write failed, redb may hold a batch the log lacks: nothing more commits on
+    // top of it until the reopen has gone back to what the file and the log hold.
+    if log.as_ref().is_some_and(|log| log.in_doubt()) {
+        return Err(StoreError::Reopening);
+    }
     let mut txn = db.begin_write().map_err(StoreError::write)?;
     // Quick-repair: each commit also saves redb's allocator state (and commits in two phases),
     // so a start after a crash loads that state instead of walking the whole file to rebuild
