@@ -282,6 +282,7 @@ fn write_batch<'a>(
     // which grows with the file, with it. Under back-to-back snapshots of 1M pets and 64
     // clients' creates, p99 was 4.7 times that without a snapshot with quick-repair, 1.2
     // without (benches/load, `snapshot`). A crash during a snapshot repairs the slow way.
+    // With the log, only a checkpoint is durable and saves the state; the others do not.
     txn.set_quick_repair(quick_repair);
     let changed = {
         let mut meta = txn.open_table(META).map_err(StoreError::write)?;
