@@ -326,8 +326,8 @@ enum Command {
         #[arg(long, value_name = "PATH")]
         db_ca: Option<PathBuf>,
     },
-    /// Check a redb file (a snapshot, a stopped server's file, or the live file of a running
-    /// server): every status index entry against its pet and back, revisions and idempotency
+    /// Check a redb file (a snapshot, a stopped server's file, or the live file of a server
+    /// started with --shared-reads): every status index entry against its pet and back, revisions and idempotency
     /// records against the ids given out, and, unless a server has the file open, redb's
     /// integrity check; prints the counts per status. Exits 0 only when everything agrees.
     Check {
@@ -336,8 +336,8 @@ enum Command {
         #[arg(long, env = "PETSTORE_DB", value_name = "PATH")]
         db: OsString,
     },
-    /// Copy a redb file, the live file of a running server included, into a new complete redb
-    /// file from one read transaction (consistent; the server never waits for it), as
+    /// Copy a redb file, the live file of a server started with --shared-reads included, into
+    /// a new complete redb file from one read transaction (consistent; the server never waits for it), as
     /// `sqlite3 .backup` does: written to a temp name beside FILE, fsynced, renamed over FILE,
     /// the directory fsynced. For cron or a systemd timer.
     Backup {
