@@ -81,8 +81,15 @@ async fn patches_and_deletes_acknowledged_before_a_sigkill_survive_with_their_re
     assert_eq!(given_status.status, 200, "{:?}", given_status.body);
     assert_eq!(client.delete(&path(&b)).await.status, 204);
 
-    // The log holds these writes; the file does not, until the next checkpoint.
-    let server = Server::start_after_crash(server.kill());
+    // The log holds these writes; the file does not, until the next checkpoint, and a check
+    // of the file says so.
+    let dir = server.kill();
+    let crashed = dir.path().join("pets.redb");
+    let (code, stdout, stderr) =
+        crate::support::run(&["check".as_ref(), "--db".as_ref(), crashed.as_os_str()]);
+    assert_eq!(code, Some(0), "stdout:\n{stdout}\nstderr:\n{stderr}");
+    assert!(stdout.contains("log: 7 batch(es)"), "{stdout}");
+    let server = Server::start_after_crash(dir);
     server.wait_for_log("write-ahead log replayed batches=7", 1);
     let mut client = server.h2().await;
     let a_now = client.get(&path(&a)).await;
@@ -112,12 +119,13 @@ async fn patches_and_deletes_acknowledged_before_a_sigkill_survive_with_their_re
     let next = client.create(r#"{"name":"d","categoryId":1}"#).await;
     assert_eq!(id(&next), id(&c) + 1, "no id given twice");
 
-    // The file the replay wrote keeps the store's rules.
+    // The file the replay wrote keeps the store's rules, with nothing left in the log.
     let stopped = server.stop();
     let db = stopped.dir.path().join("pets.redb");
     let (code, stdout, stderr) =
         crate::support::run(&["check".as_ref(), "--db".as_ref(), db.as_os_str()]);
     assert_eq!(code, Some(0), "stdout:\n{stdout}\nstderr:\n{stderr}");
+    assert!(!stdout.contains("log:"), "{stdout}");
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -162,6 +162,26 @@ impl Log {
     }
 }
 
+/// The log beside the database at `db` as it is, read and never written (`petstore check`);
+/// `None` when there is none.
+pub(super) fn read_beside(db: &Path) -> Result<Option<Vec<u8>>, StoreError> {
+    let path = path_of(db);
+    match std::fs::read(&path) {
+        Ok(bytes) => Ok(Some(bytes)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(StoreError::Io(format!("{}: {e}", path.display()))),
+    }
+}
+
+/// How many records of `epoch` a log read by `read_beside` holds: batches a server replays
+/// when it next starts on the file. None of epoch 0 (a file that never had a log).
+pub(super) fn pending(log: &[u8], epoch: u64) -> usize {
+    if epoch == 0 {
+        return 0;
+    }
+    scan(log, epoch).0.len()
+}
+
 fn checksum(header: &[u8], payload: &[u8]) -> [u8; 8] {
     let mut digest = Sha256::new();
     digest.update(&header[..24]);
@@ -439,6 +459,14 @@ mod tests {
         assert_eq!(scan(&log, 7).0.len(), 1);
         log.truncate(end - 1);
         assert_eq!(scan(&log, 7).0.len(), 1);
+    }
+
+    #[test]
+    fn a_check_counts_the_records_of_the_files_epoch_and_none_without_one() {
+        let log = log_of(&[(7, 1, b"one"), (7, 2, b"two")]);
+        assert_eq!(pending(&log, 7), 2);
+        assert_eq!(pending(&log, 8), 0);
+        assert_eq!(pending(&log_of(&[(0, 1, b"zero")]), 0), 0);
     }
 
     #[test]
