@@ -210,7 +210,11 @@ pub struct Cli {
     /// redb only: let other processes open the live file read-only (`petstore backup` and
     /// `petstore check` beside the server). Each batch is then committed durably by redb
     /// itself, not through the write-ahead log: more CPU and disk writes a create.
-    #[arg(long, env = "PETSTORE_SHARED_READS")]
+    #[arg(
+        long,
+        env = "PETSTORE_SHARED_READS",
+        value_parser = clap::builder::BoolishValueParser::new()
+    )]
     shared_reads: bool,
 
     /// How long a create's Idempotency-Key answers retries, e.g. `90s`, `15m`, `24h`, `7d`.
@@ -924,6 +928,18 @@ mod tests {
         }
         assert_eq!(parse_statement_timeout("1ms"), Ok(Duration::from_millis(1)));
         assert!(parse_statement_timeout("500us").is_err());
+    }
+
+    #[test]
+    fn shared_reads_is_off_by_default_and_for_redb_only() {
+        assert!(!serve(&[]).expect("parses").shared_reads);
+        assert!(serve(&["--shared-reads"]).expect("parses").shared_reads);
+        let error =
+            serve(&["--db", "postgres://app@db/pets", "--shared-reads"]).expect_err("refused");
+        assert!(
+            format!("{error:#}").starts_with("--shared-reads is for the redb store"),
+            "{error:#}"
+        );
     }
 
     #[test]
