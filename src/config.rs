@@ -331,9 +331,10 @@ enum Command {
         db_ca: Option<PathBuf>,
     },
     /// Check a redb file (a snapshot, a stopped server's file, or the live file of a server
-    /// started with --shared-reads): every status index entry against its pet and back, revisions and idempotency
-    /// records against the ids given out, and, unless a server has the file open, redb's
-    /// integrity check; prints the counts per status. Exits 0 only when everything agrees.
+    /// started with --shared-reads): every status index entry against its pet and back,
+    /// revisions and idempotency records against the ids given out, and, unless a server has
+    /// the file open, redb's integrity check; prints the counts per status. Exits 0 only when
+    /// everything agrees.
     Check {
         /// The redb file to check. It is never written: a file no server has open is checked
         /// on a copy, a live one from one read transaction beside the server.
@@ -341,9 +342,9 @@ enum Command {
         db: OsString,
     },
     /// Copy a redb file, the live file of a server started with --shared-reads included, into
-    /// a new complete redb file from one read transaction (consistent; the server never waits for it), as
-    /// `sqlite3 .backup` does: written to a temp name beside FILE, fsynced, renamed over FILE,
-    /// the directory fsynced. For cron or a systemd timer.
+    /// a new complete redb file from one read transaction (consistent; the server never waits
+    /// for it), as `sqlite3 .backup` does: written to a temp name beside FILE, fsynced,
+    /// renamed over FILE, the directory fsynced. For cron or a systemd timer.
     Backup {
         /// The redb file to back up, e.g. the running server's `--db`.
         #[arg(long, env = "PETSTORE_DB", value_name = "PATH")]

@@ -5,8 +5,7 @@
 //! lives in `redb/writer.rs`, its write-ahead log and its replay at start in `redb/wal.rs`
 //! (the replay's transactions here), the snapshot reads share in `redb/snapshot.rs`,
 //! idempotency records in `redb/idempotency.rs`, the file's zero-filled growth in
-//! `redb/file.rs`. No
-//! redb type leaves this module and its children.
+//! `redb/file.rs`. No redb type leaves this module and its children.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicUsize;
@@ -480,13 +479,7 @@ fn open_database(
 /// written: a copy of the file taken while the server was stopped (`cp`, a restore done twice)
 /// is of an older epoch than every record the log will hold, so no log ever replays into it.
 fn replay(db: &Database, path: &Path, starting: bool) -> Result<Log, StoreError> {
-    let epoch = {
-        let txn = db.begin_read().map_err(StoreError::storage)?;
-        let meta = txn.open_table(META).map_err(StoreError::storage)?;
-        meta.get(META_LOG_EPOCH)
-            .map_err(StoreError::storage)?
-            .map_or(0, |v| v.value())
-    };
+    let epoch = log_epoch(&db.begin_read().map_err(StoreError::storage)?)?;
     // No record is of epoch 0: a file without an epoch replays nothing.
     let (mut log, records) = Log::open(path, epoch)?;
     if !records.is_empty() {
@@ -544,12 +537,28 @@ fn redo(db: &Database, records: &[Vec<u8>]) -> Result<(), StoreError> {
 fn checkpoint(db: &Database, quick_repair: bool) -> Result<u64, StoreError> {
     let mut txn = db.begin_write().map_err(StoreError::write)?;
     txn.set_quick_repair(quick_repair);
+    let epoch = start_epoch(&txn)?;
+    txn.commit().map_err(StoreError::write)?;
+    Ok(epoch)
+}
+
+/// The log epoch `txn` sees the file in; 0 for a file that never had one.
+fn log_epoch(txn: &redb::ReadTransaction) -> Result<u64, StoreError> {
+    let meta = txn.open_table(META).map_err(StoreError::storage)?;
+    Ok(meta
+        .get(META_LOG_EPOCH)
+        .map_err(StoreError::storage)?
+        .map_or(0, |v| v.value()))
+}
+
+/// Writes a new log epoch into `txn` and returns it: once `txn` commits durably, every record
+/// of an earlier epoch is stale for this file.
+fn start_epoch(txn: &redb::WriteTransaction) -> Result<u64, StoreError> {
     let epoch = wal::new_epoch();
     txn.open_table(META)
         .map_err(StoreError::write)?
         .insert(META_LOG_EPOCH, epoch)
         .map_err(StoreError::write)?;
-    txn.commit().map_err(StoreError::write)?;
     Ok(epoch)
 }
 
@@ -632,6 +641,19 @@ mod tests {
             category_id: 1,
             status,
         }
+    }
+
+    /// Reopens the file as the writer does after a failed write. The writer thread is idle
+    /// between the test's writes, so a second `Writer` stands in for it.
+    fn reopen(store: &Store, path: &Path) {
+        Writer::new(
+            Arc::clone(&store.shared),
+            path,
+            TEST_CACHE_BYTES,
+            1024,
+            None,
+        )
+        .reopen();
     }
 
     fn snapshot(store: &Store) -> Arc<Snapshot> {
@@ -874,15 +896,7 @@ mod tests {
                 add(&store, new_pet(name, None)).await.expect("create");
             }
             let before = snapshot(&store);
-            // The writer thread is idle between creates, so this stands in for it.
-            Writer::new(
-                Arc::clone(&store.shared),
-                &path,
-                TEST_CACHE_BYTES,
-                1024,
-                None,
-            )
-            .reopen();
+            reopen(&store, &path);
             assert!(
                 !Arc::ptr_eq(&before, &snapshot(&store)),
                 "no snapshot of the old database"
@@ -1091,14 +1105,7 @@ mod tests {
                 br#"{"id":2,"name":"a","categoryId":1,"status":"sold"}"#
             );
             // The writer reloads the records from the file when it reopens it.
-            Writer::new(
-                Arc::clone(&store.shared),
-                &path,
-                TEST_CACHE_BYTES,
-                1024,
-                None,
-            )
-            .reopen();
+            reopen(&store, &path);
             let again = replay(&store).await.expect("replay after a reopen");
             assert!(again.replayed);
             assert_eq!(&again.pet.json[..], &first.pet.json[..]);

@@ -15,7 +15,7 @@ use redb::{
 };
 
 use super::idempotency::RECORDS;
-use super::{META, META_LOG_EPOCH, PETS, PETS_BY_STATUS, REVISIONS, RedbStore, StoreError, wal};
+use super::{META, PETS, PETS_BY_STATUS, REVISIONS, RedbStore, StoreError, start_epoch};
 
 /// Entries copied between two looks at the cancel flag, and between two rests: after each
 /// slice the copy sleeps as long as the slice took, so it works at most half the time. Run
@@ -125,11 +125,7 @@ fn write_copy(txn: &ReadTransaction, to: &Path, cancel: &AtomicBool) -> Result<u
     copy_table(txn, &write, RECORDS, cancel)?;
     // A copy starts a log epoch of its own: restored in place of the live file, it takes no
     // record from the log beside it, which holds the live file's later writes.
-    write
-        .open_table(META)
-        .map_err(StoreError::storage)?
-        .insert(META_LOG_EPOCH, wal::new_epoch())
-        .map_err(StoreError::storage)?;
+    start_epoch(&write)?;
     // The commit writes and syncs the whole copy: not begun for a stop that is waiting.
     if cancel.load(Ordering::Relaxed) {
         return Err(StoreError::Closed);

@@ -14,8 +14,8 @@ use redb::{Database, ReadTransaction, ReadableDatabase, ReadableTable, ReadableT
 
 use super::idempotency::RECORDS;
 use super::{
-    META, META_LOG_EPOCH, META_NEXT_ID, META_SCHEMA_VERSION, PETS, PETS_BY_STATUS, REVISIONS,
-    SCHEMA_VERSION, StoreError,
+    META, META_NEXT_ID, META_SCHEMA_VERSION, PETS, PETS_BY_STATUS, REVISIONS, SCHEMA_VERSION,
+    StoreError,
 };
 use crate::pet::{Pet, PetStatus};
 use crate::store::write::unix_now;
@@ -130,11 +130,7 @@ pub fn check_file(path: &Path) -> Result<CheckReport, StoreError> {
     let txn = db.begin_read().map_err(StoreError::storage)?;
     check_tables(&txn, &mut report)?;
     if let Some(log) = log {
-        let epoch = txn
-            .open_table(META)
-            .and_then(|meta| Ok(meta.get(META_LOG_EPOCH)?.map_or(0, |v| v.value())))
-            .map_err(StoreError::storage)?;
-        report.pending_log_batches = super::wal::pending(&log, epoch);
+        report.pending_log_batches = super::wal::pending(&log, super::log_epoch(&txn)?);
     }
     drop(txn);
     if let Err(e) = db.close() {

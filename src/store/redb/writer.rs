@@ -20,7 +20,7 @@ use super::snapshot::Snapshots;
 use super::wal::{Journal, Log};
 use super::{
     Created, META, META_NEXT_ID, PETS, PETS_BY_STATUS, Precondition, REVISIONS, Shared, StoreError,
-    StoredPet, checkpoint, open_database,
+    StoredPet, checkpoint, open_database, start_epoch,
 };
 use crate::pet::{NewPet, Pet, PetId, PetPatch};
 use crate::store::write::{Command, Keyed, Write, gather, unix_now};
@@ -331,11 +331,7 @@ fn write_batch<'a>(
         Some(log) => {
             // More than the log has room for: this batch is the checkpoint, committed durably
             // with a new epoch, and the log starts again.
-            let epoch = super::wal::new_epoch();
-            let mut meta = txn.open_table(META).map_err(StoreError::write)?;
-            meta.insert(super::META_LOG_EPOCH, epoch)
-                .map_err(StoreError::write)?;
-            drop(meta);
+            let epoch = start_epoch(&txn)?;
             txn.commit().map_err(StoreError::write)?;
             log.restart(epoch);
         }
