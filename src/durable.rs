@@ -20,16 +20,20 @@ pub fn publish_private(temp: &Path, path: &Path) -> anyhow::Result<()> {
         .with_context(|| format!("syncing {}", temp.display()))?;
     fs::rename(temp, path)
         .with_context(|| format!("renaming {} to {}", temp.display(), path.display()))?;
-    let dir = match path.parent() {
-        Some(dir) if !dir.as_os_str().is_empty() => dir,
-        _ => Path::new("."),
-    };
-    sync_dir(dir).with_context(|| format!("syncing {}", dir.display()))
+    sync_parent(path).with_context(|| format!("syncing the directory of {}", path.display()))
 }
 
 /// Makes the directory's entries (a rename, a removal) durable.
 pub fn sync_dir(dir: &Path) -> io::Result<()> {
     fs::File::open(dir)?.sync_all()
+}
+
+/// Makes the entry of `path` in its directory (a file just made or renamed) durable.
+pub fn sync_parent(path: &Path) -> io::Result<()> {
+    match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => sync_dir(dir),
+        _ => sync_dir(Path::new(".")),
+    }
 }
 
 #[cfg(test)]

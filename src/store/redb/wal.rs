@@ -97,14 +97,7 @@ impl Log {
                 at += ZEROS.len() as u64;
             }
             file.sync_all().map_err(io)?;
-            if let Some(dir) = path.parent() {
-                let dir = if dir.as_os_str().is_empty() {
-                    Path::new(".")
-                } else {
-                    dir
-                };
-                File::open(dir).and_then(|d| d.sync_all()).map_err(io)?;
-            }
+            crate::durable::sync_parent(&path).map_err(io)?;
         }
         let mut bytes = vec![0; LOG_BYTES as usize];
         file.read_exact_at(&mut bytes, 0).map_err(io)?;
