@@ -28,9 +28,9 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+use crate::clock::unix_now;
 use crate::durable;
 use crate::metrics;
-use crate::store::unix_now;
 use crate::tls;
 
 /// Let's Encrypt's production directory, the default CA (as Caddy's).

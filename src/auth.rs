@@ -15,7 +15,7 @@ use std::time::UNIX_EPOCH;
 use anyhow::Context;
 use sha2::{Digest, Sha256};
 
-use crate::store::unix_now;
+use crate::clock::unix_now;
 
 /// Why a request's credential was refused; the 401 tells the client which.
 #[derive(Clone, Debug, PartialEq, Eq)]

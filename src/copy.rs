@@ -12,8 +12,9 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, anyhow, bail};
 use sha2::{Digest, Sha256};
 
+use crate::clock::unix_now;
 use crate::config::{CopyConfig, Database};
-use crate::store::{self, Chunk, Import, Location, Store, StoreError, Tuning, unix_now};
+use crate::store::{self, Chunk, Import, Location, Store, StoreError, Tuning};
 
 /// Pets per chunk: the unit read, written (one transaction or one `COPY` each) and counted.
 const CHUNK: usize = 20_000;

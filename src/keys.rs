@@ -14,7 +14,6 @@ use anyhow::Context;
 
 use crate::auth::{self, Entry};
 use crate::config::KeysCommand;
-use crate::store;
 
 /// What to run after an edit so that a running server takes it.
 const RELOAD_HINT: &str = "a running server takes it on reload: `systemctl reload petstore`, \
@@ -35,7 +34,7 @@ pub fn run(file: &Path, command: KeysCommand) -> anyhow::Result<()> {
 fn add(file: &Path, label: &str, read_only: bool, expires: Option<u64>) -> anyhow::Result<()> {
     if let Some(expires) = expires {
         anyhow::ensure!(
-            expires > store::unix_now(),
+            expires > crate::clock::unix_now(),
             "--expires {} is already past",
             auth::format_time(expires)
         );
@@ -81,7 +80,7 @@ fn list(file: &Path) -> anyhow::Result<()> {
         .max()
         .unwrap_or(0)
         .max("LABEL".len());
-    let now = store::unix_now();
+    let now = crate::clock::unix_now();
     let mut out = format!("{:width$}  {:10}  EXPIRES\n", "LABEL", "SCOPE");
     for entry in entries {
         let scope = if entry.read_only {
@@ -326,7 +325,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("temp dir");
         let path = dir.path().join("api-keys");
         assert!(list(&path).is_err());
-        add(&path, "first", false, Some(store::unix_now() + 3600)).expect("add");
+        add(&path, "first", false, Some(crate::clock::unix_now() + 3600)).expect("add");
         let mode = std::fs::metadata(&path).expect("stat").mode() & 0o7777;
         assert_eq!(mode, 0o600);
         assert!(add(&path, "past", false, Some(1)).is_err());

@@ -8,6 +8,7 @@ mod api;
 mod auth;
 mod backup;
 mod check;
+mod clock;
 mod conditional;
 mod config;
 mod copy;

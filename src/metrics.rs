@@ -26,8 +26,9 @@ use prometheus_client::registry::{Registry, Unit};
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 
+use crate::clock::unix_now;
 use crate::pet::PetStatus;
-use crate::store::{Store, unix_now};
+use crate::store::Store;
 
 /// Scrapes served at once; Prometheus needs one, a person with curl a second.
 const MAX_SCRAPE_CONNECTIONS: usize = 4;

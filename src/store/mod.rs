@@ -28,7 +28,7 @@ pub use claims::{IdempotencyKey, KeyClaim};
 pub use postgres::connect::{PgTarget, parse as parse_postgres};
 pub use redb::backup::backup_live as backup_redb;
 pub use redb::check::{STATUSES, check_file as check_redb};
-pub use write::{DEFAULT_MAX_WRITE_BATCH, unix_now};
+pub use write::DEFAULT_MAX_WRITE_BATCH;
 
 /// A pet as the store keeps it: its id, its revision (1 at creation, one more with every
 /// change) and its JSON object.

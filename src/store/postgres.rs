@@ -16,11 +16,12 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_postgres::error::SqlState;
 
 use super::claims::Claims;
-use super::write::{Command, Keyed, Pending, Write, gather, unix_now};
+use super::write::{Command, Keyed, Pending, Write, gather};
 use super::{
     Created, IdempotencyKey, KeyClaim, Page, PageBuilder, Precondition, Record, StoreError,
     StoredPet, Tuning, short,
 };
+use crate::clock::unix_now;
 use crate::pet::{NewPet, Pet, PetId, PetPatch, PetStatus};
 
 pub mod connect;

@@ -33,7 +33,8 @@ mod snapshot;
 mod wal;
 mod writer;
 
-use super::write::{Command, Keyed, Pending, Write, unix_now};
+use super::write::{Command, Keyed, Pending, Write};
+use crate::clock::unix_now;
 use idempotency::Index;
 use snapshot::{PageKey, Snapshot, Snapshots};
 use wal::Log;

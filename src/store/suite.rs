@@ -296,7 +296,7 @@ pub(super) async fn an_export_reads_every_pet_in_id_order_with_its_revision_the_
     store.delete(6, Precondition::None).await.expect("delete");
     store.delete(1, Precondition::None).await.expect("delete");
 
-    let now = write::unix_now();
+    let now = crate::clock::unix_now();
     let (next_id, chunks) = exported(store, 2, now).await;
     assert_eq!(next_id, 7, "deleted ids count");
     let mut pets = Vec::new();

@@ -4,8 +4,6 @@
 //! transaction; nothing here knows an engine. Invariant: each caller is answered exactly once,
 //! after its batch has committed or failed.
 
-use std::time::{SystemTime, UNIX_EPOCH};
-
 use tokio::sync::{mpsc, oneshot};
 
 use super::{Created, IdempotencyKey, Precondition, StoreError, StoredPet};
@@ -129,12 +127,4 @@ pub(crate) fn gather(
         }
     }
     None
-}
-
-/// Seconds since the Unix epoch: idempotency records outlive restarts, so their expiry is
-/// wall-clock time.
-pub fn unix_now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |elapsed| elapsed.as_secs())
 }

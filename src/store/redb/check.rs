@@ -17,8 +17,8 @@ use super::{
     META, META_NEXT_ID, META_SCHEMA_VERSION, PETS, PETS_BY_STATUS, REVISIONS, SCHEMA_VERSION,
     StoreError,
 };
+use crate::clock::unix_now;
 use crate::pet::{Pet, PetStatus};
-use crate::store::write::unix_now;
 
 /// The page cache of the checked copy: each page is read about once, so a small cache costs
 /// little time, and the check's memory stays bounded at any file size.

@@ -14,7 +14,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::idempotency::{self, Index, RECORDS};
 use super::{META, META_NEXT_ID, PETS, PETS_BY_STATUS, REVISIONS, RedbStore, Shared};
-use crate::store::write::unix_now;
+use crate::clock::unix_now;
 use crate::store::{Chunk, IdempotencyRecord, StoreError, StoredPet, pet_status};
 
 impl RedbStore {

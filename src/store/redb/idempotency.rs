@@ -17,8 +17,9 @@ use redb::{ReadableTable, Table, TableDefinition, WriteTransaction};
 use tokio::sync::{mpsc, oneshot};
 
 use super::wal::Journal;
+use crate::clock::unix_now;
 use crate::pet::{NewPet, PetId};
-use crate::store::write::{Command, Keyed, Pending, Write, unix_now};
+use crate::store::write::{Command, Keyed, Pending, Write};
 use crate::store::{Created, IdempotencyKey, Record, SHORT_DIGEST, StoreError, short};
 
 /// (expiry in Unix seconds, pet id) to the scope and the fingerprint, each cut to `SHORT`

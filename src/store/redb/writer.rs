@@ -22,8 +22,9 @@ use super::{
     Created, META, META_NEXT_ID, PETS, PETS_BY_STATUS, Precondition, REVISIONS, Shared, StoreError,
     StoredPet, checkpoint, open_database, start_epoch,
 };
+use crate::clock::unix_now;
 use crate::pet::{NewPet, Pet, PetId, PetPatch};
-use crate::store::write::{Command, Keyed, Write, gather, unix_now};
+use crate::store::write::{Command, Keyed, Write, gather};
 
 /// After a reopen, the next waits this long. A disk that stays full fails every batch, and
 /// each reopen repairs the file while reads get 503: between reopens, creates fail at once
