@@ -178,8 +178,19 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         Some(listener) => {
             let address = listener.local_addr().context("reading the bound address")?;
             tracing::info!(%address, "serving metrics on");
+            let counted = store.clone();
             let sources = metrics::Sources {
-                store: store.clone(),
+                pets: Box::new(move || {
+                    let store = counted.clone();
+                    Box::pin(async move {
+                        let counts = store.count_by_status().await?;
+                        Ok(counts
+                            .into_iter()
+                            .map(|(status, count)| (status.map(pet::PetStatus::as_str), count))
+                            .collect())
+                    })
+                }),
+                certificate_not_after: tls::not_after,
                 backups: config.backup.is_some(),
                 acme: acme.is_some(),
             };
