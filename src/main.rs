@@ -231,7 +231,17 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     };
 
     let backups = backup::start(&store, config.backup.clone(), snapshot_requests);
-    let app = service::App::new(store.clone(), keys, limits, config.body_timeout);
+    // Only an ACME certificate has a renewal whose state `/healthz` reports.
+    let certificate_health = acme
+        .is_some()
+        .then_some(acme::health as api::CertificateHealth);
+    let app = service::App::new(
+        store.clone(),
+        keys,
+        limits,
+        config.body_timeout,
+        certificate_health,
+    );
     let stopping = async move {
         let signal = stop.stopped().await;
         lifecycle::notify(lifecycle::State::Stopping);
