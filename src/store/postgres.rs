@@ -100,18 +100,18 @@ impl PgStore {
         target: PgTarget,
         tuning: Tuning,
     ) -> Result<(PgStore, u64), StoreError> {
-        let mut config = target.config;
+        let mut config = target.config().clone();
         // Every statement is bounded, so a stuck lock or a database that stops answering
         // mid-query becomes a 503, never a hung request.
         config.options(with_statement_timeout(
             config.get_options(),
-            target.statement_timeout,
+            target.statement_timeout(),
         ));
         let pool = Connections::build(
             &config,
-            target.tls,
-            target.connect_timeout,
-            target.pool_size,
+            target.tls().clone(),
+            target.connect_timeout(),
+            target.pool_size(),
             ANSWER_WITHIN,
         )?;
         // At start, every host may have to be tried before the one that takes writes.
