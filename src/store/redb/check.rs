@@ -398,11 +398,7 @@ mod tests {
             .map(|entry| entry.expect("an entry").file_name())
             .collect();
         left.sort();
-        assert_eq!(
-            left,
-            ["pets.redb"],
-            "the scratch copy is removed"
-        );
+        assert_eq!(left, ["pets.redb"], "the scratch copy is removed");
     }
 
     /// Writes straight into the closed file, as a bug or an outside edit would.
