@@ -323,4 +323,124 @@ mod tests {
         assert_eq!(pending(&log, 8), 0);
         assert_eq!(pending(&log_of(&[(0, 1, b"zero")]), 0), 0);
     }
+
+    /// A file as an earlier petstore left it: current tables, expecting its log of `epoch`.
+    fn file_expecting_a_log(path: &Path, epoch: u64) {
+        let opened = super::super::open::open_database(
+            path,
+            1 << 20,
+            false,
+            super::super::open::Opening::Start,
+        )
+        .expect("creates");
+        let txn = opened.db.begin_write().expect("write");
+        txn.open_table(META)
+            .expect("meta")
+            .insert(META_LOG_EPOCH, epoch)
+            .expect("insert");
+        txn.commit().expect("commit");
+        opened.db.close().expect("close");
+    }
+
+    /// A record's payload as the old writer made it: a pet put, then the id counter.
+    fn created(id: i64, name: &str) -> Vec<u8> {
+        let json = format!(r#"{{"id":{id},"name":"{name}","categoryId":1}}"#);
+        let mut payload = vec![PUT_PET];
+        payload.extend_from_slice(&id.to_le_bytes());
+        payload.extend_from_slice(&(json.len() as u32).to_le_bytes());
+        payload.extend_from_slice(json.as_bytes());
+        payload.push(NEXT_ID);
+        payload.extend_from_slice(&(id as u64 + 1).to_le_bytes());
+        payload
+    }
+
+    fn open(path: &Path) -> Result<super::super::open::Opened, StoreError> {
+        super::super::open::open_database(path, 1 << 20, false, super::super::open::Opening::Start)
+    }
+
+    fn names(opened: &super::super::open::Opened) -> Vec<String> {
+        let txn = opened.db.begin_read().expect("read");
+        let pets = txn.open_table(super::super::tables::PETS).expect("pets");
+        pets.iter()
+            .expect("iter")
+            .map(|entry| {
+                let (_, json) = entry.expect("entry");
+                let pet: serde_json::Value = serde_json::from_slice(json.value()).expect("json");
+                pet["name"].as_str().expect("name").to_owned()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_log_an_earlier_petstore_left_is_replayed_once_and_removed() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("pets.redb");
+        file_expecting_a_log(&path, 7);
+        let log = log_of(&[(7, 1, &created(1, "a")), (7, 2, &created(2, "b"))]);
+        std::fs::write(path_of(&path), log).expect("log");
+        let opened = open(&path).expect("opens");
+        assert_eq!(
+            (opened.pets, names(&opened)),
+            (2, vec!["a".into(), "b".into()])
+        );
+        assert_eq!(
+            log_epoch(&opened.db.begin_read().expect("read")).expect("epoch"),
+            0
+        );
+        assert!(!path_of(&path).exists(), "the log is removed");
+        let txn = opened.db.begin_read().expect("read");
+        let meta = txn.open_table(META).expect("meta");
+        let next = meta.get(super::super::tables::META_NEXT_ID).expect("get");
+        assert_eq!(next.map(|v| v.value()), Some(3));
+    }
+
+    #[test]
+    fn a_log_cut_short_keeps_every_whole_record() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("pets.redb");
+        file_expecting_a_log(&path, 7);
+        let first = created(1, "a");
+        let mut log = log_of(&[
+            (7, 1, &first),
+            (7, 2, &created(2, "b")),
+            (7, 3, &created(3, "c")),
+        ]);
+        // Cut inside the third record, with no zeros after it: the first two are whole.
+        log.truncate(3 * HEADER + 2 * first.len() + 5);
+        std::fs::write(path_of(&path), log).expect("log");
+        let opened = open(&path).expect("opens");
+        assert_eq!(names(&opened), ["a", "b"]);
+    }
+
+    #[test]
+    fn a_missing_log_stops_the_start_and_says_what_to_do() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("pets.redb");
+        file_expecting_a_log(&path, 7);
+        let Err(StoreError::MissingLog(text)) = open(&path) else {
+            panic!("refused");
+        };
+        assert!(
+            text.contains("is missing") && text.contains("touch"),
+            "{text}"
+        );
+        // An empty log is the operator's word that nothing is to be replayed.
+        std::fs::write(path_of(&path), b"").expect("empty log");
+        let opened = open(&path).expect("opens");
+        assert_eq!(opened.pets, 0);
+        assert_eq!(
+            log_epoch(&opened.db.begin_read().expect("read")).expect("epoch"),
+            0
+        );
+    }
+
+    #[test]
+    fn another_files_log_replays_nothing() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("pets.redb");
+        file_expecting_a_log(&path, 7);
+        std::fs::write(path_of(&path), log_of(&[(8, 1, &created(1, "a"))])).expect("log");
+        let opened = open(&path).expect("opens");
+        assert_eq!(opened.pets, 0);
+    }
 }
