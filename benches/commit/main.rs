@@ -8,6 +8,7 @@
 //!   durable, each batch appended to a preallocated log with one `fdatasync`, a durable redb
 //!   commit every `CHECKPOINT_EVERY` batches), which the server no longer has: its error paths
 //!   could not keep the promise (docs/storage.md).
+//!
 //! Same tables and batch size as the server at 64 clients, on redb's own file backend
 //! (without the server's zero-filled growth, `src/store/redb/file.rs`); alternating rounds,
 //! CPU from `getrusage(RUSAGE_THREAD)`, bytes from /proc/self/io.
