@@ -12,9 +12,9 @@ use redb::{
 };
 use tokio::sync::{mpsc, oneshot};
 
+use super::handle::{RedbStore, Shared};
 use super::idempotency::{self, Index};
 use super::tables::{META, META_NEXT_ID, PETS, PETS_BY_STATUS, RECORDS, REVISIONS};
-use super::{RedbStore, Shared};
 use crate::clock::unix_now;
 use crate::store::model::{Chunk, IdempotencyRecord, StoreError, StoredPet, pet_status};
 
