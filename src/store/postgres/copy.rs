@@ -14,7 +14,9 @@ use tokio::sync::mpsc;
 use tokio_postgres::binary_copy::BinaryCopyInWriter;
 use tokio_postgres::types::{ToSql, Type};
 
-use super::{PgStore, pg_error, status_code};
+use super::errors::pg_error;
+use super::handle::PgStore;
+use super::rows::status_code;
 use crate::store::model::{
     Chunk, IdempotencyRecord, SHORT_DIGEST, StoreError, StoredPet, pet_status,
 };

@@ -22,8 +22,8 @@ use tokio::task::JoinHandle;
 use tokio_postgres_rustls::MakeRustlsConnect;
 
 use super::connect::one_per_host;
-use super::{describe, pool_error};
-use crate::store::StoreError;
+use super::errors::{describe, pool_error};
+use crate::store::model::StoreError;
 
 /// How long a request waits for a pooled connection before it gets 503.
 const POOL_WAIT: Duration = Duration::from_secs(2);
