@@ -12,7 +12,7 @@ use super::pool::Connections;
 use super::rows::{READ_RECORD, record_of, revision, status_code};
 use super::schema::migrate;
 use crate::pet::{PetId, PetStatus};
-use crate::store::model::{Page, PageBuilder, Record, StoreError, StoredPet, short};
+use crate::store::model::{Page, PageBuilder, PageQuery, Record, StoreError, StoredPet, short};
 
 /// The longest a request waits on the database, whatever it waits for (a connection, a
 /// connect, a statement, its batch's commit): past it, 503. A write still queued or in flight
@@ -93,12 +93,12 @@ impl PgStore {
             .await
     }
 
-    pub(in crate::store) async fn list(
-        &self,
-        status: Option<PetStatus>,
-        after: Option<PetId>,
-        limit: usize,
-    ) -> Result<Page, StoreError> {
+    pub(in crate::store) async fn list(&self, query: PageQuery) -> Result<Page, StoreError> {
+        let PageQuery {
+            status,
+            after,
+            limit,
+        } = query;
         let after = after.unwrap_or(i64::MIN);
         // One more than the page, to tell whether another follows.
         let fetch = i64::try_from(limit + 1).unwrap_or(i64::MAX);

@@ -16,7 +16,7 @@ use super::snapshot::{PageKey, Snapshot, Snapshots};
 use super::tables::{META, META_NEXT_ID};
 use super::writer::Writer;
 use crate::pet::{PetId, PetStatus};
-use crate::store::model::{Page, PageBuilder, Record, StoreError, StoredPet};
+use crate::store::model::{Page, PageBuilder, PageQuery, Record, StoreError, StoredPet};
 
 /// The read side of the open file; cheap to clone, shared by every connection.
 #[derive(Clone)]
@@ -133,12 +133,12 @@ impl RedbStore {
     /// `status` if one is given, as one JSON array built from the stored objects without
     /// decoding them. One more pet is read to tell whether another page follows; where the page
     /// starts costs nothing, since both tables are ordered by id within a status.
-    pub(in crate::store) async fn list(
-        &self,
-        status: Option<PetStatus>,
-        after: Option<PetId>,
-        limit: usize,
-    ) -> Result<Page, StoreError> {
+    pub(in crate::store) async fn list(&self, query: PageQuery) -> Result<Page, StoreError> {
+        let PageQuery {
+            status,
+            after,
+            limit,
+        } = query;
         let first = match after {
             None => i64::MIN,
             Some(after) => match after.checked_add(1) {

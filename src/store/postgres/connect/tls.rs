@@ -163,11 +163,13 @@ fn verifier(
             .context("building the PostgreSQL certificate verifier")
     };
     Ok(match check {
-        Check::Nothing => Arc::new(AnyCertificate {
+        Check::Nothing => Arc::new(Lenient {
             algorithms: provider.signature_verification_algorithms,
+            chain: None,
         }),
-        Check::Chain(roots) => Arc::new(AnyName {
-            webpki: webpki(roots)?,
+        Check::Chain(roots) => Arc::new(Lenient {
+            algorithms: provider.signature_verification_algorithms,
+            chain: Some(webpki(roots)?),
         }),
         Check::ChainAndName(roots) => webpki(roots)?,
     })
@@ -215,23 +217,37 @@ fn load_roots(roots: &Roots) -> anyhow::Result<RootCertStore> {
     Ok(store)
 }
 
-/// `require` without a CA: any certificate is taken, as by libpq, but the handshake's
-/// signatures are still checked, so the server must hold the key of the one it sent.
+/// A verifier that takes more than webpki would: any certificate (`require` without a CA), or
+/// a good chain issued for another name (`verify-ca`). The handshake's signatures are still
+/// checked either way, so the server must hold the key of the certificate it sent.
 #[derive(Debug)]
-struct AnyCertificate {
+struct Lenient {
     algorithms: WebPkiSupportedAlgorithms,
+    /// `None`: any certificate. Some: webpki's full verification, except that a certificate
+    /// issued for another name is taken; webpki checks the chain before the name, so a name
+    /// error means the chain was good.
+    chain: Option<Arc<WebPkiServerVerifier>>,
 }
 
-impl ServerCertVerifier for AnyCertificate {
+impl ServerCertVerifier for Lenient {
     fn verify_server_cert(
         &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp_response: &[u8],
-        _now: UnixTime,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        server_name: &ServerName<'_>,
+        ocsp_response: &[u8],
+        now: UnixTime,
     ) -> Result<ServerCertVerified, TlsError> {
-        Ok(ServerCertVerified::assertion())
+        let Some(webpki) = &self.chain else {
+            return Ok(ServerCertVerified::assertion());
+        };
+        match webpki.verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now)
+        {
+            Err(TlsError::InvalidCertificate(
+                CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
+            )) => Ok(ServerCertVerified::assertion()),
+            other => other,
+        }
     }
 
     fn verify_tls12_signature(
@@ -254,60 +270,6 @@ impl ServerCertVerifier for AnyCertificate {
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
         self.algorithms.supported_schemes()
-    }
-}
-
-/// `verify-ca`: webpki's full verification, except that a certificate issued for another
-/// name is taken. webpki checks the chain before the name, so a name error means the chain
-/// was good.
-#[derive(Debug)]
-struct AnyName {
-    webpki: Arc<WebPkiServerVerifier>,
-}
-
-impl ServerCertVerifier for AnyName {
-    fn verify_server_cert(
-        &self,
-        end_entity: &CertificateDer<'_>,
-        intermediates: &[CertificateDer<'_>],
-        server_name: &ServerName<'_>,
-        ocsp_response: &[u8],
-        now: UnixTime,
-    ) -> Result<ServerCertVerified, TlsError> {
-        match self.webpki.verify_server_cert(
-            end_entity,
-            intermediates,
-            server_name,
-            ocsp_response,
-            now,
-        ) {
-            Err(TlsError::InvalidCertificate(
-                CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
-            )) => Ok(ServerCertVerified::assertion()),
-            other => other,
-        }
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, TlsError> {
-        self.webpki.verify_tls12_signature(message, cert, dss)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, TlsError> {
-        self.webpki.verify_tls13_signature(message, cert, dss)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.webpki.supported_verify_schemes()
     }
 }
 
