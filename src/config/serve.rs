@@ -134,12 +134,12 @@ impl Cli {
                 .unwrap_or(DEFAULT_DB_STATEMENT_TIMEOUT),
             tls,
             api_keys: self.api_keys.ok_or_else(|| missing("--api-keys"))?,
-            shutdown_timeout: Duration::from_secs(self.shutdown_timeout),
+            shutdown_timeout: self.shutdown_timeout,
             max_connections: self.max_connections as usize,
-            handshake_timeout: Duration::from_secs(self.handshake_timeout),
-            header_timeout: Duration::from_secs(self.header_timeout),
-            body_timeout: Duration::from_secs(self.body_timeout),
-            idle_timeout: Duration::from_secs(self.idle_timeout),
+            handshake_timeout: self.handshake_timeout,
+            header_timeout: self.header_timeout,
+            body_timeout: self.body_timeout,
+            idle_timeout: self.idle_timeout,
             cache_bytes: self.cache_size.saturating_mul(1 << 20),
             idempotency_ttl: self.idempotency_ttl,
             max_write_batch: self.max_write_batch as usize,
@@ -187,6 +187,7 @@ mod tests {
         assert_eq!(config.listen, "127.0.0.1:8443".parse().expect("address"));
         assert_eq!(config.db, Database::Redb(PathBuf::from("pets.redb")));
         assert_eq!(config.shutdown_timeout, Duration::from_secs(10));
+        assert_eq!(config.idle_timeout, Duration::from_secs(60));
         assert_eq!(config.idempotency_ttl, Duration::from_secs(24 * 3600));
         assert_eq!(
             (config.log_format, config.log_level),

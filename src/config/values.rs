@@ -1,7 +1,7 @@
 //! Flag values clap cannot read by itself: durations (at least a second, or a millisecond
-//! for PostgreSQL's statement timeout), key expiry times, and `--db` (and `copy`'s `--from`,
-//! `--to`) classified as a redb path or a PostgreSQL URL. Text in, typed values out; the URL
-//! itself is checked by the store's PostgreSQL engine.
+//! for PostgreSQL's statement timeout; timeouts also as bare seconds), key expiry times, and
+//! `--db` (and `copy`'s `--from`, `--to`) classified as a redb path or a PostgreSQL URL. Text
+//! in, typed values out; the URL itself is checked by the store's PostgreSQL engine.
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -40,6 +40,16 @@ impl Database {
     }
 }
 
+/// A timeout as the connection limits take it: a bare number of seconds (the form the unit
+/// files use) or a duration as humantime writes it (`500ms`, `30s`, `5m`).
+pub(super) fn parse_timeout(text: &str) -> Result<Duration, String> {
+    if let Ok(seconds) = text.parse::<u64>() {
+        return Ok(Duration::from_secs(seconds));
+    }
+    humantime::parse_duration(text)
+        .map_err(|e| format!("{e}; a duration is e.g. `30s` or `5m`, a bare number seconds"))
+}
+
 /// A duration as humantime writes it (`90s`, `15m`, `24h`, `7d`, `1h 30m`), at least a second:
 /// records are kept to the second.
 pub(super) fn parse_ttl(text: &str) -> Result<Duration, String> {
@@ -68,6 +78,18 @@ pub(super) fn parse_statement_timeout(text: &str) -> Result<Duration, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_timeout_is_a_duration_or_a_bare_number_of_seconds() {
+        assert_eq!(parse_timeout("10"), Ok(Duration::from_secs(10)));
+        assert_eq!(parse_timeout("0"), Ok(Duration::ZERO));
+        assert_eq!(parse_timeout("30s"), Ok(Duration::from_secs(30)));
+        assert_eq!(parse_timeout("5m"), Ok(Duration::from_secs(300)));
+        assert_eq!(parse_timeout("500ms"), Ok(Duration::from_millis(500)));
+        for bad in ["", "-1", "soon", "10 parsecs"] {
+            assert!(parse_timeout(bad).is_err(), "{bad}");
+        }
+    }
 
     #[test]
     fn an_idempotency_ttl_is_a_duration_of_a_second_or_more() {
