@@ -12,7 +12,9 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
-use super::values::{parse_expiry, parse_statement_timeout, parse_timeout, parse_ttl};
+use super::values::{
+    ListenAddress, parse_expiry, parse_statement_timeout, parse_timeout, parse_ttl,
+};
 use crate::ratelimit::{Rate, RateOrOff};
 
 // The help headings, in the order `--help` shows them (the order of the fields below).
@@ -38,7 +40,13 @@ pub struct Cli {
     #[command(subcommand)]
     pub(super) command: Option<Command>,
 
-    /// Socket address to serve HTTPS on, e.g. 0.0.0.0:443 or [::]:8443.
+    /// Where to serve HTTPS, as HOST:PORT: an IP address (`0.0.0.0:443`, `[::]:8443`) or a
+    /// host name (`localhost:8443`).
+    ///
+    /// A name is resolved once, at start, and served on every address it resolves to, on
+    /// the same port (port 0: one free port, the same on each); an address this host does
+    /// not have (`::1` with IPv6 off) is skipped with a warning. A name that does not
+    /// resolve stops the start.
     #[arg(
         long,
         env = "PETSTORE_LISTEN",
@@ -46,7 +54,7 @@ pub struct Cli {
         value_name = "ADDR",
         help_heading = LISTENER
     )]
-    pub(super) listen: SocketAddr,
+    pub(super) listen: ListenAddress,
 
     /// PEM file with the certificate chain, leaf first, then any intermediates (or
     /// --acme-domain instead); re-read on reload.

@@ -11,7 +11,7 @@ use anyhow::bail;
 
 use super::certificate::TlsSource;
 use super::cli::{Cli, LogFormat};
-use super::values::Database;
+use super::values::{Database, ListenAddress};
 use crate::ratelimit::Limit;
 
 /// Connections to PostgreSQL the pool keeps at most, when `--db-pool-size` is not given.
@@ -23,7 +23,8 @@ pub const DEFAULT_DB_STATEMENT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Everything the server needs to start, already checked for presence.
 #[derive(Clone, Debug)]
 pub struct Config {
-    pub listen: SocketAddr,
+    /// Where HTTPS is served: an address, or a name to resolve at start.
+    pub listen: ListenAddress,
     pub db: Database,
     /// PostgreSQL only: the file holding the password.
     pub db_password_file: Option<PathBuf>,
@@ -184,7 +185,10 @@ mod tests {
         let Ok(Action::Serve(config)) = cli.expect("parses").into_action() else {
             panic!("expected a serve action");
         };
-        assert_eq!(config.listen, "127.0.0.1:8443".parse().expect("address"));
+        assert_eq!(
+            config.listen,
+            ListenAddress::Socket("127.0.0.1:8443".parse().expect("address"))
+        );
         assert_eq!(config.db, Database::Redb(PathBuf::from("pets.redb")));
         assert_eq!(config.shutdown_timeout, Duration::from_secs(10));
         assert_eq!(config.idle_timeout, Duration::from_secs(60));

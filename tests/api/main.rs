@@ -5,6 +5,7 @@
 mod acme;
 mod auth;
 mod backup;
+mod cli;
 mod connection_fuzz;
 mod copy;
 mod crash;

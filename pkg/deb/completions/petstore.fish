@@ -24,7 +24,7 @@ function __fish_petstore_using_subcommand
     contains -- $cmd[1] $argv
 end
 
-complete -c petstore -n "__fish_petstore_needs_command" -l listen -d 'Socket address to serve HTTPS on, e.g. 0.0.0.0:443 or [::]:8443' -r
+complete -c petstore -n "__fish_petstore_needs_command" -l listen -d 'Where to serve HTTPS, as HOST:PORT: an IP address (`0.0.0.0:443`, `[::]:8443`) or a host name (`localhost:8443`)' -r
 complete -c petstore -n "__fish_petstore_needs_command" -l tls-cert -d 'PEM file with the certificate chain, leaf first, then any intermediates (or --acme-domain instead); re-read on reload' -r -F
 complete -c petstore -n "__fish_petstore_needs_command" -l tls-key -d 'PEM file with the certificate\'s private key: PKCS#8, SEC1 or PKCS#1; re-read on reload' -r -F
 complete -c petstore -n "__fish_petstore_needs_command" -l api-keys -d 'API keys file: one `LABEL SHA256HEX [read-only] [expires=TIME]` a line, managed with `petstore keys`; re-read on reload' -r -F
