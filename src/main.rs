@@ -172,10 +172,12 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         .with_context(|| format!("opening database {name}"))?;
     tracing::info!(database = %name, pets, "database open");
     tracing::info!(keys = keys.len(), "API keys loaded");
-    // One line per address a name resolved to; tests and tools read the first.
+    // One line per address a name resolved to; tests and tools read the first. The pid is
+    // what `kill -HUP` takes outside systemd (under it, `systemctl reload petstore`).
+    let pid = std::process::id();
     for listener in &listeners {
         let address = listener.local_addr().context("reading the bound address")?;
-        tracing::info!(%address, "listening on");
+        tracing::info!(%address, pid, "listening on");
     }
     let metrics = match metrics_listener {
         Some(listener) => {
