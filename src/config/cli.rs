@@ -476,7 +476,8 @@ pub(super) enum Command {
     /// The file may be a snapshot, a stopped server's file, or the live file of a server
     /// started with --shared-reads. Checks every status index entry against its pet and back,
     /// revisions and idempotency records against the ids given out, and, unless a server has
-    /// the file open, redb's integrity check; prints the counts per status.
+    /// the file open, redb's integrity check; prints the counts per status. A file that is no
+    /// petstore store (empty, not redb) is said to be so in one line, and exits 1.
     Check {
         /// The redb file to check. It is never written: a file no server has open is checked
         /// on a copy, a live one from one read transaction beside the server.
