@@ -15,9 +15,11 @@ use anyhow::Context;
 use crate::auth::{self, Entry};
 use crate::config::KeysCommand;
 
-/// What to run after an edit so that a running server takes it.
-const RELOAD_HINT: &str = "a running server takes it on reload: `systemctl reload petstore`, \
-                           or `kill -HUP` its process";
+/// What to run after an edit so that a running server takes it: the documented reload, and
+/// the signal only where there is no systemd to send it.
+pub const RELOAD_HINT: &str = "a running server takes it on reload: `systemctl reload \
+                               petstore` (without systemd: `kill -HUP <pid>`, the pid of its \
+                               `listening on` log line)";
 
 pub fn run(file: &Path, command: KeysCommand) -> anyhow::Result<()> {
     match command {

@@ -84,7 +84,11 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             println!("{key}");
             println!("{line}");
             eprintln!("the first line is the key: give it to the client, it is shown only once");
-            eprintln!("the second line admits it: append it to the API keys file");
+            eprintln!(
+                "the second line admits it: append it to the API keys file (or use `petstore \
+                 keys add`, which does); {}",
+                keys::RELOAD_HINT
+            );
             Ok(())
         }
         Action::Keys { file, command } => keys::run(&file, command),

@@ -34,7 +34,12 @@ const LOGGING: &str = "Logging";
     version,
     about,
     subcommand_negates_reqs = true,
-    args_conflicts_with_subcommands = true
+    args_conflicts_with_subcommands = true,
+    after_help = "Reload (the certificate, its key and the API keys file): `systemctl reload \
+                  petstore`; without systemd, `kill -HUP <pid>` with the pid of the `listening \
+                  on` log line. Snapshot into --backup-dir: `systemctl kill -s USR1 petstore`. \
+                  Stop: `systemctl stop petstore` (SIGTERM), after the requests in flight \
+                  (--shutdown-timeout)."
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -439,7 +444,8 @@ pub(super) enum Command {
     /// Add, list and revoke API keys in the keys file.
     ///
     /// The file is --api-keys or PETSTORE_API_KEYS, as the server finds it. A running server
-    /// takes the change on SIGHUP.
+    /// takes the change on reload: `systemctl reload petstore` (without systemd: `kill -HUP
+    /// <pid>`).
     Keys {
         /// The API keys file to edit, as the server's --api-keys.
         #[arg(long, env = "PETSTORE_API_KEYS", global = true, value_name = "FILE")]
