@@ -28,6 +28,7 @@ mod pg_cluster;
 mod pg_cluster_harness;
 mod postgres;
 mod rate_limits;
+mod readme;
 mod reload;
 mod support;
 mod tls;
