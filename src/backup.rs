@@ -314,7 +314,7 @@ pub fn run_once(from: &Path, to: &Path) -> anyhow::Result<()> {
 
 fn write_backup(from: &Path, temp: &Path, to: &Path) -> anyhow::Result<u64> {
     let _ = fs::remove_file(temp);
-    let pets = match crate::store::backup_redb(from, temp) {
+    let pets = match crate::store::redb_file::backup(from, temp) {
         Ok(pets) => pets,
         Err(crate::store::StoreError::Locked) => anyhow::bail!(
             "{} is open in a process that does not share it (a petstore serving it without \

@@ -11,7 +11,7 @@ use crate::store::{self, StoreError};
 /// Checks the file and prints the report on stdout; `Err` when it does not check clean or
 /// cannot be checked.
 pub fn run(path: &Path) -> anyhow::Result<()> {
-    let report = match store::check_redb(path) {
+    let report = match store::redb_file::check(path) {
         Ok(report) => report,
         Err(StoreError::Locked) => bail!(
             "{} is open in another process that does not share it (a petstore serving it \
@@ -33,7 +33,7 @@ pub fn run(path: &Path) -> anyhow::Result<()> {
         "schema version: {}, next id: {}",
         report.schema_version, report.next_id
     );
-    let statuses: Vec<String> = store::STATUSES
+    let statuses: Vec<String> = store::redb_file::STATUSES
         .iter()
         .zip(report.by_status)
         .map(|(status, count)| format!("{} {count}", status.as_str()))

@@ -65,6 +65,9 @@ pub enum Error {
     /// We cannot take this request now (a write failed, the store is reopening its file or
     /// stopping); the cause is for the log.
     Unavailable(String),
+    /// The write's commit failed and whether it was stored is unknown (whole, if it was); the
+    /// cause is for the log.
+    OutcomeUnknown(String),
 }
 
 /// The spec's Error object (section 2).
@@ -102,7 +105,7 @@ impl Error {
             Error::IdempotencyKeyReused => StatusCode::UNPROCESSABLE_ENTITY,
             Error::RateLimited(_) => StatusCode::TOO_MANY_REQUESTS,
             Error::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
-            Error::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            Error::Unavailable(_) | Error::OutcomeUnknown(_) => StatusCode::SERVICE_UNAVAILABLE,
         }
     }
 
@@ -127,6 +130,7 @@ impl Error {
             Error::RateLimited(_) => "rate_limited",
             Error::Internal(_) => "internal_error",
             Error::Unavailable(_) => "unavailable",
+            Error::OutcomeUnknown(_) => "outcome_unknown",
         }
     }
 
@@ -193,6 +197,10 @@ impl Error {
             Error::Unavailable(_) => {
                 "the service cannot take this request now; try again later".into()
             }
+            Error::OutcomeUnknown(_) => "the write may or may not have been stored: its commit \
+                failed; retry it (a create with the same Idempotency-Key) or read it back to \
+                learn which"
+                .into(),
         }
     }
 
@@ -223,7 +231,9 @@ impl Error {
                 "application/merge-patch+json, application/json",
             ),
             // A second is about what a create or a reopen takes; RFC 9110 10.2.3.
-            Error::IdempotencyKeyInFlight | Error::Unavailable(_) => one(RETRY_AFTER, "1"),
+            Error::IdempotencyKeyInFlight | Error::Unavailable(_) | Error::OutcomeUnknown(_) => {
+                one(RETRY_AFTER, "1")
+            }
             Error::RateLimited(refusal) => rate_limit_headers(refusal),
             _ => Vec::new(),
         }
@@ -241,7 +251,9 @@ impl Error {
     /// The cause to log for failures that are ours, not the client's.
     pub fn cause(&self) -> Option<&str> {
         match self {
-            Error::Internal(cause) | Error::Unavailable(cause) => Some(cause),
+            Error::Internal(cause) | Error::Unavailable(cause) | Error::OutcomeUnknown(cause) => {
+                Some(cause)
+            }
             _ => None,
         }
     }
@@ -308,7 +320,10 @@ impl From<StoreError> for Error {
             | StoreError::Closed
             | StoreError::IdsExhausted
             | StoreError::Reopening => Error::Unavailable(e.to_string()),
-            StoreError::Locked
+            StoreError::InDoubt(_) => Error::OutcomeUnknown(e.to_string()),
+            StoreError::Unsupported(_)
+            | StoreError::MissingLog(_)
+            | StoreError::Locked
             | StoreError::NewerSchema { .. }
             | StoreError::NotEmpty { .. }
             | StoreError::Corrupt(_) => Error::Internal(e.to_string()),
@@ -362,6 +377,7 @@ mod tests {
             Error::RateLimited(REFUSAL),
             Error::Internal("disk on fire".into()),
             Error::Unavailable("commit failed".into()),
+            Error::OutcomeUnknown("fdatasync: EIO".into()),
         ]
     }
 
@@ -400,7 +416,8 @@ mod tests {
                 "idempotency_key_reused",
                 "rate_limited",
                 "internal_error",
-                "unavailable"
+                "unavailable",
+                "outcome_unknown"
             ]
         );
     }
@@ -410,6 +427,7 @@ mod tests {
         for error in [
             Error::Internal("disk on fire".into()),
             Error::Unavailable("disk on fire".into()),
+            Error::OutcomeUnknown("disk on fire".into()),
         ] {
             let body = serde_json::to_string(&error.body()).expect("encode");
             assert!(!body.contains("disk"), "{body}");
@@ -449,6 +467,11 @@ mod tests {
         ] {
             assert_eq!(status(unavailable), 503);
         }
+        assert_eq!(status(StoreError::InDoubt("EIO on fdatasync".into())), 503);
+        assert_eq!(
+            Error::from(StoreError::InDoubt("EIO".into())).code(),
+            "outcome_unknown"
+        );
         assert_eq!(status(StoreError::Corrupt("bad page".into())), 500);
     }
 

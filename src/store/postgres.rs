@@ -1,26 +1,23 @@
 //! The PostgreSQL backend, for a store that runs on more than one box: a connection pool, the
 //! schema and its migrations (under an advisory lock, so instances starting together apply
-//! each once), and the store's operations in SQL. Writes go through one writer task per
-//! instance that runs every write queued meanwhile in one transaction (group commit).
+//! each once), the reads, and the engine that runs each batch of the write front (one per
+//! instance, `store/write.rs`) as one transaction.
 //! Invariant: ids come from one counter row, locked by every transaction that creates, so they
 //! are unique and increase in commit order across instances and a failover; a pet, its
 //! revision and its idempotency record change in one transaction. No PostgreSQL type leaves
 //! this module and its children.
 
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
 use deadpool_postgres::{ClientWrapper, PoolError};
-use tokio::sync::{mpsc, oneshot};
 use tokio_postgres::error::SqlState;
 
-use super::claims::Claims;
-use super::write::{Command, Keyed, Pending, Write, gather};
-use super::{
-    Created, IdempotencyKey, KeyClaim, Page, PageBuilder, Precondition, Record, StoreError,
-    StoredPet, Tuning, short,
+use super::model::{
+    Created, Page, PageBuilder, Precondition, Record, StoreError, StoredPet, short,
 };
+use super::write::{Engine, Keyed, PURGE_BATCH, Write};
 use crate::clock::unix_now;
 use crate::pet::{NewPet, Pet, PetId, PetPatch, PetStatus};
 
@@ -35,12 +32,6 @@ use pool::Connections;
 const SCHEMA_VERSION: i64 = 2;
 /// `pg_advisory_xact_lock` key for migrations: "petstore" in ASCII.
 const MIGRATION_LOCK: i64 = 0x7065_7473_746f_7265;
-/// Writes waiting for the writer before callers wait to enqueue.
-const WRITE_QUEUE: usize = 4096;
-/// Most expired idempotency records one purge transaction removes.
-const PURGE_BATCH: i64 = 1000;
-/// How often expired idempotency records are looked for.
-const PURGE_INTERVAL: Duration = Duration::from_secs(60);
 /// How many times a batch that a concurrent transaction got in the way of (a serialization
 /// failure, a deadlock: nothing of it committed) runs again before its callers get 503.
 const CONTENDED_RETRIES: usize = 3;
@@ -48,7 +39,7 @@ const CONTENDED_RETRIES: usize = 3;
 /// connect, a statement, its batch's commit): past it, 503. A write still queued or in flight
 /// then may yet commit; its client got 503, never a 201, and a retry with the same
 /// Idempotency-Key finds out which.
-const ANSWER_WITHIN: Duration = Duration::from_secs(5);
+pub(super) const ANSWER_WITHIN: Duration = Duration::from_secs(5);
 
 /// An idempotency record, by its scope.
 const READ_RECORD: &str =
@@ -84,22 +75,21 @@ const MIGRATION_2: &str = "
     ALTER TABLE idempotency DROP COLUMN json;
 ";
 
-/// A handle to the PostgreSQL store; cheap to clone.
+/// The read side of the PostgreSQL store; cheap to clone.
 #[derive(Clone)]
 pub(super) struct PgStore {
     pool: Connections,
-    writer: mpsc::Sender<Command>,
-    claims: Arc<Claims>,
-    idempotency_ttl: Duration,
+}
+
+/// The engine under the write front: one per instance.
+pub(super) struct PgWriter {
+    pool: Connections,
 }
 
 impl PgStore {
-    /// Connects, migrates the schema under the migration lock, and starts the writer task and
-    /// the purge. Returns the store and its number of pets.
-    pub(super) async fn open(
-        target: PgTarget,
-        tuning: Tuning,
-    ) -> Result<(PgStore, u64), StoreError> {
+    /// Connects and migrates the schema under the migration lock. Returns the read side, the
+    /// engine for the write front and the number of pets.
+    pub(super) async fn open(target: PgTarget) -> Result<(PgStore, PgWriter, u64), StoreError> {
         let mut config = target.config;
         // Every statement is bounded, so a stuck lock or a database that stops answering
         // mid-query becomes a 503, never a hung request.
@@ -120,81 +110,22 @@ impl PgStore {
                 migrate(client).await
             })
             .await?;
-        let (writer, queue) = mpsc::channel(WRITE_QUEUE);
-        tokio::spawn(write_loop(
-            pool.clone(),
-            queue,
-            tuning.max_write_batch.max(1),
-        ));
-        tokio::spawn(purge_loop(writer.downgrade()));
-        let store = PgStore {
-            pool,
-            writer,
-            claims: Arc::default(),
-            idempotency_ttl: tuning.idempotency_ttl,
-        };
-        Ok((store, pets))
+        let writer = PgWriter { pool: pool.clone() };
+        Ok((PgStore { pool }, writer, pets))
     }
 
-    pub(super) fn claim_key(&self, scope: [u8; 32]) -> Result<KeyClaim, StoreError> {
-        self.claims
-            .claim(scope)
-            .ok_or(StoreError::IdempotencyKeyInFlight)
-    }
-
-    pub(super) async fn create(
-        &self,
-        pet: NewPet,
-        key: Option<IdempotencyKey>,
-    ) -> Result<Created, StoreError> {
-        let Some(key) = key else {
-            return self
-                .write(|reply| Write::Create(pet, None, Pending::new(reply)))
-                .await;
-        };
-        let now = unix_now();
-        // The read and the write share one bound: the client waits at most ANSWER_WITHIN.
-        let started = std::time::Instant::now();
+    /// The idempotency record of `scope`, live or not, if there is one.
+    pub(super) async fn record(&self, scope: &[u8; 32]) -> Result<Option<Record>, StoreError> {
         let row = self
             .pool
             .run(async |client| {
                 client
-                    .query_opt(READ_RECORD, &[&short(key.scope()).as_slice()])
+                    .query_opt(READ_RECORD, &[&short(*scope).as_slice()])
                     .await
                     .map_err(pg_error)
             })
             .await?;
-        if let Some(answer) = row.and_then(|row| record_answer(&row, &key, &pet, now)) {
-            return answer;
-        }
-        let keyed = Keyed {
-            key,
-            expires_at: now.saturating_add(self.idempotency_ttl.as_secs()),
-        };
-        let left = ANSWER_WITHIN.saturating_sub(started.elapsed());
-        self.write_within(left, |reply| {
-            Write::Create(pet, Some(keyed), Pending::new(reply))
-        })
-        .await
-    }
-
-    pub(super) async fn patch(
-        &self,
-        id: PetId,
-        patch: PetPatch,
-        precondition: Precondition,
-    ) -> Result<StoredPet, StoreError> {
-        self.write(|reply| Write::Patch(id, patch, precondition, Pending::new(reply)))
-            .await
-    }
-
-    pub(super) async fn delete(
-        &self,
-        id: PetId,
-        precondition: Precondition,
-    ) -> Result<(), StoreError> {
-        self.write(|reply| Write::Delete(id, precondition, Pending::new(reply)))
-            .await
+        row.map(|row| record_of(&row)).transpose()
     }
 
     pub(super) async fn get(&self, id: PetId) -> Result<Option<StoredPet>, StoreError> {
@@ -296,9 +227,6 @@ impl PgStore {
     }
 
     pub(super) async fn check(&self) -> Result<(), StoreError> {
-        if self.writer.is_closed() {
-            return Err(StoreError::Closed);
-        }
         self.pool
             .run(async |client| {
                 client.execute("SELECT 1", &[]).await.map_err(pg_error)?;
@@ -307,37 +235,19 @@ impl PgStore {
             .await
     }
 
-    pub(super) async fn close(self) {
-        let (done, closed) = oneshot::channel();
-        if self.writer.send(Command::Close(done)).await.is_ok() {
-            let _ = closed.await;
-        }
+    /// Closes the pool's connections.
+    pub(super) fn close(self) {
         self.pool.close();
     }
+}
 
-    async fn write<T>(
-        &self,
-        make: impl FnOnce(oneshot::Sender<Result<T, StoreError>>) -> Write,
-    ) -> Result<T, StoreError> {
-        self.write_within(ANSWER_WITHIN, make).await
+impl Engine for PgWriter {
+    async fn commit(&mut self, batch: &mut [Write]) -> Result<bool, StoreError> {
+        commit(&self.pool, batch).await?;
+        Ok(batch.iter().any(Write::changed))
     }
 
-    async fn write_within<T>(
-        &self,
-        within: Duration,
-        make: impl FnOnce(oneshot::Sender<Result<T, StoreError>>) -> Write,
-    ) -> Result<T, StoreError> {
-        let (reply, answer) = oneshot::channel();
-        let command = Command::Write(make(reply));
-        bounded(within, async {
-            self.writer
-                .send(command)
-                .await
-                .map_err(|_| StoreError::Closed)?;
-            answer.await.map_err(|_| StoreError::Closed)?
-        })
-        .await
-    }
+    async fn close(&mut self) {}
 }
 
 /// The URL's own `options` (e.g. `-c search_path=pets`) with our statement bound after them,
@@ -400,36 +310,6 @@ async fn migrate(client: &mut ClientWrapper) -> Result<u64, StoreError> {
     Ok(pets.unsigned_abs())
 }
 
-/// The writer task: every write queued while the last transaction ran goes into the next.
-async fn write_loop(pool: Connections, mut queue: mpsc::Receiver<Command>, max_batch: usize) {
-    let mut batch = Vec::with_capacity(max_batch);
-    while let Some(first) = queue.recv().await {
-        let closing = gather(first, &mut queue, &mut batch, max_batch);
-        // Writes whose callers stopped waiting (they got 503 while the database was slow or
-        // down) are not run: nobody would hear of them, and an outage's backlog would replay
-        // at once when it ends. A retry with the same Idempotency-Key creates the pet then.
-        batch.retain(|write| !write.abandoned());
-        if !batch.is_empty() {
-            let began = std::time::Instant::now();
-            let failure = commit(&pool, &mut batch).await.err();
-            match &failure {
-                None => crate::metrics::store_committed(began.elapsed(), batch.len()),
-                Some(_) => crate::metrics::store_commit_failed(),
-            }
-            if let Some(e) = &failure {
-                tracing::warn!(error = %e, writes = batch.len(), "write transaction failed");
-            }
-            for write in batch.drain(..) {
-                write.answer(failure.as_ref());
-            }
-        }
-        if let Some(done) = closing {
-            let _ = done.send(());
-            return;
-        }
-    }
-}
-
 /// Runs a batch in one transaction on a pooled connection, within `ANSWER_WITHIN`, again if
 /// a concurrent transaction got in its way. A batch whose database stops answering is given
 /// up at the deadline and its connection closed, so the writer goes on to the next batch
@@ -437,10 +317,15 @@ async fn write_loop(pool: Connections, mut queue: mpsc::Receiver<Command>, max_b
 async fn commit(pool: &Connections, batch: &mut [Write]) -> Result<(), StoreError> {
     let mut retries = 0;
     loop {
+        let committing = AtomicBool::new(false);
         match pool
-            .run(async |client| run_batch(client, batch).await)
+            .run(async |client| run_batch(client, batch, &committing).await)
             .await
         {
+            // Given up while COMMIT was on its way: it may have been carried out.
+            Err(StoreError::Io(e)) if committing.load(Ordering::Relaxed) => {
+                return Err(StoreError::InDoubt(e));
+            }
             Err(StoreError::Contended(e)) if retries < CONTENDED_RETRIES => {
                 retries += 1;
                 tracing::debug!(error = %e, retries, "write transaction ran into another; running it again");
@@ -455,7 +340,11 @@ async fn commit(pool: &Connections, batch: &mut [Write]) -> Result<(), StoreErro
 /// when the batch creates. An error fails the whole batch: nothing of it is committed, or, when
 /// the commit itself failed, its outcome is unknown and the callers get 503 (a retry with the
 /// same Idempotency-Key then finds the truth).
-async fn run_batch(client: &mut ClientWrapper, batch: &mut [Write]) -> Result<(), StoreError> {
+async fn run_batch(
+    client: &mut ClientWrapper,
+    batch: &mut [Write],
+    committing: &AtomicBool,
+) -> Result<(), StoreError> {
     let txn = client.transaction().await.map_err(pg_error)?;
     let mut locked: Vec<PetId> = batch
         .iter()
@@ -505,7 +394,10 @@ async fn run_batch(client: &mut ClientWrapper, batch: &mut [Write]) -> Result<()
                     .execute(
                         "DELETE FROM idempotency WHERE scope IN (
                              SELECT scope FROM idempotency WHERE expires_at <= $1 LIMIT $2)",
-                        &[&i64::try_from(*now).unwrap_or(i64::MAX), &PURGE_BATCH],
+                        &[
+                            &i64::try_from(*now).unwrap_or(i64::MAX),
+                            &i64::try_from(PURGE_BATCH).unwrap_or(i64::MAX),
+                        ],
                     )
                     .await
                     .map_err(pg_error)?;
@@ -526,7 +418,11 @@ async fn run_batch(client: &mut ClientWrapper, batch: &mut [Write]) -> Result<()
     if !batch.iter().any(Write::changed) {
         return txn.rollback().await.map_err(pg_error);
     }
-    txn.commit().await.map_err(pg_error)
+    committing.store(true, Ordering::Relaxed);
+    txn.commit().await.map_err(|e| match pg_error(e) {
+        StoreError::Io(e) => StoreError::InDoubt(e),
+        other => other,
+    })
 }
 
 /// The pets a batch creates, inserted with one statement.
@@ -593,13 +489,12 @@ async fn create(
                 .query_one(READ_RECORD, &[&short(keyed.key.scope()).as_slice()])
                 .await
                 .map_err(pg_error)?;
-            return Ok(
-                record_answer(&row, &keyed.key, pet, now).unwrap_or_else(|| {
-                    Err(StoreError::Corrupt(
-                        "a live idempotency record expired mid-transaction".into(),
-                    ))
-                }),
-            );
+            let answer = record_of(&row)?.answer(&keyed.key, pet, now);
+            return Ok(answer.unwrap_or_else(|| {
+                Err(StoreError::Corrupt(
+                    "a live idempotency record expired mid-transaction".into(),
+                ))
+            }));
         }
     }
     let json = String::from_utf8(pet.clone().into_pet(id).to_json())
@@ -654,14 +549,15 @@ async fn delete_pet(
     txn: &deadpool_postgres::Transaction<'_>,
     id: PetId,
     precondition: &Precondition,
-) -> Result<Result<(), StoreError>, StoreError> {
-    if let Err(e) = current(txn, id, precondition).await? {
-        return Ok(Err(e));
-    }
+) -> Result<Result<u64, StoreError>, StoreError> {
+    let revision = match current(txn, id, precondition).await? {
+        Ok((_, revision)) => revision,
+        Err(e) => return Ok(Err(e)),
+    };
     txn.execute("DELETE FROM pets WHERE id = $1", &[&id])
         .await
         .map_err(pg_error)?;
-    Ok(Ok(()))
+    Ok(Ok(revision))
 }
 
 /// The pet `id` and its revision, if it exists and meets `precondition`.
@@ -686,24 +582,16 @@ async fn current(
     Ok(pet.map(|pet| (pet, revision)))
 }
 
-/// The answer an idempotency row gives a create of `pet` under `key`; see `Record::answer`.
-fn record_answer(
-    row: &tokio_postgres::Row,
-    key: &IdempotencyKey,
-    pet: &NewPet,
-    now: u64,
-) -> Option<Result<Created, StoreError>> {
-    let Ok(fingerprint) = row.get::<_, &[u8]>(0).try_into() else {
-        return Some(Err(StoreError::Corrupt(
-            "an idempotency record's fingerprint is not 16 bytes".into(),
-        )));
-    };
-    Record {
+/// An idempotency row (`READ_RECORD`) as the record it is.
+fn record_of(row: &tokio_postgres::Row) -> Result<Record, StoreError> {
+    let fingerprint = row.get::<_, &[u8]>(0).try_into().map_err(|_| {
+        StoreError::Corrupt("an idempotency record's fingerprint is not 16 bytes".into())
+    })?;
+    Ok(Record {
         fingerprint,
         expires_at: row.get::<_, i64>(1).unsigned_abs(),
         id: row.get(2),
-    }
-    .answer(key, pet, now)
+    })
 }
 
 fn revision(stored: i64) -> u64 {
@@ -713,52 +601,6 @@ fn revision(stored: i64) -> u64 {
 /// The status as the `status` column keeps it: the same stable codes as redb's index.
 fn status_code(status: Option<PetStatus>) -> Option<i16> {
     status.map(|status| i16::from(status.to_code()))
-}
-
-/// Purges expired idempotency records every `PURGE_INTERVAL`, one batch a transaction, until
-/// none are left; each batch queues behind the writes already waiting. Ends with the store.
-async fn purge_loop(writer: mpsc::WeakSender<Command>) {
-    let mut ticks = tokio::time::interval(PURGE_INTERVAL);
-    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        ticks.tick().await;
-        loop {
-            let Some(sender) = writer.upgrade() else {
-                return;
-            };
-            let (reply, answer) = oneshot::channel();
-            let purge = Write::Purge(unix_now(), Pending::new(reply));
-            if sender.send(Command::Write(purge)).await.is_err() {
-                return;
-            }
-            drop(sender);
-            match answer.await {
-                Ok(Ok(count)) if count as i64 >= PURGE_BATCH => {}
-                Ok(Ok(_)) => break,
-                Ok(Err(e)) => {
-                    tracing::warn!(error = %e, "purging expired idempotency records failed; retrying later");
-                    break;
-                }
-                Err(_) => return,
-            }
-        }
-    }
-}
-
-/// A write's wait for the writer (its queue and its batch), or `Io` past `within`; the write
-/// itself may yet commit, and is not run at all if its batch has not begun.
-async fn bounded<T>(
-    within: Duration,
-    work: impl Future<Output = Result<T, StoreError>>,
-) -> Result<T, StoreError> {
-    tokio::time::timeout(within, work)
-        .await
-        .unwrap_or_else(|_| {
-            Err(StoreError::Io(format!(
-                "no answer from the database within {} s",
-                ANSWER_WITHIN.as_secs()
-            )))
-        })
 }
 
 /// A PostgreSQL error by meaning, with the server's own message: refused credentials

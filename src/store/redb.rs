@@ -1,91 +1,52 @@
-//! The embedded backend: one redb file with its tables, opening and version checks, and the
-//! store's operations on it. Every write goes through the one writer thread, which commits
-//! durably before it answers; ids start at 1, only grow, and the next id is committed with the
-//! pets it follows, so no acknowledged id is reused even after a crash. The writer thread
-//! lives in `redb/writer.rs`, its write-ahead log and its replay at start in `redb/wal.rs`
-//! (the replay's transactions here), the snapshot reads share in `redb/snapshot.rs`,
-//! idempotency records in `redb/idempotency.rs`, the file's zero-filled growth in
-//! `redb/file.rs`. No redb type leaves this module and its children.
+//! The embedded engine: one redb file. This module is its read side and its handle (the
+//! database shared with the writer, the snapshot reads share, the idempotency index); the
+//! table list is `redb/tables.rs`, opening and upgrading the file `redb/open.rs`, the writer
+//! under the write front `redb/writer.rs`, idempotency records `redb/idempotency.rs`, the
+//! file's zero-filled growth `redb/file.rs`, the old write-ahead log's one replay
+//! `redb/old_log.rs`; snapshots, `petstore backup`, `check` and `copy` have a file each. No
+//! redb type leaves this module and its children.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
-use std::thread;
-use std::time::Duration;
 
 use bytes::Bytes;
-use redb::{Database, ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition};
-use tokio::sync::{mpsc, oneshot};
+use redb::{Database, ReadableDatabase, ReadableTableMetadata};
 
-use super::claims::Claims;
-use super::{
-    Created, IdempotencyKey, KeyClaim, Page, PageBuilder, Precondition, StoreError, StoredPet,
-    Tuning,
-};
-use crate::pet::{NewPet, PetId, PetPatch, PetStatus};
+use super::model::{Page, PageBuilder, Record, StoreError, StoredPet};
+use crate::pet::{PetId, PetStatus};
 
 pub(super) mod backup;
 pub(super) mod check;
 pub(super) mod copy;
 mod file;
 mod idempotency;
+mod old_log;
+mod open;
 mod snapshot;
-mod wal;
+mod tables;
 mod writer;
 
-use super::write::{Command, Keyed, Pending, Write};
-use crate::clock::unix_now;
 use idempotency::Index;
+use open::{Opening, open_database};
 use snapshot::{PageKey, Snapshot, Snapshots};
-use wal::Log;
-use writer::{Writer, write_loop};
+use tables::{META, META_NEXT_ID};
+use writer::Writer;
 
-/// Pet id to the pet's JSON object, exactly as the API sends it.
-const PETS: TableDefinition<i64, &[u8]> = TableDefinition::new("pets");
-/// (status code, pet id) for every pet that has a status: a status filter is a range scan.
-/// A covering index: the JSON is kept here too, so a status filter is one range scan whatever
-/// the store's size, instead of a lookup in `PETS` per pet (measured in benches/load: the
-/// lookups cost half the throughput and grew with the store).
-const PETS_BY_STATUS: TableDefinition<(u8, i64), &[u8]> = TableDefinition::new("pets_by_status");
-/// Pet id to its revision, only for pets changed since they were created: a pet not listed
-/// here is at revision 1, so a create writes nothing more for it.
-const REVISIONS: TableDefinition<i64, u64> = TableDefinition::new("revisions");
-/// Counters and format facts, keyed by the names below.
-const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
-
-const META_SCHEMA_VERSION: &str = "schema_version";
-const META_NEXT_ID: &str = "next_id";
-/// The epoch of the write-ahead log that the file's last checkpoint started (`redb/wal.rs`):
-/// only records of it are replayed. Absent (0) in a file that never had a log.
-const META_LOG_EPOCH: &str = "log_epoch";
-/// The layout of the tables; a file from a newer layout is refused, not misread. Version 1
-/// had no `REVISIONS` and no idempotency tables; opening one adds them. Version 2 kept
-/// idempotency records by scope, with a copy of the answer; opening one moves its live
-/// records to the table of version 3 (`redb/idempotency.rs`).
-const SCHEMA_VERSION: u64 = 3;
-
-/// Writes waiting for the writer before callers wait to enqueue.
-const WRITE_QUEUE: usize = 4096;
-
-/// A handle to the open database; cheap to clone, shared by every connection.
+/// The read side of the open file; cheap to clone, shared by every connection.
 #[derive(Clone)]
 pub(super) struct RedbStore {
     shared: Arc<Shared>,
-    writer: mpsc::Sender<Command>,
-    /// How long an idempotency record answers for its key.
-    idempotency_ttl: Duration,
 }
 
-/// What the writer thread shares with reads: the database it has open and the snapshot of it
-/// that reads share.
+/// What the writer shares with reads: the database it has open and the snapshot of it that
+/// reads share.
 struct Shared {
-    /// `None` from a write that failed on I/O until the reopen succeeds, and after `close`.
+    /// `None` from a write that failed on I/O until the reopen succeeds, and after the close.
     /// Reads hold the read lock for as long as they use the database, so the writer's write
     /// lock waits them out: no read ever runs on a database being closed.
     db: RwLock<Option<Database>>,
     snapshots: Snapshots,
-    /// Idempotency keys whose create is in flight in this process.
-    claims: Arc<Claims>,
     /// The live idempotency records of the committed file, by scope.
     index: Index,
     /// The file, for snapshots that read it through a handle of their own.
@@ -93,7 +54,7 @@ struct Shared {
     /// Opened for other processes to read beside this one (redb's `SingleWriter` mode).
     shared_file: bool,
     /// Snapshots of this process copying the file now: the writer commits without quick-repair
-    /// while any is (see `writer::write_batch`).
+    /// while any is (see `writer::Writer::commit_batch`).
     copying: AtomicUsize,
 }
 
@@ -133,130 +94,35 @@ impl StoreError {
             e => StoreError::Corrupt(e.to_string()),
         }
     }
-
-    /// A failure in a write transaction; the same meanings as a read's.
-    fn write(e: impl Into<redb::Error>) -> StoreError {
-        StoreError::storage(e)
-    }
 }
 
 impl RedbStore {
     /// Opens (or creates) the database at `path` with a page cache of at most `cache_bytes`,
-    /// checks its schema version and starts the writer; idempotency records answer for
-    /// `idempotency_ttl`. Returns the store and the number of pets it holds. Inside a tokio
-    /// runtime it also starts the purge of expired idempotency records.
-    #[cfg(test)]
+    /// checks its schema version and returns the read side, the writer for the write front,
+    /// and the number of pets. `shared`: whether other processes may open the file read-only
+    /// while this one writes (see `Location::Redb`).
     pub(super) fn open(
         path: &Path,
         cache_bytes: usize,
-        tuning: Tuning,
-    ) -> Result<(RedbStore, u64), StoreError> {
-        RedbStore::open_as(path, cache_bytes, false, tuning)
-    }
-
-    /// `open`, with `shared`: whether other processes may open the file read-only while this
-    /// one writes (see `Location::Redb`).
-    pub(super) fn open_as(
-        path: &Path,
-        cache_bytes: usize,
         shared: bool,
-        tuning: Tuning,
-    ) -> Result<(RedbStore, u64), StoreError> {
-        let (db, count, index, log) = open_database(path, cache_bytes, shared, true)?;
-        tracing::debug!(records = index.len(), "idempotency records loaded");
+    ) -> Result<(RedbStore, Writer, u64), StoreError> {
+        let opened = open_database(path, cache_bytes, shared, Opening::Start)?;
+        tracing::debug!(records = opened.index.len(), "idempotency records loaded");
         let shared = Arc::new(Shared {
-            db: RwLock::new(Some(db)),
+            db: RwLock::new(Some(opened.db)),
             snapshots: Snapshots::default(),
-            claims: Arc::default(),
-            index,
+            index: opened.index,
             path: path.to_owned(),
             shared_file: shared,
             copying: AtomicUsize::new(0),
         });
-        let (writer, queue) = mpsc::channel(WRITE_QUEUE);
-        let mut thread_writer = Writer::new(
-            Arc::clone(&shared),
-            path,
-            cache_bytes,
-            tuning.max_write_batch,
-            log,
-        );
-        thread::Builder::new()
-            .name("petstore-writer".into())
-            .spawn(move || {
-                if let Some(done) = write_loop(&mut thread_writer, queue) {
-                    let _ = done.send(());
-                }
-            })
-            .map_err(|e| StoreError::storage(redb::StorageError::Io(e)))?;
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            runtime.spawn(idempotency::purge_loop(writer.downgrade()));
-        }
-        let store = RedbStore {
-            shared,
-            writer,
-            idempotency_ttl: tuning.idempotency_ttl,
-        };
-        Ok((store, count))
+        let writer = Writer::new(Arc::clone(&shared), path, cache_bytes, opened.batch);
+        Ok((RedbStore { shared }, writer, opened.pets))
     }
 
-    /// Claims an idempotency scope for one request, or `IdempotencyKeyInFlight` while another
-    /// request holds it. Claimed before the request's body is read, so a retry sent while the
-    /// first request is still arriving is told so.
-    pub(super) fn claim_key(&self, scope: [u8; 32]) -> Result<KeyClaim, StoreError> {
-        self.shared
-            .claims
-            .claim(scope)
-            .ok_or(StoreError::IdempotencyKeyInFlight)
-    }
-
-    /// Adds a pet; resolves once the transaction holding it is durably committed. With an
-    /// idempotency key, a live record for the key answers instead (`replayed`), and a record
-    /// for another pet is `IdempotencyKeyReused`; the record is written with the pet.
-    pub(super) async fn create(
-        &self,
-        pet: NewPet,
-        key: Option<IdempotencyKey>,
-    ) -> Result<Created, StoreError> {
-        let Some(key) = key else {
-            return self
-                .write(|reply| Write::Create(pet, None, Pending::new(reply)))
-                .await;
-        };
-        let now = unix_now();
-        if let Some(answer) = self.shared.index.find(&key, &pet, now) {
-            return answer;
-        }
-        // The claim travels with the write and ends with it, even if this caller goes away
-        // first; the writer checks the record again in its transaction all the same.
-        let keyed = Keyed {
-            key,
-            expires_at: now.saturating_add(self.idempotency_ttl.as_secs()),
-        };
-        self.write(|reply| Write::Create(pet, Some(keyed), Pending::new(reply)))
-            .await
-    }
-
-    /// Applies `patch` to the pet `id` if its revision meets `precondition`; returns the pet
-    /// at its new revision.
-    pub(super) async fn patch(
-        &self,
-        id: PetId,
-        patch: PetPatch,
-        precondition: Precondition,
-    ) -> Result<StoredPet, StoreError> {
-        self.write(|reply| Write::Patch(id, patch, precondition, Pending::new(reply)))
-            .await
-    }
-
-    /// Removes the pet `id` if its revision meets `precondition`.
-    pub(super) async fn delete(
-        &self,
-        id: PetId,
-        precondition: Precondition,
-    ) -> Result<(), StoreError> {
-        self.write(|reply| Write::Delete(id, precondition, Pending::new(reply)))
-            .await
+    /// The idempotency record of `scope`, if the committed file holds one.
+    pub(super) fn record(&self, scope: &[u8; 32]) -> Option<Record> {
+        self.shared.index.get(scope)
     }
 
     /// The pet with this id.
@@ -360,11 +226,8 @@ impl RedbStore {
         counting.await.map_err(|_| StoreError::Closed)?
     }
 
-    /// Whether the store can serve: the writer is running and the database answers a read.
+    /// Whether the database answers a read now.
     pub(super) async fn check(&self) -> Result<(), StoreError> {
-        if self.writer.is_closed() {
-            return Err(StoreError::Closed);
-        }
         let db = self.shared.db();
         let db = db.as_ref().ok_or(StoreError::Reopening)?;
         // A fresh transaction, not the shared snapshot: this asks whether the file reads now.
@@ -372,34 +235,6 @@ impl RedbStore {
         let meta = txn.open_table(META).map_err(StoreError::storage)?;
         meta.get(META_NEXT_ID).map_err(StoreError::storage)?;
         Ok(())
-    }
-
-    /// Finishes the writes already queued, stops the writer and closes the file. Writes and
-    /// reads asked for afterwards fail with `Closed`.
-    pub(super) async fn close(self) {
-        let (done, closed) = oneshot::channel();
-        if self.writer.send(Command::Close(done)).await.is_ok() {
-            let _ = closed.await;
-        }
-        if let Some(db) = self.shared.take_db()
-            && let Err(e) = db.close()
-        {
-            tracing::warn!(error = %e, "closing the database failed");
-        }
-    }
-
-    /// Queues a write for the writer thread and waits for its answer, which comes once the
-    /// transaction holding it is durable (or has failed).
-    async fn write<T>(
-        &self,
-        make: impl FnOnce(oneshot::Sender<Result<T, StoreError>>) -> Write,
-    ) -> Result<T, StoreError> {
-        let (reply, answer) = oneshot::channel();
-        self.writer
-            .send(Command::Write(make(reply)))
-            .await
-            .map_err(|_| StoreError::Closed)?;
-        answer.await.map_err(|_| StoreError::Closed)?
     }
 
     /// Runs a read on the calling task. Reads come from redb's page cache or the OS page
@@ -412,222 +247,22 @@ impl RedbStore {
     ) -> Result<T, StoreError> {
         // Held until the work is done, so that a reopen waits for this read to end.
         let db = self.shared.db();
-        let Some(db) = db.as_ref() else {
-            return Err(if self.writer.is_closed() {
-                StoreError::Closed
-            } else {
-                StoreError::Reopening
-            });
-        };
+        // Between a failed write and the reopen; the face says `Closed` once the writer is.
+        let db = db.as_ref().ok_or(StoreError::Reopening)?;
         work(&*self.shared.snapshots.get(db)?)
     }
 }
 
-/// Opens (or creates) the database file and prepares it; returns it, its number of pets, its
-/// live idempotency records and, unless other processes may read the file (`shared`), its
-/// write-ahead log. A file left mid-commit (a crash, a failed write) is repaired by redb as it
-/// opens, and then gets the batches its log holds past the last checkpoint. `starting`: the
-/// process is starting, not reopening the file after a failed write.
-fn open_database(
-    path: &Path,
-    cache_bytes: usize,
-    shared: bool,
-    starting: bool,
-) -> Result<(Database, u64, Index, Option<Log>), StoreError> {
-    let mut builder = Database::builder();
-    builder.set_cache_size(cache_bytes);
-    if shared {
-        // Other processes may open the file read-only meanwhile (`petstore backup`, `check`):
-        // each read transaction then also takes a byte-range lock, and each commit looks for
-        // the oldest reader in any process; measured on creates and list20 (README, "Backups
-        // and restore").
-        builder.set_concurrency_mode(redb::ConcurrencyMode::SingleWriter);
-    }
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(path)
-        .and_then(file::Filled::new)
-        .map_err(StoreError::storage)?;
-    let db = builder.create_with_backend(file).map_err(|e| match e {
-        redb::DatabaseError::DatabaseAlreadyOpen => StoreError::Locked,
-        e => StoreError::storage(e),
-    })?;
-    prepare(&db)?;
-    let log = if shared {
-        None
-    } else {
-        Some(replay(&db, path, starting)?)
-    };
-    let count = count_pets(&db)?;
-    let txn = db.begin_read().map_err(StoreError::storage)?;
-    let records = txn
-        .open_table(idempotency::RECORDS)
-        .map_err(StoreError::storage)?;
-    let index = Index::load(&records, unix_now())?;
-    drop(records);
-    drop(txn);
-    Ok((db, count, index, log))
-}
-
-/// Opens the log and makes again, in memory, every batch it holds past the file's last
-/// checkpoint; returns the log, positioned after them. The redo is not durable by itself: it
-/// needs no more of the file than the batches had before (a full disk may have stopped them),
-/// so a reopen after a failed write gets the store back for reads, and its log goes on from
-/// its last record. A start then checkpoints, starting a new epoch before any record is
-/// written: a copy of the file taken while the server was stopped (`cp`, a restore done twice)
-/// is of an older epoch than every record the log will hold, so no log ever replays into it.
-fn replay(db: &Database, path: &Path, starting: bool) -> Result<Log, StoreError> {
-    let epoch = log_epoch(&db.begin_read().map_err(StoreError::storage)?)?;
-    // No record is of epoch 0: a file without an epoch replays nothing.
-    let (mut log, records) = Log::open(path, epoch)?;
-    if !records.is_empty() {
-        let began = std::time::Instant::now();
-        redo(db, &records)?;
-        tracing::info!(
-            batches = records.len(),
-            ms = began.elapsed().as_millis() as u64,
-            "write-ahead log replayed"
-        );
-    }
-    if starting || epoch == 0 {
-        match checkpoint(db, true) {
-            Ok(epoch) => log.restart(epoch),
-            // The log goes on in its epoch, as after a reopen: a start that cannot write still
-            // serves reads.
-            Err(e) if epoch != 0 => {
-                tracing::warn!(error = %e, "the checkpoint at start failed; the log goes on from its last record");
-            }
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(log)
-}
-
-/// Makes the logged batches `records` again, in one transaction committed without durability.
-fn redo(db: &Database, records: &[Vec<u8>]) -> Result<(), StoreError> {
-    let mut txn = db.begin_write().map_err(StoreError::write)?;
-    txn.set_durability(redb::Durability::None)
-        .map_err(|e| StoreError::Corrupt(e.to_string()))?;
-    {
-        let mut tables = wal::ReplayTables {
-            pets: txn.open_table(PETS).map_err(StoreError::write)?,
-            by_status: txn.open_table(PETS_BY_STATUS).map_err(StoreError::write)?,
-            revisions: txn.open_table(REVISIONS).map_err(StoreError::write)?,
-            records: txn
-                .open_table(idempotency::RECORDS)
-                .map_err(StoreError::write)?,
-            next_id: None,
-        };
-        for record in records {
-            tables.apply(record)?;
-        }
-        if let Some(next_id) = tables.next_id {
-            let mut meta = txn.open_table(META).map_err(StoreError::write)?;
-            meta.insert(META_NEXT_ID, next_id)
-                .map_err(StoreError::write)?;
-        }
-    }
-    txn.commit().map_err(StoreError::write)
-}
-
-/// A durable commit of everything committed before it, starting a new log epoch, which it
-/// returns: the log's records are stale from then on.
-fn checkpoint(db: &Database, quick_repair: bool) -> Result<u64, StoreError> {
-    let mut txn = db.begin_write().map_err(StoreError::write)?;
-    txn.set_quick_repair(quick_repair);
-    let epoch = start_epoch(&txn)?;
-    txn.commit().map_err(StoreError::write)?;
-    Ok(epoch)
-}
-
-/// The log epoch `txn` sees the file in; 0 for a file that never had one.
-fn log_epoch(txn: &redb::ReadTransaction) -> Result<u64, StoreError> {
-    let meta = txn.open_table(META).map_err(StoreError::storage)?;
-    Ok(meta
-        .get(META_LOG_EPOCH)
-        .map_err(StoreError::storage)?
-        .map_or(0, |v| v.value()))
-}
-
-/// Writes a new log epoch into `txn` and returns it: once `txn` commits durably, every record
-/// of an earlier epoch is stale for this file.
-fn start_epoch(txn: &redb::WriteTransaction) -> Result<u64, StoreError> {
-    let epoch = wal::new_epoch();
-    txn.open_table(META)
-        .map_err(StoreError::write)?
-        .insert(META_LOG_EPOCH, epoch)
-        .map_err(StoreError::write)?;
-    Ok(epoch)
-}
-
-/// Creates the tables on a new file, adds those of this version to an older one and refuses a
-/// newer schema. A file that is already current is only read, so a start costs no commit.
-fn prepare(db: &Database) -> Result<(), StoreError> {
-    let txn = db.begin_read().map_err(StoreError::storage)?;
-    let version = match txn.open_table(META) {
-        Ok(meta) => meta
-            .get(META_SCHEMA_VERSION)
-            .map_err(StoreError::storage)?
-            .map(|v| v.value()),
-        Err(redb::TableError::TableDoesNotExist(_)) => None,
-        Err(e) => return Err(StoreError::storage(e)),
-    };
-    match version {
-        Some(found) if found > SCHEMA_VERSION => Err(StoreError::NewerSchema {
-            found,
-            supported: SCHEMA_VERSION,
-        }),
-        Some(SCHEMA_VERSION) => Ok(()),
-        Some(_) | None => {
-            drop(txn);
-            create_tables(db, version)
-        }
-    }
-}
-
-fn count_pets(db: &Database) -> Result<u64, StoreError> {
-    let txn = db.begin_read().map_err(StoreError::storage)?;
-    txn.open_table(PETS)
-        .and_then(|pets| Ok(pets.len()?))
-        .map_err(StoreError::storage)
-}
-
-/// Creates every table that is missing and records this schema version; on a file of an older
-/// version (`found`) the tables it has are kept as they are, `next_id` included, except the
-/// idempotency records of version 2, which are moved to this version's table.
-fn create_tables(db: &Database, found: Option<u64>) -> Result<(), StoreError> {
-    let txn = db.begin_write().map_err(StoreError::storage)?;
-    {
-        let mut meta = txn.open_table(META).map_err(StoreError::storage)?;
-        if meta
-            .get(META_NEXT_ID)
-            .map_err(StoreError::storage)?
-            .is_none()
-        {
-            meta.insert(META_NEXT_ID, 1).map_err(StoreError::storage)?;
-        }
-        meta.insert(META_SCHEMA_VERSION, SCHEMA_VERSION)
-            .map_err(StoreError::storage)?;
-        txn.open_table(PETS_BY_STATUS)
-            .map_err(StoreError::storage)?;
-        txn.open_table(PETS).map_err(StoreError::storage)?;
-        txn.open_table(REVISIONS).map_err(StoreError::storage)?;
-        idempotency::create_tables(&txn)?;
-        if found == Some(2) {
-            idempotency::upgrade_from_v2(&txn, unix_now())?;
-        }
-    }
-    txn.commit().map_err(StoreError::storage)
-}
-
 #[cfg(test)]
 mod tests {
-    use super::RedbStore as Store;
+    use std::thread;
+    use std::time::Duration;
+
+    use super::tables::{META_SCHEMA_VERSION, PETS, PETS_BY_STATUS, REVISIONS, SCHEMA_VERSION};
     use super::*;
-    use crate::pet::PetPatch;
+    use crate::clock::unix_now;
+    use crate::pet::{NewPet, PetPatch};
+    use crate::store::{Backend, IdempotencyKey, Location, Precondition, Store, StoredPet, Tuning};
 
     const TEST_CACHE_BYTES: usize = 1 << 20;
     const TTL: Duration = Duration::from_secs(3600);
@@ -644,23 +279,45 @@ mod tests {
         }
     }
 
+    /// The store over the file at `path`, as the server opens it.
+    async fn open(path: &Path, tuning: Tuning) -> Result<(Store, u64), StoreError> {
+        open_as(path, false, tuning).await
+    }
+
+    async fn open_as(
+        path: &Path,
+        shared: bool,
+        tuning: Tuning,
+    ) -> Result<(Store, u64), StoreError> {
+        let location = Location::Redb {
+            path: path.to_owned(),
+            cache_bytes: TEST_CACHE_BYTES,
+            shared,
+        };
+        Store::open(location, tuning).await
+    }
+
+    /// What the reads and the writer share.
+    fn shared(store: &Store) -> &Shared {
+        match &store.backend {
+            Backend::Redb(redb) => &redb.shared,
+            Backend::Postgres(_) => unreachable!("a redb store"),
+        }
+    }
+
     /// Reopens the file as the writer does after a failed write. The writer thread is idle
     /// between the test's writes, so a second `Writer` stands in for it.
     fn reopen(store: &Store, path: &Path) {
-        Writer::new(
-            Arc::clone(&store.shared),
-            path,
-            TEST_CACHE_BYTES,
-            1024,
-            None,
-        )
-        .reopen();
+        let Backend::Redb(redb) = &store.backend else {
+            unreachable!("a redb store")
+        };
+        Writer::new(Arc::clone(&redb.shared), path, TEST_CACHE_BYTES, 0).reopen();
     }
 
     fn snapshot(store: &Store) -> Arc<Snapshot> {
-        let db = store.shared.db();
+        let db = shared(store).db();
         let db = db.as_ref().expect("the database is open");
-        store.shared.snapshots.get(db).expect("snapshot")
+        shared(store).snapshots.get(db).expect("snapshot")
     }
 
     /// Creates without an idempotency key.
@@ -691,21 +348,17 @@ mod tests {
     fn a_snapshot_counts_as_copying_only_until_it_ends() {
         use std::sync::atomic::{AtomicBool, Ordering};
         let dir = tempfile::tempdir().expect("temp dir");
-        let copying = |store: &Store| store.shared.copying.load(Ordering::Relaxed);
+        let copying = |store: &Store| shared(store).copying.load(Ordering::Relaxed);
         runtime().block_on(async {
             // Not shared: the snapshot reads through the server's own handle, so holding that
             // handle's lock stops it after it has counted itself and before it reads.
-            let (store, _) = Store::open_as(
-                &dir.path().join("pets.redb"),
-                TEST_CACHE_BYTES,
-                false,
-                TUNING,
-            )
-            .expect("open");
+            let (store, _) = open_as(&dir.path().join("pets.redb"), false, TUNING)
+                .await
+                .expect("open");
             add(&store, new_pet("a", None)).await.expect("create");
             let copy = dir.path().join("copy.redb");
             let copied = thread::scope(|scope| {
-                let held = store.shared.db_mut();
+                let held = shared(&store).db_mut();
                 let snapshot = scope.spawn(|| store.snapshot_to(&copy, &AtomicBool::new(false)));
                 let deadline = std::time::Instant::now() + Duration::from_secs(10);
                 while copying(&store) == 0 && std::time::Instant::now() < deadline {
@@ -735,13 +388,13 @@ mod tests {
         let dir = tempfile::tempdir().expect("temp dir");
         let path = dir.path().join("pets.redb");
         runtime().block_on(async {
-            let (store, count) = Store::open(&path, TEST_CACHE_BYTES, TUNING).expect("open");
+            let (store, count) = open(&path, TUNING).await.expect("open");
             assert_eq!(count, 0);
             assert_eq!(add(&store, new_pet("a", None)).await.expect("create").id, 1);
             assert_eq!(add(&store, new_pet("b", None)).await.expect("create").id, 2);
             store.close().await;
 
-            let (store, count) = Store::open(&path, TEST_CACHE_BYTES, TUNING).expect("reopen");
+            let (store, count) = open(&path, TUNING).await.expect("reopen");
             assert_eq!(count, 2);
             let third = add(&store, new_pet("c", None)).await.expect("create");
             assert_eq!(third.id, 3);
@@ -754,7 +407,7 @@ mod tests {
     fn list_joins_stored_objects_and_filters_by_index() {
         let dir = tempfile::tempdir().expect("temp dir");
         runtime().block_on(async {
-            let (store, _) = Store::open(&dir.path().join("pets.redb"), TEST_CACHE_BYTES, TUNING).expect("open");
+            let (store, _) = open(&dir.path().join("pets.redb"), TUNING).await.expect("open");
             for (name, status) in [("a", Some(PetStatus::Sold)), ("b", None), ("c", Some(PetStatus::Sold))] {
                 add(&store, new_pet(name, status)).await.expect("create");
             }
@@ -774,8 +427,9 @@ mod tests {
     fn reads_share_a_snapshot_until_a_commit_and_then_see_it() {
         let dir = tempfile::tempdir().expect("temp dir");
         runtime().block_on(async {
-            let (store, _) =
-                Store::open(&dir.path().join("pets.redb"), TEST_CACHE_BYTES, TUNING).expect("open");
+            let (store, _) = open(&dir.path().join("pets.redb"), TUNING)
+                .await
+                .expect("open");
             assert_eq!(&list(&store, None, 20).await.expect("list")[..], b"[]");
             let first = snapshot(&store);
             assert!(Arc::ptr_eq(&first, &snapshot(&store)));
@@ -800,8 +454,9 @@ mod tests {
     fn a_page_is_read_once_per_snapshot_and_a_change_is_listed_at_once() {
         let dir = tempfile::tempdir().expect("temp dir");
         runtime().block_on(async {
-            let (store, _) =
-                Store::open(&dir.path().join("pets.redb"), TEST_CACHE_BYTES, TUNING).expect("open");
+            let (store, _) = open(&dir.path().join("pets.redb"), TUNING)
+                .await
+                .expect("open");
             for name in ["a", "b", "c"] {
                 add(&store, new_pet(name, None)).await.expect("create");
             }
@@ -859,11 +514,8 @@ mod tests {
         let dir = tempfile::tempdir().expect("temp dir");
         let path = dir.path().join("pets.redb");
         runtime().block_on(async {
-            let (store, _) = Store::open(&path, TEST_CACHE_BYTES, TUNING).expect("open");
-            assert!(matches!(
-                Store::open(&path, TEST_CACHE_BYTES, TUNING),
-                Err(StoreError::Locked)
-            ));
+            let (store, _) = open(&path, TUNING).await.expect("open");
+            assert!(matches!(open(&path, TUNING).await, Err(StoreError::Locked)));
             store.close().await;
         });
     }
@@ -881,8 +533,9 @@ mod tests {
                 .expect("insert");
             txn.commit().expect("commit");
         }
+        let opened = runtime().block_on(open(&path, TUNING));
         assert!(matches!(
-            Store::open(&path, TEST_CACHE_BYTES, TUNING),
+            opened,
             Err(StoreError::NewerSchema { found, supported: SCHEMA_VERSION }) if found == SCHEMA_VERSION + 1
         ));
     }
@@ -892,7 +545,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("temp dir");
         let path = dir.path().join("pets.redb");
         runtime().block_on(async {
-            let (store, _) = Store::open(&path, TEST_CACHE_BYTES, TUNING).expect("open");
+            let (store, _) = open(&path, TUNING).await.expect("open");
             for name in ["a", "b"] {
                 add(&store, new_pet(name, None)).await.expect("create");
             }
@@ -917,11 +570,11 @@ mod tests {
         let dir = tempfile::tempdir().expect("temp dir");
         let path = dir.path().join("pets.redb");
         runtime().block_on(async {
-            let (store, _) = Store::open(&path, TEST_CACHE_BYTES, TUNING).expect("open");
+            let (store, _) = open(&path, TUNING).await.expect("open");
             add(&store, new_pet("a", None)).await.expect("create");
             // As a failed reopen leaves it: the database out, and the file not openable (here
             // held by another handle, as a disk still failing would refuse it).
-            if let Some(db) = store.shared.take_db() {
+            if let Some(db) = shared(&store).take_db() {
                 db.close().expect("close");
             }
             let blocker = Database::create(&path).expect("hold the file");
@@ -944,7 +597,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("temp dir");
         let path = dir.path().join("pets.redb");
         runtime().block_on(async {
-            let (store, _) = Store::open(&path, TEST_CACHE_BYTES, TUNING).expect("open");
+            let (store, _) = open(&path, TUNING).await.expect("open");
             store.close().await;
         });
         {
@@ -957,7 +610,7 @@ mod tests {
             txn.commit().expect("commit");
         }
         runtime().block_on(async {
-            let (store, _) = Store::open(&path, TEST_CACHE_BYTES, TUNING).expect("open");
+            let (store, _) = open(&path, TUNING).await.expect("open");
             let before = snapshot(&store);
             assert!(matches!(
                 add(&store, new_pet("a", None)).await,
@@ -972,13 +625,13 @@ mod tests {
     #[test]
     fn redb_failures_are_io_when_the_medium_failed_and_corrupt_otherwise() {
         let io = || std::io::Error::other("disk on fire");
-        assert!(matches!(StoreError::write(io()), StoreError::Io(_)));
+        assert!(matches!(StoreError::storage(io()), StoreError::Io(_)));
         assert!(matches!(
-            StoreError::write(redb::StorageError::PreviousIo),
+            StoreError::storage(redb::StorageError::PreviousIo),
             StoreError::Io(_)
         ));
         assert!(matches!(
-            StoreError::write(redb::StorageError::ValueTooLarge(1)),
+            StoreError::storage(redb::StorageError::ValueTooLarge(1)),
             StoreError::Corrupt(_)
         ));
         assert!(matches!(
@@ -991,8 +644,9 @@ mod tests {
     fn writes_after_close_fail() {
         let dir = tempfile::tempdir().expect("temp dir");
         runtime().block_on(async {
-            let (store, _) =
-                Store::open(&dir.path().join("pets.redb"), TEST_CACHE_BYTES, TUNING).expect("open");
+            let (store, _) = open(&dir.path().join("pets.redb"), TUNING)
+                .await
+                .expect("open");
             let other = store.clone();
             assert!(other.check().await.is_ok());
             store.close().await;
@@ -1029,13 +683,13 @@ mod tests {
         let dir = tempfile::tempdir().expect("temp dir");
         let path = dir.path().join("pets.redb");
         runtime().block_on(async {
-            let (store, _) = Store::open(&path, TEST_CACHE_BYTES, TUNING).expect("open");
+            let (store, _) = open(&path, TUNING).await.expect("open");
             store
                 .create(new_pet("a", None), Some(key(&store, 1, 1)))
                 .await
                 .expect("create");
             store.close().await;
-            let (store, _) = Store::open(&path, TEST_CACHE_BYTES, TUNING).expect("reopen");
+            let (store, _) = open(&path, TUNING).await.expect("reopen");
             let again = store
                 .create(new_pet("a", None), Some(key(&store, 1, 1)))
                 .await
@@ -1043,7 +697,7 @@ mod tests {
             assert!(again.replayed);
             // From an hour past the TTL, the record is expired: the key makes a new pet...
             let later = unix_now() + 2 * TTL.as_secs();
-            let purge = |now| store.write(move |reply| Write::Purge(now, Pending::new(reply)));
+            let purge = |now| store.front.purge(now);
             assert_eq!(purge(unix_now()).await.expect("purge"), 0, "still live");
             assert_eq!(purge(later).await.expect("purge"), 1);
             assert_eq!(purge(later).await.expect("purge"), 0);
@@ -1057,12 +711,12 @@ mod tests {
     }
 
     /// A store whose records answer for one second only.
-    fn open_short_lived(path: &Path) -> Store {
+    async fn open_short_lived(path: &Path) -> Store {
         let tuning = Tuning {
             idempotency_ttl: Duration::from_secs(1),
             ..TUNING
         };
-        Store::open(path, TEST_CACHE_BYTES, tuning).expect("open").0
+        open(path, tuning).await.expect("open").0
     }
 
     /// Waits until a record written now with a TTL of one second has expired.
@@ -1078,14 +732,14 @@ mod tests {
         let dir = tempfile::tempdir().expect("temp dir");
         let path = dir.path().join("pets.redb");
         runtime().block_on(async {
-            let (store, _) = Store::open(&path, TEST_CACHE_BYTES, TUNING).expect("open");
+            let (store, _) = open(&path, TUNING).await.expect("open");
             add(&store, new_pet("before", None)).await.expect("create");
             let first = store
                 .create(new_pet("a", Some(PetStatus::Sold)), Some(key(&store, 1, 1)))
                 .await
                 .expect("create");
             store.close().await;
-            let (store, _) = Store::open(&path, TEST_CACHE_BYTES, TUNING).expect("restart");
+            let (store, _) = open(&path, TUNING).await.expect("restart");
             let replay = |store: &Store| {
                 let key = key(store, 1, 1);
                 let store = store.clone();
@@ -1126,15 +780,10 @@ mod tests {
         let path = dir.path().join("pets.redb");
         let purge = |store: &Store, now: u64| {
             let store = store.clone();
-            async move {
-                store
-                    .write(move |reply| Write::Purge(now, Pending::new(reply)))
-                    .await
-                    .expect("purge")
-            }
+            async move { store.front.purge(now).await.expect("purge") }
         };
         runtime().block_on(async {
-            let store = open_short_lived(&path);
+            let store = open_short_lived(&path).await;
             let old = store
                 .create(new_pet("a", None), Some(key(&store, 1, 1)))
                 .await
@@ -1143,7 +792,7 @@ mod tests {
             store.close().await;
             // Expired but not purged yet: it answers nothing, and a new record, from a longer
             // TTL, takes the scope.
-            let (store, _) = Store::open(&path, TEST_CACHE_BYTES, TUNING).expect("open");
+            let (store, _) = open(&path, TUNING).await.expect("open");
             let new = store
                 .create(new_pet("a", None), Some(key(&store, 1, 1)))
                 .await
@@ -1152,7 +801,7 @@ mod tests {
             // The purge at start may have taken the old record already; either way the new
             // one stays.
             assert!(purge(&store, unix_now()).await <= 1, "the old record only");
-            assert_eq!(store.shared.index.len(), 1);
+            assert_eq!(shared(&store).index.len(), 1);
             let again = store
                 .create(new_pet("a", None), Some(key(&store, 1, 1)))
                 .await
@@ -1160,7 +809,7 @@ mod tests {
             assert_eq!((again.pet.id, again.replayed), (2, true));
             store.close().await;
             // Loaded from the file, the new record still answers, until it expires in turn.
-            let (store, _) = Store::open(&path, TEST_CACHE_BYTES, TUNING).expect("reopen");
+            let (store, _) = open(&path, TUNING).await.expect("reopen");
             let again = store
                 .create(new_pet("a", None), Some(key(&store, 1, 1)))
                 .await
@@ -1186,8 +835,8 @@ mod tests {
                 meta.insert(META_SCHEMA_VERSION, 2).expect("insert");
                 meta.insert(META_NEXT_ID, 3).expect("insert");
                 let mut pets = txn.open_table(PETS).expect("pets");
-                let mut records = txn.open_table(idempotency::V2_RECORDS).expect("records");
-                let mut expiry = txn.open_table(idempotency::V2_EXPIRY).expect("expiry");
+                let mut records = txn.open_table(tables::V2_RECORDS).expect("records");
+                let mut expiry = txn.open_table(tables::V2_EXPIRY).expect("expiry");
                 // Pet 1 under scope [1; 32], live; pet 2 under scope [2; 32], expired.
                 for (id, expires_at) in [(1i64, now + 3600), (2, now - 1)] {
                     let json = format!(r#"{{"id":{id},"name":"a","categoryId":1}}"#);
@@ -1206,7 +855,7 @@ mod tests {
             txn.commit().expect("commit");
         }
         runtime().block_on(async {
-            let (store, count) = Store::open(&path, TEST_CACHE_BYTES, TUNING).expect("open");
+            let (store, count) = open(&path, TUNING).await.expect("open");
             assert_eq!(count, 2);
             let live = store
                 .create(new_pet("a", None), Some(key(&store, 1, 1)))
@@ -1250,7 +899,7 @@ mod tests {
             "{tables:?}"
         );
         // The expired record was dropped, not moved; the other two are the live ones.
-        let records = txn.open_table(idempotency::RECORDS).expect("records");
+        let records = txn.open_table(tables::RECORDS).expect("records");
         assert_eq!(records.len().expect("len"), 2);
     }
 
@@ -1282,7 +931,7 @@ mod tests {
             txn.commit().expect("commit");
         }
         runtime().block_on(async {
-            let (store, count) = Store::open(&path, TEST_CACHE_BYTES, TUNING).expect("open");
+            let (store, count) = open(&path, TUNING).await.expect("open");
             assert_eq!(count, 1);
             assert_eq!(
                 store.get(7).await.expect("get").map(|p| p.revision),

@@ -8,6 +8,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
 
+use bytes::Bytes;
+
+use super::model::{Change, IdempotencyRecord, SHORT_DIGEST};
 use super::pg_cluster::Cluster;
 use super::*;
 use crate::pet::PetPatch;
@@ -262,6 +265,70 @@ pub(super) async fn a_key_in_flight_is_refused_and_released_when_its_create_ends
     assert!(store.claim_key([1; 32]).is_ok(), "released with the write");
 }
 
+/// What listeners hear: every change of every committed batch, in commit order, with the
+/// pet's revision after it (a delete: the revision it was deleted at); nothing of a write that
+/// changed nothing (a failed precondition, a replayed key).
+async fn every_committed_change_is_published_in_commit_order_with_its_revision(store: Store) {
+    let mut settled = store.subscribe();
+    let first = add(&store, new_pet("a", None)).await.expect("create");
+    let keyed = store
+        .create(
+            new_pet("b", Some(PetStatus::Available)),
+            Some(key(&store, 3, 3)),
+        )
+        .await
+        .expect("create");
+    let replayed = store
+        .create(
+            new_pet("b", Some(PetStatus::Available)),
+            Some(key(&store, 3, 3)),
+        )
+        .await
+        .expect("replay");
+    assert!(replayed.replayed);
+    let patched = store
+        .patch(first.id, sold(), Precondition::None)
+        .await
+        .expect("patch");
+    let stale = store
+        .patch(first.id, sold(), Precondition::RevisionIn(vec![1]))
+        .await;
+    assert!(matches!(stale, Err(StoreError::PreconditionFailed)));
+    store
+        .delete(keyed.pet.id, Precondition::None)
+        .await
+        .expect("delete");
+    let mut heard = Vec::new();
+    while let Ok(batch) = settled.try_recv() {
+        heard.extend(batch.iter().cloned());
+    }
+    assert_eq!(
+        heard,
+        [
+            Change {
+                id: first.id,
+                revision: 1,
+                pet: Some(first.json.clone()),
+            },
+            Change {
+                id: keyed.pet.id,
+                revision: 1,
+                pet: Some(keyed.pet.json.clone()),
+            },
+            Change {
+                id: first.id,
+                revision: 2,
+                pet: Some(patched.json.clone()),
+            },
+            Change {
+                id: keyed.pet.id,
+                revision: 1,
+                pet: None,
+            },
+        ]
+    );
+}
+
 /// Every chunk of an export, in order.
 async fn exported(store: &Store, chunk: usize, now: u64) -> (u64, Vec<Chunk>) {
     let mut export = store.export(chunk, now).await.expect("export");
@@ -364,8 +431,8 @@ where
         .enable_all()
         .build()
         .expect("a current-thread runtime builds");
-    // Both ways redb commits: through the write-ahead log (the default), and by itself on a
-    // file other processes may read.
+    // Both ways redb opens its file: this process's alone (the default), and shared with
+    // other processes that read it.
     for shared in [false, true] {
         let dir = tempfile::tempdir().expect("temp dir");
         runtime.block_on(async {
@@ -422,6 +489,7 @@ mod on_both_backends {
         a_key_replays_its_first_answer_refuses_another_pet_and_is_scoped,
         a_key_in_flight_is_refused_and_released_when_its_create_ends,
         an_export_reads_every_pet_in_id_order_with_its_revision_the_counter_and_live_records,
+        every_committed_change_is_published_in_commit_order_with_its_revision,
     );
 }
 

@@ -1,19 +1,37 @@
-//! The queue of writes every backend takes them from: `Write` (what to do and whom to answer),
-//! `Pending` (a caller and its outcome), and `gather`, which takes every write queued while
-//! the last commit ran into the next batch (group commit). The backends run a batch in one
-//! transaction; nothing here knows an engine. Invariant: each caller is answered exactly once,
-//! after its batch has committed or failed.
+//! The one write front above both engines. A write claims its idempotency key, queues, joins
+//! the next batch (every write queued while the last commit ran: group commit) and is settled
+//! once its batch has committed or failed: counted, published to listeners in commit order,
+//! answered. Expired idempotency records are purged through the same queue. An engine only
+//! runs a batch in one transaction and makes it durable (`Engine`). Invariants: each caller is
+//! answered exactly once, after its batch is durable and readable, or has failed; a write
+//! whose caller has gone before its batch began is not run, on any engine.
 
-use tokio::sync::{mpsc, oneshot};
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
-use super::{Created, IdempotencyKey, Precondition, StoreError, StoredPet};
+use tokio::sync::{broadcast, mpsc, oneshot};
+
+use super::claims::{Claims, IdempotencyKey, KeyClaim};
+use super::model::{Change, Created, Precondition, Record, Settled, StoreError, StoredPet};
+use crate::clock::unix_now;
 use crate::pet::{NewPet, PetId, PetPatch};
 
 /// How many queued writes one transaction takes by default; bounds the latency of a batch.
 pub const DEFAULT_MAX_WRITE_BATCH: usize = 1024;
+/// Writes waiting for the engine before callers wait to enqueue.
+const WRITE_QUEUE: usize = 4096;
+/// Most expired idempotency records one purge transaction removes: writes queued behind it
+/// wait for at most this much work, and the purge goes on behind them.
+pub(super) const PURGE_BATCH: usize = 1000;
+/// How often expired idempotency records are looked for.
+const PURGE_INTERVAL: Duration = Duration::from_secs(60);
+/// Committed batches a listener may lag behind by; one further behind is told how many it
+/// missed (`broadcast`'s `Lagged`), never slows the writer.
+const SETTLED_BACKLOG: usize = 1024;
 
-/// What the writer takes from its queue.
-pub(crate) enum Command {
+/// What the engine's loop takes from its queue.
+pub(super) enum Command {
     Write(Write),
     Close(oneshot::Sender<()>),
 }
@@ -28,8 +46,9 @@ pub(crate) struct Keyed {
 pub(crate) enum Write {
     Create(NewPet, Option<Keyed>, Pending<Created>),
     Patch(PetId, PetPatch, Precondition, Pending<StoredPet>),
-    Delete(PetId, Precondition, Pending<()>),
-    /// Remove records that expired by this Unix time; answers how many.
+    /// Answers the revision the pet was at when it was removed.
+    Delete(PetId, Precondition, Pending<u64>),
+    /// Remove up to `PURGE_BATCH` records that expired by this Unix time; answers how many.
     Purge(u64, Pending<usize>),
 }
 
@@ -40,7 +59,7 @@ pub(crate) struct Pending<T> {
 }
 
 impl<T> Pending<T> {
-    pub(crate) fn new(reply: oneshot::Sender<Result<T, StoreError>>) -> Pending<T> {
+    fn new(reply: oneshot::Sender<Result<T, StoreError>>) -> Pending<T> {
         Pending {
             reply,
             outcome: None,
@@ -48,12 +67,12 @@ impl<T> Pending<T> {
     }
 
     /// Whether the caller stopped waiting for the answer.
-    pub(crate) fn abandoned(&self) -> bool {
+    fn abandoned(&self) -> bool {
         self.reply.is_closed()
     }
 
     /// Answers the caller: its outcome if the transaction committed, else the failure.
-    pub(crate) fn answer(self, failure: Option<&StoreError>) {
+    fn answer(self, failure: Option<&StoreError>) {
         let result = match (failure, self.outcome) {
             (Some(e), _) => Err(e.clone()),
             (None, Some(outcome)) => outcome,
@@ -64,7 +83,7 @@ impl<T> Pending<T> {
 }
 
 impl Write {
-    pub(crate) fn answer(self, failure: Option<&StoreError>) {
+    fn answer(self, failure: Option<&StoreError>) {
         match self {
             Write::Create(_, keyed, pending) => {
                 // The claim ends before the answer leaves: a client that got its 201 and
@@ -78,8 +97,8 @@ impl Write {
         }
     }
 
-    /// Whether the caller of this write stopped waiting for it (its time ran out).
-    pub(crate) fn abandoned(&self) -> bool {
+    /// Whether the caller of this write stopped waiting for it.
+    fn abandoned(&self) -> bool {
         match self {
             Write::Create(.., pending) => pending.abandoned(),
             Write::Patch(.., pending) => pending.abandoned(),
@@ -89,14 +108,330 @@ impl Write {
     }
 
     /// Whether this write, once run, changed anything that needs a commit.
-    pub(crate) fn changed(&self) -> bool {
+    pub(super) fn changed(&self) -> bool {
         match self {
             Write::Create(_, _, pending) => {
                 matches!(&pending.outcome, Some(Ok(created)) if !created.replayed)
             }
             Write::Patch(.., pending) => matches!(pending.outcome, Some(Ok(_))),
-            Write::Delete(.., pending) => matches!(pending.outcome, Some(Ok(()))),
+            Write::Delete(.., pending) => matches!(pending.outcome, Some(Ok(_))),
             Write::Purge(_, pending) => matches!(pending.outcome, Some(Ok(n)) if n > 0),
+        }
+    }
+
+    /// What this write changed in a pet, once its batch committed.
+    fn change(&self) -> Option<Change> {
+        match self {
+            Write::Create(_, _, pending) => match &pending.outcome {
+                Some(Ok(created)) if !created.replayed => Some(Change {
+                    id: created.pet.id,
+                    revision: created.pet.revision,
+                    pet: Some(created.pet.json.clone()),
+                }),
+                _ => None,
+            },
+            Write::Patch(.., pending) => match &pending.outcome {
+                Some(Ok(pet)) => Some(Change {
+                    id: pet.id,
+                    revision: pet.revision,
+                    pet: Some(pet.json.clone()),
+                }),
+                _ => None,
+            },
+            Write::Delete(id, _, pending) => match &pending.outcome {
+                Some(Ok(revision)) => Some(Change {
+                    id: *id,
+                    revision: *revision,
+                    pet: None,
+                }),
+                _ => None,
+            },
+            Write::Purge(..) => None,
+        }
+    }
+}
+
+/// An engine under the front: runs a batch and makes it durable, nothing else.
+pub(super) trait Engine: Send + 'static {
+    /// Runs every write of `batch`, in order, in one transaction, setting each one's outcome;
+    /// a write that cannot go ahead (no such pet, a failed precondition, a reused key) only
+    /// sets its own. Returns once the transaction is durable and readers see it: `true` if
+    /// it committed, `false` if it changed nothing and was rolled back. An error fails the
+    /// whole batch: nothing of it is stored, or, with `InDoubt`, maybe all of it.
+    fn commit(
+        &mut self,
+        batch: &mut [Write],
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+
+    /// After the last batch, at a clean stop.
+    fn close(&mut self) -> impl Future<Output = ()> + Send;
+}
+
+/// Where an engine's batches run.
+pub(super) enum Runs {
+    /// A thread of its own, named so: an engine that blocks on the disk.
+    OnThread(&'static str),
+    /// A task on the caller's tokio runtime: an engine that waits on the network.
+    OnRuntime,
+}
+
+/// The write side of an open store; cheap to clone.
+#[derive(Clone)]
+pub(super) struct Front {
+    queue: mpsc::Sender<Command>,
+    /// Idempotency keys whose create is in flight in this process.
+    claims: Arc<Claims>,
+    /// Where committed batches are published; the loop holds the other sender.
+    settled: broadcast::Sender<Settled>,
+    /// How long an idempotency record answers its key.
+    idempotency_ttl: Duration,
+    /// The longest a caller waits for its write, queue and commit together; `None`: until
+    /// the engine answers.
+    answer_within: Option<Duration>,
+}
+
+impl Front {
+    /// Starts the engine's loop, and, inside a tokio runtime, the purge of expired
+    /// idempotency records.
+    pub(super) fn start<E: Engine>(
+        engine: E,
+        max_write_batch: usize,
+        idempotency_ttl: Duration,
+        answer_within: Option<Duration>,
+        runs: Runs,
+    ) -> Result<Front, StoreError> {
+        let (queue, commands) = mpsc::channel(WRITE_QUEUE);
+        let (settled, _) = broadcast::channel(SETTLED_BACKLOG);
+        let run = write_loop(engine, commands, max_write_batch.max(1), settled.clone());
+        match runs {
+            Runs::OnThread(name) => {
+                let thread_failed = |e: std::io::Error| {
+                    StoreError::Io(format!("the {name} thread did not start: {e}"))
+                };
+                // The loop only awaits its queue and the engine, which answers at once: a
+                // runtime without I/O or timers is enough.
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .build()
+                    .map_err(thread_failed)?;
+                std::thread::Builder::new()
+                    .name(name.into())
+                    .spawn(move || runtime.block_on(run))
+                    .map_err(thread_failed)?;
+            }
+            Runs::OnRuntime => {
+                tokio::spawn(run);
+            }
+        }
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(purge_loop(queue.downgrade()));
+        }
+        Ok(Front {
+            queue,
+            claims: Arc::default(),
+            settled,
+            idempotency_ttl,
+            answer_within,
+        })
+    }
+
+    /// Claims an idempotency scope for one request, or `IdempotencyKeyInFlight` while another
+    /// request of this process holds it.
+    pub(super) fn claim_key(&self, scope: [u8; 32]) -> Result<KeyClaim, StoreError> {
+        self.claims
+            .claim(scope)
+            .ok_or(StoreError::IdempotencyKeyInFlight)
+    }
+
+    /// Every batch committed from now on, in commit order.
+    pub(super) fn subscribe(&self) -> broadcast::Receiver<Settled> {
+        self.settled.subscribe()
+    }
+
+    /// Adds a pet. With a key, `record` is the engine's record for the key's scope: a live
+    /// one answers instead (`replayed`, or `IdempotencyKeyReused` for another pet); the engine
+    /// checks again in its transaction, since a retry may pass here before the first create
+    /// commits.
+    pub(super) async fn create(
+        &self,
+        pet: NewPet,
+        key: Option<IdempotencyKey>,
+        record: impl Future<Output = Result<Option<Record>, StoreError>>,
+    ) -> Result<Created, StoreError> {
+        let started = Instant::now();
+        let Some(key) = key else {
+            return self
+                .write(started, |reply| {
+                    Write::Create(pet, None, Pending::new(reply))
+                })
+                .await;
+        };
+        let now = unix_now();
+        let record = self.within(started, record, StoreError::Io).await?;
+        if let Some(answer) = record.and_then(|record| record.answer(&key, &pet, now)) {
+            return answer;
+        }
+        // The claim travels with the write and ends with it, even if this caller goes away.
+        let keyed = Keyed {
+            key,
+            expires_at: now.saturating_add(self.idempotency_ttl.as_secs()),
+        };
+        self.write(started, |reply| {
+            Write::Create(pet, Some(keyed), Pending::new(reply))
+        })
+        .await
+    }
+
+    /// Applies `patch` to the pet `id` if its revision meets `precondition`.
+    pub(super) async fn patch(
+        &self,
+        id: PetId,
+        patch: PetPatch,
+        precondition: Precondition,
+    ) -> Result<StoredPet, StoreError> {
+        self.write(Instant::now(), |reply| {
+            Write::Patch(id, patch, precondition, Pending::new(reply))
+        })
+        .await
+    }
+
+    /// Removes the pet `id` if its revision meets `precondition`.
+    pub(super) async fn delete(
+        &self,
+        id: PetId,
+        precondition: Precondition,
+    ) -> Result<(), StoreError> {
+        self.write(Instant::now(), |reply| {
+            Write::Delete(id, precondition, Pending::new(reply))
+        })
+        .await
+        .map(|_revision| ())
+    }
+
+    /// Removes up to `PURGE_BATCH` records expired by `now`; answers how many.
+    #[cfg(test)]
+    pub(super) async fn purge(&self, now: u64) -> Result<usize, StoreError> {
+        purge_once(&self.queue, now).await
+    }
+
+    /// Finishes the writes already queued and stops the engine; later writes get `Closed`.
+    pub(super) async fn close(&self) {
+        let (done, closed) = oneshot::channel();
+        if self.queue.send(Command::Close(done)).await.is_ok() {
+            let _ = closed.await;
+        }
+    }
+
+    /// Whether the engine's loop has stopped.
+    pub(super) fn is_closed(&self) -> bool {
+        self.queue.is_closed()
+    }
+
+    /// Queues a write and waits for its answer.
+    async fn write<T>(
+        &self,
+        started: Instant,
+        make: impl FnOnce(oneshot::Sender<Result<T, StoreError>>) -> Write,
+    ) -> Result<T, StoreError> {
+        let (reply, answer) = oneshot::channel();
+        let command = Command::Write(make(reply));
+        let queued = async {
+            self.queue
+                .send(command)
+                .await
+                .map_err(|_| StoreError::Closed)?;
+            answer.await.map_err(|_| StoreError::Closed)?
+        };
+        // A write given up on may have begun its batch: its outcome is unknown. One that had
+        // not is never run (`write_loop`).
+        self.within(started, queued, StoreError::InDoubt).await
+    }
+
+    /// `work`, bounded by what is left of `answer_within` since `started`; past it, the error
+    /// `late` makes of the reason.
+    async fn within<T>(
+        &self,
+        started: Instant,
+        work: impl Future<Output = Result<T, StoreError>>,
+        late: fn(String) -> StoreError,
+    ) -> Result<T, StoreError> {
+        let Some(bound) = self.answer_within else {
+            return work.await;
+        };
+        let left = bound.saturating_sub(started.elapsed());
+        tokio::time::timeout(left, work).await.unwrap_or_else(|_| {
+            Err(late(format!(
+                "no answer from the database within {} s",
+                bound.as_secs()
+            )))
+        })
+    }
+}
+
+/// The engine's loop: every write queued while the last batch ran goes into the next.
+async fn write_loop<E: Engine>(
+    mut engine: E,
+    mut queue: mpsc::Receiver<Command>,
+    max_batch: usize,
+    settled: broadcast::Sender<Settled>,
+) {
+    let mut batch = Vec::with_capacity(max_batch);
+    let mut stats = WriteStats::default();
+    while let Some(first) = queue.recv().await {
+        let closing = gather(first, &mut queue, &mut batch, max_batch);
+        // Writes whose callers stopped waiting (a client gone, a 503 after `answer_within`)
+        // are not run: nobody would hear of them, and an outage's backlog would otherwise
+        // replay at once when it ends. A retry with the same Idempotency-Key creates the pet.
+        batch.retain(|write| !write.abandoned());
+        if !batch.is_empty() {
+            stats.count(settle(&mut engine, &mut batch, &settled).await);
+        }
+        if let Some(done) = closing {
+            engine.close().await;
+            stats.report();
+            let _ = done.send(());
+            return;
+        }
+    }
+    engine.close().await;
+    stats.report();
+}
+
+/// Commits one batch and settles it: counts it, publishes what it changed (before any answer,
+/// so a listener hears of a change no later than its writer), and answers every caller.
+/// Returns how many writes changed something.
+async fn settle<E: Engine>(
+    engine: &mut E,
+    batch: &mut Vec<Write>,
+    settled: &broadcast::Sender<Settled>,
+) -> u64 {
+    let began = Instant::now();
+    match engine.commit(batch).await {
+        Ok(committed) => {
+            let changed = batch.iter().filter(|write| write.changed()).count() as u64;
+            if committed {
+                crate::metrics::store_committed(began.elapsed(), batch.len());
+                if settled.receiver_count() > 0 {
+                    let changes: Settled = batch.iter().filter_map(Write::change).collect();
+                    if !changes.is_empty() {
+                        // No listener left since the count: nothing to tell.
+                        let _ = settled.send(changes);
+                    }
+                }
+            }
+            for write in batch.drain(..) {
+                write.answer(None);
+            }
+            changed
+        }
+        Err(e) => {
+            crate::metrics::store_commit_failed();
+            if !matches!(e, StoreError::Reopening) {
+                tracing::warn!(error = %e, writes = batch.len(), "write transaction failed");
+            }
+            for write in batch.drain(..) {
+                write.answer(Some(&e));
+            }
+            0
         }
     }
 }
@@ -104,7 +439,7 @@ impl Write {
 /// Adds `first` and every write queued behind it (up to `max` in all) to `batch`. On a close,
 /// the writes already queued behind it are taken too, since their callers are waiting, and the
 /// queue is closed; returns the close's reply then.
-pub(crate) fn gather(
+fn gather(
     first: Command,
     queue: &mut mpsc::Receiver<Command>,
     batch: &mut Vec<Write>,
@@ -127,4 +462,120 @@ pub(crate) fn gather(
         }
     }
     None
+}
+
+/// What the loop did in its life, logged when it ends: with the run's length it gives the mean
+/// batch size and the commit rate.
+#[derive(Default)]
+struct WriteStats {
+    commits: u64,
+    writes: u64,
+}
+
+impl WriteStats {
+    fn count(&mut self, changed: u64) {
+        // A batch that changed nothing was rolled back, not committed.
+        self.commits += u64::from(changed > 0);
+        self.writes += changed;
+    }
+
+    fn report(&self) {
+        tracing::info!(commits = self.commits, writes = self.writes, "store closed");
+    }
+}
+
+/// One purge transaction through the queue.
+async fn purge_once(queue: &mpsc::Sender<Command>, now: u64) -> Result<usize, StoreError> {
+    let (reply, answer) = oneshot::channel();
+    queue
+        .send(Command::Write(Write::Purge(now, Pending::new(reply))))
+        .await
+        .map_err(|_| StoreError::Closed)?;
+    answer.await.map_err(|_| StoreError::Closed)?
+}
+
+/// Purges expired idempotency records every `PURGE_INTERVAL`, one batch a transaction, until
+/// none are left; each batch queues behind the writes already waiting, so a large purge never
+/// holds creates back for more than one batch. Ends with the store.
+async fn purge_loop(queue: mpsc::WeakSender<Command>) {
+    let mut ticks = tokio::time::interval(PURGE_INTERVAL);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        let mut purged = 0;
+        loop {
+            let Some(sender) = queue.upgrade() else {
+                return;
+            };
+            match purge_once(&sender, unix_now()).await {
+                Ok(count) => {
+                    purged += count;
+                    if count < PURGE_BATCH {
+                        break;
+                    }
+                }
+                Err(StoreError::Closed) => return,
+                Err(e) => {
+                    tracing::warn!(error = %e, "purging expired idempotency records failed; retrying later");
+                    break;
+                }
+            }
+        }
+        if purged > 0 {
+            tracing::debug!(purged, "expired idempotency records purged");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use super::*;
+
+    /// An engine that only records which writes reached it, for the front's own rules.
+    #[derive(Clone, Default)]
+    struct Recorder(Arc<Mutex<Vec<PetId>>>);
+
+    impl Engine for Recorder {
+        async fn commit(&mut self, batch: &mut [Write]) -> Result<bool, StoreError> {
+            let mut ran = self.0.lock().expect("lock");
+            for write in batch.iter_mut() {
+                if let Write::Delete(id, _, pending) = write {
+                    ran.push(*id);
+                    pending.outcome = Some(Ok(1));
+                }
+            }
+            Ok(true)
+        }
+
+        async fn close(&mut self) {}
+    }
+
+    #[test]
+    fn a_write_whose_caller_has_gone_before_its_batch_is_not_run() {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a current-thread runtime builds");
+        runtime.block_on(async {
+            let recorder = Recorder::default();
+            let front = Front::start(
+                recorder.clone(),
+                16,
+                Duration::from_secs(60),
+                None,
+                Runs::OnRuntime,
+            )
+            .expect("starts");
+            // Queued by one poll, then given up: the loop's task has not run meanwhile.
+            let mut gone = Box::pin(front.delete(1, Precondition::None));
+            let mut polled = std::task::Context::from_waker(std::task::Waker::noop());
+            assert!(gone.as_mut().poll(&mut polled).is_pending(), "queued");
+            drop(gone);
+            front.delete(2, Precondition::None).await.expect("runs");
+            assert_eq!(*recorder.0.lock().expect("lock"), [2]);
+            front.close().await;
+        });
+    }
 }

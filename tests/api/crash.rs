@@ -1,8 +1,8 @@
 //! Crash safety: a pet acknowledged with 201 survives SIGKILL unchanged and its id is never
 //! given again, and so does the Idempotency-Key record committed with it, a patch or a
-//! delete, and a create past the point where the write-ahead log filled and started again; a
-//! write the disk refuses gets 503, leaves the database as it was, and reads go on; once the
-//! disk takes writes again, creates resume without a restart.
+//! delete; a write the disk refuses gets 503, leaves the database as it was, and reads go on;
+//! once the disk takes writes again, creates resume without a restart. (Faults caused inside
+//! the commit itself, and power cuts, are in `faults.rs`.)
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -81,16 +81,15 @@ async fn patches_and_deletes_acknowledged_before_a_sigkill_survive_with_their_re
     assert_eq!(given_status.status, 200, "{:?}", given_status.body);
     assert_eq!(client.delete(&path(&b)).await.status, 204);
 
-    // The log holds these writes; the file does not, until the next checkpoint, and a check
-    // of the file says so.
+    // Every acknowledged write is in the file itself: a check of it as the crash left it
+    // finds the store's rules kept.
     let dir = server.kill();
     let crashed = dir.path().join("pets.redb");
     let (code, stdout, stderr) =
         crate::support::run(&["check".as_ref(), "--db".as_ref(), crashed.as_os_str()]);
     assert_eq!(code, Some(0), "stdout:\n{stdout}\nstderr:\n{stderr}");
-    assert!(stdout.contains("log: 7 batch(es)"), "{stdout}");
+    assert!(!stdout.contains("log:"), "{stdout}");
     let server = Server::start_after_crash(dir);
-    server.wait_for_log("write-ahead log replayed batches=7", 1);
     let mut client = server.h2().await;
     let a_now = client.get(&path(&a)).await;
     assert_eq!(
@@ -119,40 +118,13 @@ async fn patches_and_deletes_acknowledged_before_a_sigkill_survive_with_their_re
     let next = client.create(r#"{"name":"d","categoryId":1}"#).await;
     assert_eq!(id(&next), id(&c) + 1, "no id given twice");
 
-    // The file the replay wrote keeps the store's rules, with nothing left in the log.
+    // The file keeps the store's rules after the restart too.
     let stopped = server.stop();
     let db = stopped.dir.path().join("pets.redb");
     let (code, stdout, stderr) =
         crate::support::run(&["check".as_ref(), "--db".as_ref(), db.as_os_str()]);
     assert_eq!(code, Some(0), "stdout:\n{stdout}\nstderr:\n{stderr}");
     assert!(!stdout.contains("log:"), "{stdout}");
-}
-
-#[tokio::test(flavor = "multi_thread")]
-async fn creates_past_a_full_log_checkpoint_and_every_one_survives_a_sigkill() {
-    let server = Server::start();
-    let mut client = server.h1().await;
-    let body = big_pet();
-    let mut acknowledged = Vec::new();
-    // 2 KB a create, one a batch: the 512 KiB log fills after about 250.
-    for _ in 0..400 {
-        acknowledged.push(client.post_json("/v1/pets", &body).await.json());
-    }
-    let server = Server::start_after_crash(server.kill());
-    let logs = server.logs();
-    let replayed: usize = logs
-        .split("write-ahead log replayed batches=")
-        .nth(1)
-        .and_then(|rest| rest.split_whitespace().next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("a replay after the crash: {logs}"));
-    assert!(
-        (1..400).contains(&replayed),
-        "the log started again after a checkpoint: {replayed} batches replayed"
-    );
-    let mut client = server.h2().await;
-    client.assert_stored(&acknowledged).await;
-    server.stop();
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -140,6 +140,7 @@ fn every_status_the_server_answers_is_documented_for_its_operation() {
         "unsupported_media_type",
         "internal_error",
         "unavailable",
+        "outcome_unknown",
         "invalid_cursor",
         "precondition_failed",
         "idempotency_key_reused",

@@ -15,7 +15,9 @@ use tokio_postgres::binary_copy::BinaryCopyInWriter;
 use tokio_postgres::types::{ToSql, Type};
 
 use super::{PgStore, pg_error, status_code};
-use crate::store::{Chunk, IdempotencyRecord, SHORT_DIGEST, StoreError, StoredPet, pet_status};
+use crate::store::model::{
+    Chunk, IdempotencyRecord, SHORT_DIGEST, StoreError, StoredPet, pet_status,
+};
 
 /// The bound on each statement of a copy, in place of the short one requests get: a chunk or
 /// the final commit may take longer than a request, but never this long.

@@ -14,8 +14,9 @@ use redb::{
     ReadableDatabase, ReadableTable, TableDefinition, TableHandle, Value, WriteTransaction,
 };
 
-use super::idempotency::RECORDS;
-use super::{META, PETS, PETS_BY_STATUS, REVISIONS, RedbStore, StoreError, start_epoch};
+use super::RedbStore;
+use super::tables::{META, META_LOG_EPOCH, NAMES, PETS, PETS_BY_STATUS, RECORDS, REVISIONS};
+use crate::store::model::StoreError;
 
 /// Entries copied between two looks at the cancel flag, and between two rests: after each
 /// slice the copy sleeps as long as the slice took, so it works at most half the time. Run
@@ -123,9 +124,13 @@ fn write_copy(txn: &ReadTransaction, to: &Path, cancel: &AtomicBool) -> Result<u
     copy_table(txn, &write, REVISIONS, cancel)?;
     copy_table(txn, &write, META, cancel)?;
     copy_table(txn, &write, RECORDS, cancel)?;
-    // A copy starts a log epoch of its own: restored in place of the live file, it takes no
-    // record from the log beside it, which holds the live file's later writes.
-    start_epoch(&write)?;
+    // A copy never expects a write-ahead log of an earlier petstore: restored beside one,
+    // it takes none of the live file's later writes from it.
+    write
+        .open_table(META)
+        .map_err(StoreError::storage)?
+        .remove(META_LOG_EPOCH)
+        .map_err(StoreError::storage)?;
     // The commit writes and syncs the whole copy: not begun for a stop that is waiting.
     if cancel.load(Ordering::Relaxed) {
         return Err(StoreError::Closed);
@@ -138,13 +143,7 @@ fn write_copy(txn: &ReadTransaction, to: &Path, cancel: &AtomicBool) -> Result<u
 /// Refuses a file with a table the snapshot does not copy: a snapshot missing a table would
 /// restore as a store missing it. A new table must be added to `snapshot_to`.
 fn known_tables_only(txn: &ReadTransaction) -> Result<(), StoreError> {
-    let known = [
-        PETS.name(),
-        PETS_BY_STATUS.name(),
-        REVISIONS.name(),
-        META.name(),
-        RECORDS.name(),
-    ];
+    let known = NAMES;
     let tables = txn.list_tables().map_err(StoreError::storage)?;
     for table in tables {
         if !known.contains(&table.name()) {

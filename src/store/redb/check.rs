@@ -12,13 +12,14 @@ use std::rc::Rc;
 
 use redb::{Database, ReadTransaction, ReadableDatabase, ReadableTable, ReadableTableMetadata};
 
-use super::idempotency::RECORDS;
-use super::{
-    META, META_NEXT_ID, META_SCHEMA_VERSION, PETS, PETS_BY_STATUS, REVISIONS, SCHEMA_VERSION,
-    StoreError,
+use super::old_log;
+use super::tables::{
+    META, META_NEXT_ID, META_SCHEMA_VERSION, PETS, PETS_BY_STATUS, RECORDS, REVISIONS,
+    SCHEMA_VERSION,
 };
 use crate::clock::unix_now;
 use crate::pet::{Pet, PetStatus};
+use crate::store::model::StoreError;
 
 /// The page cache of the checked copy: each page is read about once, so a small cache costs
 /// little time, and the check's memory stays bounded at any file size.
@@ -97,7 +98,7 @@ pub fn check_file(path: &Path) -> Result<CheckReport, StoreError> {
     }
     let scratch = scratch_copy(path)?;
     // Read under the same lock as the file, so the two agree.
-    let log = super::wal::read_beside(path)?;
+    let log = old_log::read_beside(path)?;
     drop(file);
 
     let mut report = CheckReport::default();
@@ -130,7 +131,7 @@ pub fn check_file(path: &Path) -> Result<CheckReport, StoreError> {
     let txn = db.begin_read().map_err(StoreError::storage)?;
     check_tables(&txn, &mut report)?;
     if let Some(log) = log {
-        report.pending_log_batches = super::wal::pending(&log, super::log_epoch(&txn)?);
+        report.pending_log_batches = old_log::pending(&log, old_log::log_epoch(&txn)?);
     }
     drop(txn);
     if let Err(e) = db.close() {
@@ -322,9 +323,17 @@ fn check_tables(txn: &ReadTransaction, report: &mut CheckReport) -> Result<(), S
 mod tests {
     use super::*;
     use crate::pet::NewPet;
-    use crate::store::redb::RedbStore;
-    use crate::store::{Precondition, Tuning};
+    use crate::store::{Location, Precondition, Store, Tuning};
     use std::time::Duration;
+
+    async fn open(path: &Path, shared: bool) -> Store {
+        let location = Location::Redb {
+            path: path.to_owned(),
+            cache_bytes: 1 << 20,
+            shared,
+        };
+        Store::open(location, tuning()).await.expect("opens").0
+    }
 
     fn tuning() -> Tuning {
         Tuning {
@@ -340,7 +349,7 @@ mod tests {
             .build()
             .expect("runtime");
         runtime.block_on(async {
-            let (store, _) = RedbStore::open(path, 1 << 20, tuning()).expect("opens");
+            let store = open(path, false).await;
             for (n, status) in [
                 Some(PetStatus::Available),
                 Some(PetStatus::Pending),
@@ -389,11 +398,7 @@ mod tests {
             .map(|entry| entry.expect("an entry").file_name())
             .collect();
         left.sort();
-        assert_eq!(
-            left,
-            ["pets.redb", "pets.redb-wal"],
-            "the scratch copy is removed"
-        );
+        assert_eq!(left, ["pets.redb"], "the scratch copy is removed");
     }
 
     /// Writes straight into the closed file, as a bug or an outside edit would.
@@ -497,7 +502,7 @@ mod tests {
             .build()
             .expect("runtime");
         runtime.block_on(async {
-            let (store, _) = RedbStore::open_as(&path, 1 << 20, true, tuning()).expect("opens");
+            let store = open(&path, true).await;
             let report = check_file(&path).expect("checks");
             assert!(report.live);
             assert_eq!(report.problems, Vec::<String>::new());

@@ -12,10 +12,11 @@ use redb::{
 };
 use tokio::sync::{mpsc, oneshot};
 
-use super::idempotency::{self, Index, RECORDS};
-use super::{META, META_NEXT_ID, PETS, PETS_BY_STATUS, REVISIONS, RedbStore, Shared};
+use super::idempotency::{self, Index};
+use super::tables::{META, META_NEXT_ID, PETS, PETS_BY_STATUS, RECORDS, REVISIONS};
+use super::{RedbStore, Shared};
 use crate::clock::unix_now;
-use crate::store::{Chunk, IdempotencyRecord, StoreError, StoredPet, pet_status};
+use crate::store::model::{Chunk, IdempotencyRecord, StoreError, StoredPet, pet_status};
 
 impl RedbStore {
     /// Starts streaming the store into `sender` from one read transaction; returns its id
@@ -94,34 +95,36 @@ impl RedbImport {
     pub(in crate::store) async fn write(&mut self, chunk: Chunk) -> Result<(), StoreError> {
         self.transaction(Durability::None, move |txn| match chunk {
             Chunk::Pets(pets) => {
-                let mut table = txn.open_table(PETS).map_err(StoreError::write)?;
-                let mut by_status = txn.open_table(PETS_BY_STATUS).map_err(StoreError::write)?;
-                let mut revisions = txn.open_table(REVISIONS).map_err(StoreError::write)?;
+                let mut table = txn.open_table(PETS).map_err(StoreError::storage)?;
+                let mut by_status = txn
+                    .open_table(PETS_BY_STATUS)
+                    .map_err(StoreError::storage)?;
+                let mut revisions = txn.open_table(REVISIONS).map_err(StoreError::storage)?;
                 for pet in &pets {
                     table
                         .insert(pet.id, pet.json.as_ref())
-                        .map_err(StoreError::write)?;
+                        .map_err(StoreError::storage)?;
                     if let Some(status) = pet_status(pet)? {
                         by_status
                             .insert((status.to_code(), pet.id), pet.json.as_ref())
-                            .map_err(StoreError::write)?;
+                            .map_err(StoreError::storage)?;
                     }
                     // A pet not listed is at revision 1: see `REVISIONS`.
                     if pet.revision != 1 {
                         revisions
                             .insert(pet.id, pet.revision)
-                            .map_err(StoreError::write)?;
+                            .map_err(StoreError::storage)?;
                     }
                 }
                 Ok(())
             }
             Chunk::Records(records) => {
-                let mut table = txn.open_table(RECORDS).map_err(StoreError::write)?;
+                let mut table = txn.open_table(RECORDS).map_err(StoreError::storage)?;
                 for record in &records {
                     let value = idempotency::joined(&record.scope, &record.fingerprint);
                     table
                         .insert((record.expires_at, record.pet_id), value)
-                        .map_err(StoreError::write)?;
+                        .map_err(StoreError::storage)?;
                 }
                 Ok(())
             }
@@ -133,9 +136,9 @@ impl RedbImport {
     /// too; then the in-memory index of idempotency records takes the imported ones.
     pub(in crate::store) async fn commit(self, next_id: u64) -> Result<(), StoreError> {
         self.transaction(Durability::Immediate, move |txn| {
-            let mut meta = txn.open_table(META).map_err(StoreError::write)?;
+            let mut meta = txn.open_table(META).map_err(StoreError::storage)?;
             meta.insert(META_NEXT_ID, next_id)
-                .map_err(StoreError::write)?;
+                .map_err(StoreError::storage)?;
             Ok(())
         })
         .await?;
@@ -153,19 +156,20 @@ impl RedbImport {
     /// Empties every table the import wrote and puts the counter back to 1, durably.
     pub(in crate::store) async fn abort(self) -> Result<(), StoreError> {
         self.transaction(Durability::Immediate, |txn| {
-            txn.delete_table(PETS).map_err(StoreError::write)?;
+            txn.delete_table(PETS).map_err(StoreError::storage)?;
             txn.delete_table(PETS_BY_STATUS)
-                .map_err(StoreError::write)?;
-            txn.delete_table(REVISIONS).map_err(StoreError::write)?;
-            txn.delete_table(RECORDS).map_err(StoreError::write)?;
-            txn.open_table(PETS).map_err(StoreError::write)?;
-            txn.open_table(PETS_BY_STATUS).map_err(StoreError::write)?;
-            txn.open_table(REVISIONS).map_err(StoreError::write)?;
+                .map_err(StoreError::storage)?;
+            txn.delete_table(REVISIONS).map_err(StoreError::storage)?;
+            txn.delete_table(RECORDS).map_err(StoreError::storage)?;
+            txn.open_table(PETS).map_err(StoreError::storage)?;
+            txn.open_table(PETS_BY_STATUS)
+                .map_err(StoreError::storage)?;
+            txn.open_table(REVISIONS).map_err(StoreError::storage)?;
             idempotency::create_tables(txn)?;
             txn.open_table(META)
-                .map_err(StoreError::write)?
+                .map_err(StoreError::storage)?
                 .insert(META_NEXT_ID, 1)
-                .map_err(StoreError::write)?;
+                .map_err(StoreError::storage)?;
             Ok(())
         })
         .await
@@ -180,10 +184,11 @@ impl RedbImport {
     ) -> Result<(), StoreError> {
         let shared = Arc::clone(&self.shared);
         on_blocking(&self.shared, move |db| {
-            let mut txn = db.begin_write().map_err(StoreError::write)?;
-            txn.set_durability(durability).map_err(StoreError::write)?;
+            let mut txn = db.begin_write().map_err(StoreError::storage)?;
+            txn.set_durability(durability)
+                .map_err(StoreError::storage)?;
             work(&txn)?;
-            txn.commit().map_err(StoreError::write)?;
+            txn.commit().map_err(StoreError::storage)?;
             shared.snapshots.committed();
             Ok(())
         })

@@ -11,31 +11,17 @@
 
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard, PoisonError};
-use std::time::Duration;
 
-use redb::{ReadableTable, Table, TableDefinition, WriteTransaction};
-use tokio::sync::{mpsc, oneshot};
+use redb::{ReadableTable, Table, WriteTransaction};
 
-use super::wal::Journal;
-use crate::clock::unix_now;
+use super::tables::{RECORDS, V2_EXPIRY, V2_RECORDS};
 use crate::pet::{NewPet, PetId};
-use crate::store::write::{Command, Keyed, Pending, Write};
-use crate::store::{Created, IdempotencyKey, Record, SHORT_DIGEST, StoreError, short};
-
-/// (expiry in Unix seconds, pet id) to the scope and the fingerprint, each cut to `SHORT`
-/// bytes. Ordered by expiry, so a create appends and the purge takes the oldest from the
-/// front; the id keeps two records of the same second apart.
-pub(super) const RECORDS: TableDefinition<(u64, i64), [u8; 2 * SHORT]> =
-    TableDefinition::new("idempotency_records");
+use crate::store::claims::IdempotencyKey;
+use crate::store::model::{Created, Record, SHORT_DIGEST, StoreError, short};
+use crate::store::write::{Keyed, PURGE_BATCH};
 
 /// Bytes kept of a scope or a fingerprint (`store::SHORT_DIGEST`).
 const SHORT: usize = SHORT_DIGEST;
-
-/// How often the purge looks for expired records.
-const PURGE_INTERVAL: Duration = Duration::from_secs(60);
-/// Most records one purge transaction removes: creates queued behind it wait for at most this
-/// much work, and the purge goes on behind them.
-pub(super) const PURGE_BATCH: usize = 1000;
 
 type Scope = [u8; SHORT];
 
@@ -104,6 +90,11 @@ impl Index {
         entry.and_then(|entry| entry.answer(key, pet, now))
     }
 
+    /// The live-or-not record of `scope`, as loaded or last written.
+    pub(super) fn get(&self, scope: &[u8; 32]) -> Option<Record> {
+        self.map().get(&short(*scope)).copied()
+    }
+
     /// Applies a committed batch's changes, leaving `changes` empty for the next.
     pub(super) fn apply(&self, changes: &mut Changes) {
         let mut map = self.map();
@@ -165,7 +156,6 @@ pub(super) fn joined(scope: &Scope, fingerprint: &[u8; SHORT]) -> [u8; 2 * SHORT
 pub(super) fn insert(
     records: &mut Table<(u64, i64), [u8; 2 * SHORT]>,
     changes: &mut Changes,
-    journal: &mut Journal,
     keyed: &Keyed,
     id: PetId,
 ) -> Result<(), StoreError> {
@@ -174,8 +164,7 @@ pub(super) fn insert(
     let value = joined(&scope, &fingerprint);
     records
         .insert((keyed.expires_at, id), value)
-        .map_err(StoreError::write)?;
-    journal.put_record((keyed.expires_at, id), &value);
+        .map_err(StoreError::storage)?;
     changes.added.insert(
         scope,
         Entry {
@@ -191,21 +180,19 @@ pub(super) fn insert(
 pub(super) fn purge(
     records: &mut Table<(u64, i64), [u8; 2 * SHORT]>,
     changes: &mut Changes,
-    journal: &mut Journal,
     now: u64,
 ) -> Result<usize, StoreError> {
     let mut expired = Vec::new();
     for entry in records
         .range(..=(now, i64::MAX))
-        .map_err(StoreError::write)?
+        .map_err(StoreError::storage)?
         .take(PURGE_BATCH)
     {
-        let (key, value) = entry.map_err(StoreError::write)?;
+        let (key, value) = entry.map_err(StoreError::storage)?;
         expired.push((key.value(), split(&value.value()).0));
     }
     for (key, scope) in &expired {
-        records.remove(*key).map_err(StoreError::write)?;
-        journal.remove_record(*key);
+        records.remove(*key).map_err(StoreError::storage)?;
         changes.purged.push((*scope, key.1));
     }
     Ok(expired.len())
@@ -216,11 +203,6 @@ pub(super) fn create_tables(txn: &WriteTransaction) -> Result<(), StoreError> {
     Ok(())
 }
 
-/// Version 2's records: scope (32 bytes) to fingerprint (32 bytes), expiry (u64), pet id
-/// (i64) and the pet's JSON as first answered; and (expiry, scope) for the purge.
-pub(super) const V2_RECORDS: TableDefinition<[u8; 32], &[u8]> = TableDefinition::new("idempotency");
-pub(super) const V2_EXPIRY: TableDefinition<(u64, [u8; 32]), ()> =
-    TableDefinition::new("idempotency_expiry");
 const V2_HEAD: usize = 32 + 8 + 8;
 
 /// Moves version 2's live records into `RECORDS` and drops its two tables; expired records go
@@ -256,43 +238,4 @@ pub(super) fn upgrade_from_v2(txn: &WriteTransaction, now: u64) -> Result<(), St
     txn.delete_table(V2_RECORDS).map_err(StoreError::storage)?;
     txn.delete_table(V2_EXPIRY).map_err(StoreError::storage)?;
     Ok(())
-}
-
-/// Purges expired records every `PURGE_INTERVAL`, one batch per write transaction, until none
-/// are left; each batch queues behind the writes already waiting, so a large purge never holds
-/// creates back for more than one batch. Ends with the store.
-pub(super) async fn purge_loop(writer: mpsc::WeakSender<Command>) {
-    let mut ticks = tokio::time::interval(PURGE_INTERVAL);
-    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        ticks.tick().await;
-        let mut purged = 0;
-        loop {
-            let Some(sender) = writer.upgrade() else {
-                return;
-            };
-            let (reply, answer) = oneshot::channel();
-            let purge = Write::Purge(unix_now(), Pending::new(reply));
-            if sender.send(Command::Write(purge)).await.is_err() {
-                return;
-            }
-            drop(sender);
-            match answer.await {
-                Ok(Ok(count)) => {
-                    purged += count;
-                    if count < PURGE_BATCH {
-                        break;
-                    }
-                }
-                Ok(Err(e)) => {
-                    tracing::warn!(error = %e, "purging expired idempotency records failed; retrying later");
-                    break;
-                }
-                Err(_) => return,
-            }
-        }
-        if purged > 0 {
-            tracing::debug!(purged, "expired idempotency records purged");
-        }
-    }
 }

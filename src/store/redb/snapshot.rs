@@ -9,9 +9,10 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use redb::{Database, ReadOnlyTable, ReadableDatabase};
 
-use super::{PETS, PETS_BY_STATUS, REVISIONS, StoreError};
+use super::tables::{PETS, PETS_BY_STATUS, REVISIONS};
 use crate::pet::{PetId, PetStatus};
-use crate::store::Page;
+use crate::store::model::Page;
+use crate::store::model::StoreError;
 
 /// List pages a snapshot keeps: enough for the first pages that clients poll (all pets, each
 /// status), few enough that a walk through every page replaces them without growing; at most

@@ -1,10 +1,10 @@
-//! The writer thread: the only code that writes the database. It takes every write queued
-//! while the last commit ran (creates, patches, deletes, purges) into one transaction (group
-//! commit), made durable by one record in the write-ahead log (`wal.rs`) or, on a file other
-//! processes may read, by redb's own durable commit; it answers each only after that, and
-//! reopens the file after a write fails on I/O. Invariant: an answer leaves only after its
-//! commit is durable and counted in the read snapshot, so its client reads it back; ids only
-//! grow.
+//! The redb engine under the write front: the only code that writes the file. It runs a
+//! batch in one transaction through `Tables` and commits it with redb's own durability (two
+//! phases, quick-repair), then lets readers see it. After a write fails on I/O it reopens the
+//! file from what the disk holds, not from the page cache, and, for a commit that failed,
+//! reads there whether the batch is in the file. Invariants: a batch is answered with success
+//! only once a durable commit holding it has returned; readers never see a batch before that;
+//! ids only grow.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -12,180 +12,175 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use redb::{Database, ReadableTable, Table};
-use tokio::sync::{mpsc, oneshot};
+use redb::{Database, ReadableDatabase, ReadableTable};
 
-use super::idempotency::{self, Changes, Index, RECORDS};
-use super::snapshot::Snapshots;
-use super::wal::{Journal, Log};
-use super::{
-    Created, META, META_NEXT_ID, PETS, PETS_BY_STATUS, Precondition, REVISIONS, Shared, StoreError,
-    StoredPet, checkpoint, open_database, start_epoch,
-};
+use super::Shared;
+use super::idempotency::{self, Changes, Index};
+use super::open::{Opening, open_database};
+use super::tables::{META, META_BATCH, META_NEXT_ID, Tables};
 use crate::clock::unix_now;
 use crate::pet::{NewPet, Pet, PetId, PetPatch};
-use crate::store::write::{Command, Keyed, Write, gather};
+use crate::store::model::{Created, Precondition, StoreError, StoredPet};
+use crate::store::write::{Engine, Keyed, Write};
 
 /// After a reopen, the next waits this long. A disk that stays full fails every batch, and
-/// each reopen repairs the file while reads get 503: between reopens, creates fail at once
-/// (redb still refuses them) and reads go on from the database as it was.
+/// each reopen repairs the file and starts its cache cold: between reopens, writes fail at
+/// once (redb still refuses them) and reads go on from the database as it was.
 pub(super) const REOPEN_INTERVAL: Duration = Duration::from_secs(1);
 
-/// What the writer thread keeps: it alone writes, and while it runs it alone takes the
-/// database out of `Shared` and puts one back.
-pub(super) struct Writer {
+/// What the writer keeps: it alone writes, and it alone takes the database out of `Shared`
+/// and puts one back.
+pub(in crate::store) struct Writer {
     shared: Arc<Shared>,
     /// Where to open the file again after a write fails on I/O, with the same cache size.
     path: PathBuf,
     cache_bytes: usize,
-    /// Most writes one transaction takes.
-    max_batch: usize,
-    /// Reopens that failed since the database was last open, so a lasting fault logs one error.
+    /// Reopens that failed since the database was last open, so a lasting fault logs once.
     failed_reopens: u64,
     /// No reopen before this: see `REOPEN_INTERVAL`.
     next_reopen: Instant,
     /// What the batch being written changes in the idempotency index.
     changes: Changes,
-    /// The write-ahead log, where the file is this process's alone; `None` where other
-    /// processes may read it (redb then commits each batch durably itself).
-    log: Option<Log>,
-    /// What the batch being written changes in the tables, for the log.
-    journal: Journal,
+    /// The number of the last batch the file holds (`META_BATCH`).
+    batch: u64,
 }
 
-/// The writer thread: takes every write queued while the last commit ran into one transaction
-/// and one fsync, then answers each. Ends on `Close`, returning its reply, or when every
-/// handle is gone.
-pub(super) fn write_loop(
-    writer: &mut Writer,
-    mut queue: mpsc::Receiver<Command>,
-) -> Option<oneshot::Sender<()>> {
-    let mut batch = Vec::with_capacity(writer.max_batch);
-    let mut stats = WriteStats::default();
-    while let Some(first) = queue.blocking_recv() {
-        let closing = gather(first, &mut queue, &mut batch, writer.max_batch);
-        if !batch.is_empty() {
-            let changed = writer.commit_batch(&mut batch);
-            // A batch that changed nothing was aborted, not committed.
-            stats.commits += u64::from(changed > 0);
-            stats.writes += changed;
-        }
-        if closing.is_some() {
-            writer.checkpoint();
-            stats.report();
-            return closing;
+impl Engine for Writer {
+    async fn commit(&mut self, batch: &mut [Write]) -> Result<bool, StoreError> {
+        self.commit_batch(batch)
+    }
+
+    async fn close(&mut self) {
+        if let Some(db) = self.shared.take_db()
+            && let Err(e) = db.close()
+        {
+            tracing::warn!(error = %e, "closing the database failed");
         }
     }
-    stats.report();
-    None
 }
 
 impl Writer {
-    pub(super) fn new(
-        shared: Arc<Shared>,
-        path: &Path,
-        cache_bytes: usize,
-        max_batch: usize,
-        log: Option<Log>,
-    ) -> Writer {
+    /// The writer of the file at `path`, open in `shared` at batch `batch`.
+    pub(super) fn new(shared: Arc<Shared>, path: &Path, cache_bytes: usize, batch: u64) -> Writer {
         Writer {
             shared,
             path: path.to_owned(),
             cache_bytes,
-            max_batch: max_batch.max(1),
             failed_reopens: 0,
             next_reopen: Instant::now(),
             changes: Changes::default(),
-            log,
-            journal: Journal::default(),
+            batch,
         }
     }
 
-    /// Runs a batch in one transaction and answers each caller; returns how many writes
-    /// changed something.
-    fn commit_batch(&mut self, batch: &mut Vec<Write>) -> u64 {
-        // A reopen that failed is retried here, at the next write, never in a loop of its own;
-        // so is the reopen a log write that failed asks for.
-        let in_doubt = self.log.as_ref().is_some_and(Log::in_doubt);
-        if (self.shared.db().is_none() || in_doubt) && Instant::now() >= self.next_reopen {
+    fn commit_batch(&mut self, batch: &mut [Write]) -> Result<bool, StoreError> {
+        // A reopen that failed is retried here, at the next write, never in a loop of its own.
+        if self.shared.db().is_none() {
+            if Instant::now() < self.next_reopen {
+                return Err(StoreError::Reopening);
+            }
             self.reopen();
         }
-        // The read guard lives to the end of this statement: `reopen` below takes the write lock.
-        let began = Instant::now();
+        // Quick-repair: each commit also saves redb's allocator state, so a start after a
+        // crash loads it instead of walking the whole file to rebuild it (705 ms at 1M pets
+        // without, 69-85 ms with). Not while a snapshot of this process holds its read
+        // transaction: no page freed since can be reused, so the file grows with every commit,
+        // and the saved allocator state with it (p99 4.7 times that without a snapshot, 1.2
+        // without quick-repair: benches/load, `snapshot`). A crash then repairs the slow way.
         let quick_repair = self.shared.copying.load(Ordering::Relaxed) == 0;
+        let number = self.batch + 1;
         let result = match self.shared.db().as_ref() {
             Some(db) => write_batch(
                 db,
-                Commit {
-                    quick_repair,
-                    log: self.log.as_mut(),
-                    snapshots: &self.shared.snapshots,
-                },
+                quick_repair,
+                number,
                 &self.shared.index,
                 &mut self.changes,
-                &mut self.journal,
                 batch,
             ),
             None => Err(StoreError::Reopening),
         };
-        self.journal.clear();
         match result {
             Ok(committed) => {
                 if committed {
-                    crate::metrics::store_committed(began.elapsed(), batch.len());
+                    self.batch = number;
                     // Before any answer: a client that got its 201 must find the pet, and a
                     // retry its record.
                     self.shared.index.apply(&mut self.changes);
                     self.shared.snapshots.committed();
                 }
                 self.changes.clear();
-                let changed = batch.iter().filter(|write| write.changed()).count() as u64;
-                for write in batch.drain(..) {
-                    write.answer(None);
-                }
-                changed
+                Ok(committed)
             }
             Err(e) => {
                 self.changes.clear();
-                crate::metrics::store_commit_failed();
-                if !matches!(e, StoreError::Reopening) {
-                    tracing::error!(error = %e, writes = batch.len(), "write transaction failed");
+                match e {
+                    StoreError::Io(_) | StoreError::InDoubt(_) => self.after_failure(e, number),
+                    e => Err(e),
                 }
-                // Reopened before the 503s leave, so a client that got one reads from a working
-                // database. Other failures (a value redb refuses) leave it usable.
-                // A write that failed on I/O leaves redb refusing every later one (its
-                // `PreviousIo`) until the database is reopened.
-                if matches!(e, StoreError::Io(_)) && Instant::now() >= self.next_reopen {
-                    self.reopen();
-                }
-                for write in batch.drain(..) {
-                    write.answer(Some(&e));
-                }
-                0
             }
         }
     }
 
-    /// Closes the database and opens the file again, after a write failed on I/O. redb repairs
-    /// what the failed commit left. `next_id` is read from the file at the next write:
-    /// the pets of the failed batch got 503, never a 201, so their ids may be given again.
+    /// After batch `number` failed on I/O: redb refuses every later write (its `PreviousIo`)
+    /// until the file is opened again, so it is, before the failure is answered. For a commit
+    /// that failed (`InDoubt`), the file as the disk holds it then says whether the batch is
+    /// in it: if it is, a durable commit on top makes it certain and the batch succeeds; if
+    /// not, nothing of it was stored. Only when neither can be learnt does `InDoubt` stand.
+    fn after_failure(&mut self, e: StoreError, number: u64) -> Result<bool, StoreError> {
+        if Instant::now() < self.next_reopen {
+            return Err(e);
+        }
+        self.reopen();
+        if !matches!(e, StoreError::InDoubt(_)) {
+            return Err(e);
+        }
+        let db = self.shared.db();
+        let Some(db) = db.as_ref() else {
+            return Err(e);
+        };
+        if self.batch != number {
+            return Err(StoreError::Io(format!("{e}; the batch is not in the file")));
+        }
+        match settle_durably(db, number + 1) {
+            Ok(()) => {
+                self.batch = number + 1;
+                tracing::info!(
+                    batch = number,
+                    "the batch whose commit failed is in the file, made durable since"
+                );
+                Ok(true)
+            }
+            Err(again) => {
+                tracing::warn!(error = %again, "the batch whose commit failed is in the file, but not made durable since");
+                Err(e)
+            }
+        }
+    }
+
+    /// Closes the database and opens the file again from what the disk holds (`Opening::
+    /// AfterFailure`); redb repairs what the failed commit left. The file decides which pets
+    /// and idempotency records exist, and which batch was its last.
     pub(super) fn reopen(&mut self) {
         self.next_reopen = Instant::now() + REOPEN_INTERVAL;
         // One `Database` per file per process: the old one must be closed before the file is
-        // opened again. Its close fails with the I/O error it latched; that is already logged.
+        // opened again. Its close fails with the I/O error it latched, already logged, and
+        // writes nothing then.
         if let Some(old) = self.shared.take_db() {
             let _ = old.close();
         }
-        self.log = None;
-        match open_database(&self.path, self.cache_bytes, self.shared.shared_file, false) {
-            Ok((db, pets, index, log)) => {
-                self.log = log;
-                // A commit that failed may still have reached the disk: the file decides which
-                // records exist.
-                self.shared.index.replace(index);
-                self.shared.put_db(db);
+        match open_database(
+            &self.path,
+            self.cache_bytes,
+            self.shared.shared_file,
+            Opening::AfterFailure,
+        ) {
+            Ok(opened) => {
+                self.shared.index.replace(opened.index);
+                self.batch = opened.batch;
+                self.shared.put_db(opened.db);
                 tracing::info!(
-                    pets,
+                    pets = opened.pets,
                     failed_reopens = self.failed_reopens,
                     "database reopened after a write failure"
                 );
@@ -193,164 +188,110 @@ impl Writer {
             }
             Err(e) => {
                 if self.failed_reopens == 0 {
-                    tracing::error!(error = %e, "reopening the database failed; retrying at the next create");
+                    tracing::error!(error = %e, "reopening the database failed; retrying at the next write");
                 }
                 self.failed_reopens += 1;
             }
         }
     }
+}
 
-    /// At a clean stop: makes the file hold every logged batch, so the next start replays
-    /// nothing. A failure here is logged; the next start replays the log instead.
-    fn checkpoint(&mut self) {
-        let Some(log) = self.log.as_mut().filter(|log| log.holds_records()) else {
-            return;
+/// The number of the last batch committed to `db`.
+pub(super) fn last_batch(db: &Database) -> Result<u64, StoreError> {
+    let txn = db.begin_read().map_err(StoreError::storage)?;
+    let meta = txn.open_table(META).map_err(StoreError::storage)?;
+    Ok(meta
+        .get(META_BATCH)
+        .map_err(StoreError::storage)?
+        .map_or(0, |v| v.value()))
+}
+
+/// A durable commit that only counts a batch: everything before it is durable once it returns.
+fn settle_durably(db: &Database, number: u64) -> Result<(), StoreError> {
+    let mut txn = db.begin_write().map_err(StoreError::storage)?;
+    txn.set_two_phase_commit(true);
+    txn.set_quick_repair(true);
+    txn.open_table(META)
+        .map_err(StoreError::storage)?
+        .insert(META_BATCH, number)
+        .map_err(StoreError::storage)?;
+    txn.commit().map_err(StoreError::storage)
+}
+
+/// One batch's transaction: every write of it, in queue order, committed together or not at
+/// all. Returns whether anything was committed: a batch that changed nothing is aborted,
+/// saving the syncs. A failure before the commit stored nothing (`Io`, `Corrupt`); a failure
+/// of the commit itself may have stored all of it (`InDoubt`).
+fn write_batch(
+    db: &Database,
+    quick_repair: bool,
+    number: u64,
+    index: &Index,
+    changes: &mut Changes,
+    batch: &mut [Write],
+) -> Result<bool, StoreError> {
+    let mut txn = db.begin_write().map_err(StoreError::storage)?;
+    // Two phases always: the data is synced before the header that points at it is written,
+    // so a header the page cache holds but the disk refused never names pages the disk lacks
+    // (one phase trusts checksums that the page cache would vouch for).
+    txn.set_two_phase_commit(true);
+    txn.set_quick_repair(quick_repair);
+    let changed = {
+        let tables = Tables::open(&txn)?;
+        let next_id = tables
+            .meta
+            .get(META_NEXT_ID)
+            .map_err(StoreError::storage)?
+            .map_or(1, |v| v.value());
+        let mut run = Run {
+            tables,
+            index,
+            changes,
+            next_id,
+            now: unix_now(),
         };
-        let quick_repair = self.shared.copying.load(Ordering::Relaxed) == 0;
-        let result = match self.shared.db().as_ref() {
-            Some(db) => checkpoint(db, quick_repair),
-            None => return,
-        };
-        match result {
-            Ok(epoch) => log.restart(epoch),
-            Err(e) => {
-                tracing::warn!(error = %e, "the checkpoint at the stop failed; the next start replays the log")
-            }
+        for write in batch.iter_mut() {
+            run.run(write)?;
         }
+        let changed = batch.iter().any(Write::changed);
+        if changed {
+            if run.next_id != next_id {
+                run.tables
+                    .meta
+                    .insert(META_NEXT_ID, run.next_id)
+                    .map_err(StoreError::storage)?;
+            }
+            run.tables
+                .meta
+                .insert(META_BATCH, number)
+                .map_err(StoreError::storage)?;
+        }
+        changed
+    };
+    if !changed {
+        txn.abort().map_err(StoreError::storage)?;
+        return Ok(false);
     }
+    txn.commit().map_err(|e| match StoreError::storage(e) {
+        StoreError::Io(e) => StoreError::InDoubt(e),
+        other => other,
+    })?;
+    Ok(true)
 }
 
-/// What the writer did in its life, logged when it ends: with the run's length it gives the
-/// mean batch size and the commit (fsync) rate.
-#[derive(Default)]
-struct WriteStats {
-    commits: u64,
-    writes: u64,
-}
-
-impl WriteStats {
-    fn report(&self) {
-        tracing::info!(commits = self.commits, writes = self.writes, "store closed");
-    }
-}
-
-/// The tables one write transaction changes.
-struct Tables<'txn> {
-    pets: Table<'txn, i64, &'static [u8]>,
-    by_status: Table<'txn, (u8, i64), &'static [u8]>,
-    revisions: Table<'txn, i64, u64>,
-    records: Table<'txn, (u64, i64), [u8; 32]>,
+/// A batch being run: its tables, the idempotency records it sees, the next id.
+struct Run<'txn> {
+    tables: Tables<'txn>,
     /// The committed idempotency records, and what this batch changes in them.
     index: &'txn Index,
     changes: &'txn mut Changes,
-    /// Every change to the tables above, for the log.
-    journal: &'txn mut Journal,
     /// The id the next create gets; written back to `META` when the batch created any.
     next_id: u64,
     /// The Unix time the batch runs at, for idempotency records.
     now: u64,
 }
 
-/// The one write path: every write of a batch, in queue order, committed together or not at
-/// all. A write that cannot go ahead (no such pet, a failed precondition, a reused key) only
-/// sets its own outcome. Returns whether anything was committed: a batch that changed nothing
-/// is aborted, saving the fsync.
-fn write_batch<'a>(
-    db: &Database,
-    commit: Commit<'_>,
-    index: &'a Index,
-    changes: &'a mut Changes,
-    journal: &'a mut Journal,
-    batch: &mut [Write],
-) -> Result<bool, StoreError> {
-    let Commit {
-        quick_repair,
-        log,
-        snapshots,
-    } = commit;
-    // After a log write failed, redb may hold a batch the log lacks: nothing more commits on
-    // top of it until the reopen has gone back to what the file and the log hold.
-    if log.as_ref().is_some_and(|log| log.in_doubt()) {
-        return Err(StoreError::Reopening);
-    }
-    let mut txn = db.begin_write().map_err(StoreError::write)?;
-    // Quick-repair: each commit also saves redb's allocator state (and commits in two phases),
-    // so a start after a crash loads that state instead of walking the whole file to rebuild
-    // it (705 ms at 1M pets without, 69-85 ms with). It costs about 10% of the creates per
-    // core at 64 clients (a third more bytes and a second fsync a commit; README Performance).
-    // Not while a snapshot of this process holds its read transaction: no page freed since
-    // can be reused, so the file grows with every commit, and the saved allocator state,
-    // which grows with the file, with it. Under back-to-back snapshots of 1M pets and 64
-    // clients' creates, p99 was 4.7 times that without a snapshot with quick-repair, 1.2
-    // without (benches/load, `snapshot`). A crash during a snapshot repairs the slow way.
-    // With the log, only a checkpoint is durable and saves the state; the others do not.
-    txn.set_quick_repair(quick_repair);
-    let changed = {
-        let mut meta = txn.open_table(META).map_err(StoreError::write)?;
-        let next_id = meta
-            .get(META_NEXT_ID)
-            .map_err(StoreError::write)?
-            .map_or(1, |v| v.value());
-        let mut tables = Tables {
-            pets: txn.open_table(PETS).map_err(StoreError::write)?,
-            by_status: txn.open_table(PETS_BY_STATUS).map_err(StoreError::write)?,
-            revisions: txn.open_table(REVISIONS).map_err(StoreError::write)?,
-            records: txn.open_table(RECORDS).map_err(StoreError::write)?,
-            index,
-            changes,
-            journal,
-            next_id,
-            now: unix_now(),
-        };
-        for write in batch.iter_mut() {
-            tables.run(write)?;
-        }
-        if tables.next_id != next_id {
-            meta.insert(META_NEXT_ID, tables.next_id)
-                .map_err(StoreError::write)?;
-            tables.journal.next_id(tables.next_id);
-        }
-        batch.iter().any(Write::changed)
-    };
-    if !changed {
-        txn.abort().map_err(StoreError::write)?;
-        return Ok(false);
-    }
-    match log {
-        Some(log) if log.fits(journal) => {
-            // redb first, the log second: a batch redb refuses (a full disk) never reaches the
-            // log, so no replay brings back a create that got 503. Readers must still not see
-            // the batch before the log holds it: the snapshot they share until the writer
-            // counts this commit is taken here, before it.
-            txn.set_durability(redb::Durability::None)
-                .map_err(|e| StoreError::Corrupt(e.to_string()))?;
-            txn.set_quick_repair(false);
-            snapshots.get(db)?;
-            txn.commit().map_err(StoreError::write)?;
-            log.append(journal)?;
-        }
-        Some(log) => {
-            // More than the log has room for: this batch is the checkpoint, committed durably
-            // with a new epoch, and the log starts again.
-            let epoch = start_epoch(&txn)?;
-            txn.commit().map_err(StoreError::write)?;
-            log.restart(epoch);
-        }
-        // Durability::Immediate is redb's default: commit returns after the fsync.
-        None => txn.commit().map_err(StoreError::write)?,
-    }
-    Ok(true)
-}
-
-/// How a batch commits: with or without quick-repair, and through the log or redb alone.
-struct Commit<'a> {
-    quick_repair: bool,
-    log: Option<&'a mut Log>,
-    /// Taken before a commit through the log, so readers see the batch only once it is durable.
-    snapshots: &'a Snapshots,
-}
-
-impl Tables<'_> {
+impl Run<'_> {
     /// Runs one write and sets its outcome; an error returned fails the whole transaction.
     fn run(&mut self, write: &mut Write) -> Result<(), StoreError> {
         match write {
@@ -365,8 +306,7 @@ impl Tables<'_> {
                 pending.outcome = Some(self.delete(*id, precondition)?);
             }
             Write::Purge(now, pending) => {
-                let purged =
-                    idempotency::purge(&mut self.records, self.changes, self.journal, *now)?;
+                let purged = idempotency::purge(&mut self.tables.records, self.changes, *now)?;
                 pending.outcome = Some(Ok(purged));
             }
         }
@@ -378,7 +318,7 @@ impl Tables<'_> {
         pet: &NewPet,
         keyed: Option<&Keyed>,
     ) -> Result<Result<Created, StoreError>, StoreError> {
-        // Checked again here, in the transaction: a retry may have passed the read-side check
+        // Checked again here, in the transaction: a retry may have passed the front's check
         // before this key's first create committed (its caller gone, its claim released).
         if let Some(keyed) = keyed
             && let Some(answer) =
@@ -390,28 +330,26 @@ impl Tables<'_> {
             return Ok(Err(StoreError::IdsExhausted));
         };
         let json = Bytes::from(pet.clone().into_pet(id).to_json());
-        self.pets
+        self.tables
+            .pets
             .insert(id, json.as_ref())
-            .map_err(StoreError::write)?;
-        self.journal.put_pet(id, &json);
+            .map_err(StoreError::storage)?;
         if let Some(status) = pet.status {
-            let key = (status.to_code(), id);
-            self.by_status
-                .insert(key, json.as_ref())
-                .map_err(StoreError::write)?;
-            self.journal.put_status(key);
+            self.tables
+                .by_status
+                .insert((status.to_code(), id), json.as_ref())
+                .map_err(StoreError::storage)?;
         }
         self.next_id += 1;
-        let pet = StoredPet {
-            id,
-            revision: 1,
-            json,
-        };
         if let Some(keyed) = keyed {
-            idempotency::insert(&mut self.records, self.changes, self.journal, keyed, id)?;
+            idempotency::insert(&mut self.tables.records, self.changes, keyed, id)?;
         }
         Ok(Ok(Created {
-            pet,
+            pet: StoredPet {
+                id,
+                revision: 1,
+                json,
+            },
             replayed: false,
         }))
     }
@@ -428,29 +366,29 @@ impl Tables<'_> {
         };
         let new = patch.apply(old.clone());
         let json = Bytes::from(new.to_json());
-        self.pets
+        self.tables
+            .pets
             .insert(id, json.as_ref())
-            .map_err(StoreError::write)?;
-        self.journal.put_pet(id, &json);
+            .map_err(StoreError::storage)?;
         // The old index entry goes in the same transaction as the new one comes: a status
         // filter never sees the pet under two statuses, or under its old one.
         if let Some(status) = old.status {
-            let key = (status.to_code(), id);
-            self.by_status.remove(key).map_err(StoreError::write)?;
-            self.journal.remove_status(key);
+            self.tables
+                .by_status
+                .remove((status.to_code(), id))
+                .map_err(StoreError::storage)?;
         }
         if let Some(status) = new.status {
-            let key = (status.to_code(), id);
-            self.by_status
-                .insert(key, json.as_ref())
-                .map_err(StoreError::write)?;
-            self.journal.put_status(key);
+            self.tables
+                .by_status
+                .insert((status.to_code(), id), json.as_ref())
+                .map_err(StoreError::storage)?;
         }
         let revision = revision + 1;
-        self.revisions
+        self.tables
+            .revisions
             .insert(id, revision)
-            .map_err(StoreError::write)?;
-        self.journal.put_revision(id, revision);
+            .map_err(StoreError::storage)?;
         Ok(Ok(StoredPet { id, revision, json }))
     }
 
@@ -458,21 +396,23 @@ impl Tables<'_> {
         &mut self,
         id: PetId,
         precondition: &Precondition,
-    ) -> Result<Result<(), StoreError>, StoreError> {
-        let (old, _) = match self.current(id, precondition)? {
+    ) -> Result<Result<u64, StoreError>, StoreError> {
+        let (old, revision) = match self.current(id, precondition)? {
             Ok(current) => current,
             Err(e) => return Ok(Err(e)),
         };
-        self.pets.remove(id).map_err(StoreError::write)?;
-        self.journal.remove_pet(id);
+        self.tables.pets.remove(id).map_err(StoreError::storage)?;
         if let Some(status) = old.status {
-            let key = (status.to_code(), id);
-            self.by_status.remove(key).map_err(StoreError::write)?;
-            self.journal.remove_status(key);
+            self.tables
+                .by_status
+                .remove((status.to_code(), id))
+                .map_err(StoreError::storage)?;
         }
-        self.revisions.remove(id).map_err(StoreError::write)?;
-        self.journal.remove_revision(id);
-        Ok(Ok(()))
+        self.tables
+            .revisions
+            .remove(id)
+            .map_err(StoreError::storage)?;
+        Ok(Ok(revision))
     }
 
     /// The pet `id` and its revision, if it exists and meets `precondition`.
@@ -481,13 +421,14 @@ impl Tables<'_> {
         id: PetId,
         precondition: &Precondition,
     ) -> Result<Result<(Pet, u64), StoreError>, StoreError> {
-        let Some(json) = self.pets.get(id).map_err(StoreError::write)? else {
+        let Some(json) = self.tables.pets.get(id).map_err(StoreError::storage)? else {
             return Ok(Err(StoreError::NotFound(id)));
         };
         let revision = self
+            .tables
             .revisions
             .get(id)
-            .map_err(StoreError::write)?
+            .map_err(StoreError::storage)?
             .map_or(1, |r| r.value());
         if !precondition.allows(revision) {
             return Ok(Err(StoreError::PreconditionFailed));

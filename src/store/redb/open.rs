@@ -1,0 +1,171 @@
+//! Opening the redb file: its page cache and sharing mode, redb's repair of a file left
+//! mid-commit, the layout's creation and upgrades, the old write-ahead log's one replay, and
+//! what the writer and the reads start from (pets, idempotency records, the last batch).
+//! After a write failed, the file is read from the disk, never from pages the page cache may
+//! hold without the disk having them.
+
+use std::fs::File;
+use std::os::fd::AsRawFd;
+use std::path::Path;
+
+use redb::{Database, ReadableDatabase, ReadableTableMetadata};
+
+use super::file::Filled;
+use super::idempotency::{self, Index};
+use super::old_log;
+use super::tables::{
+    META, META_NEXT_ID, META_SCHEMA_VERSION, PETS, PETS_BY_STATUS, RECORDS, REVISIONS,
+    SCHEMA_VERSION,
+};
+use super::writer::last_batch;
+use crate::clock::unix_now;
+use crate::store::model::StoreError;
+
+/// Why the file is being opened.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Opening {
+    /// The process is starting.
+    Start,
+    /// A write failed on I/O and the old handle is closed.
+    AfterFailure,
+}
+
+/// The file, open and ready.
+pub(super) struct Opened {
+    pub(super) db: Database,
+    pub(super) pets: u64,
+    /// Its live idempotency records.
+    pub(super) index: Index,
+    /// The number of the last batch it holds.
+    pub(super) batch: u64,
+}
+
+/// Opens (or creates) the database file and prepares it. A file left mid-commit (a crash, a
+/// failed write) is repaired by redb as it opens. `shared`: other processes may open the file
+/// read-only meanwhile (`petstore backup`, `check`).
+pub(super) fn open_database(
+    path: &Path,
+    cache_bytes: usize,
+    shared: bool,
+    opening: Opening,
+) -> Result<Opened, StoreError> {
+    let mut builder = Database::builder();
+    builder.set_cache_size(cache_bytes);
+    if shared {
+        // Each read transaction then also takes a byte-range lock, and each commit looks for
+        // the oldest reader in any process; measured on creates and list20 (docs: storage).
+        builder.set_concurrency_mode(redb::ConcurrencyMode::SingleWriter);
+    }
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)
+        .map_err(StoreError::storage)?;
+    if opening == Opening::AfterFailure {
+        forget_cached_pages(&file, path);
+    }
+    let file = Filled::new(file).map_err(StoreError::storage)?;
+    let db = builder.create_with_backend(file).map_err(|e| match e {
+        redb::DatabaseError::DatabaseAlreadyOpen => StoreError::Locked,
+        e => StoreError::storage(e),
+    })?;
+    prepare(&db)?;
+    old_log::replay_once(&db, path)?;
+    let pets = count_pets(&db)?;
+    let txn = db.begin_read().map_err(StoreError::storage)?;
+    let records = txn.open_table(RECORDS).map_err(StoreError::storage)?;
+    let index = Index::load(&records, unix_now())?;
+    drop(records);
+    drop(txn);
+    let batch = last_batch(&db)?;
+    Ok(Opened {
+        db,
+        pets,
+        index,
+        batch,
+    })
+}
+
+/// Makes the next reads of `file` come from the disk. A page whose write-back failed stays in
+/// the page cache, marked clean: read back, it shows what the disk never got, and a commit
+/// built on it would point at data a power cut loses (the fsync-after-error trap). Pages
+/// still dirty are written first (an error there is the failure already being handled);
+/// then every clean page is dropped.
+fn forget_cached_pages(file: &File, path: &Path) {
+    let _ = file.sync_data();
+    // SAFETY: posix_fadvise reads nothing through the pointer-free arguments; the descriptor
+    // is open for the whole call.
+    let advised = unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+    if advised != 0 {
+        tracing::warn!(
+            error = %std::io::Error::from_raw_os_error(advised),
+            file = %path.display(),
+            "dropping the file's cached pages failed; it is read back as the page cache holds it"
+        );
+    }
+}
+
+/// Creates the tables on a new file, adds those of this version to an older one and refuses a
+/// newer schema. A file that is already current is only read, so a start costs no commit and
+/// a full disk does not stop it.
+fn prepare(db: &Database) -> Result<(), StoreError> {
+    let txn = db.begin_read().map_err(StoreError::storage)?;
+    let version = match txn.open_table(META) {
+        Ok(meta) => meta
+            .get(META_SCHEMA_VERSION)
+            .map_err(StoreError::storage)?
+            .map(|v| v.value()),
+        Err(redb::TableError::TableDoesNotExist(_)) => None,
+        Err(e) => return Err(StoreError::storage(e)),
+    };
+    match version {
+        Some(found) if found > SCHEMA_VERSION => Err(StoreError::NewerSchema {
+            found,
+            supported: SCHEMA_VERSION,
+        }),
+        Some(SCHEMA_VERSION) => Ok(()),
+        Some(_) | None => {
+            drop(txn);
+            create_tables(db, version)
+        }
+    }
+}
+
+fn count_pets(db: &Database) -> Result<u64, StoreError> {
+    let txn = db.begin_read().map_err(StoreError::storage)?;
+    txn.open_table(PETS)
+        .and_then(|pets| Ok(pets.len()?))
+        .map_err(StoreError::storage)
+}
+
+/// Creates every table that is missing and records this schema version; on a file of an older
+/// version (`found`) the tables it has are kept as they are, `next_id` included, except the
+/// idempotency records of version 2, which are moved to this version's table.
+fn create_tables(db: &Database, found: Option<u64>) -> Result<(), StoreError> {
+    let mut txn = db.begin_write().map_err(StoreError::storage)?;
+    txn.set_two_phase_commit(true);
+    {
+        use redb::ReadableTable;
+        let mut meta = txn.open_table(META).map_err(StoreError::storage)?;
+        if meta
+            .get(META_NEXT_ID)
+            .map_err(StoreError::storage)?
+            .is_none()
+        {
+            meta.insert(META_NEXT_ID, 1).map_err(StoreError::storage)?;
+        }
+        meta.insert(META_SCHEMA_VERSION, SCHEMA_VERSION)
+            .map_err(StoreError::storage)?;
+        txn.open_table(PETS_BY_STATUS)
+            .map_err(StoreError::storage)?;
+        txn.open_table(PETS).map_err(StoreError::storage)?;
+        txn.open_table(REVISIONS).map_err(StoreError::storage)?;
+        idempotency::create_tables(&txn)?;
+        if found == Some(2) {
+            idempotency::upgrade_from_v2(&txn, unix_now())?;
+        }
+    }
+    txn.commit().map_err(StoreError::storage)
+}

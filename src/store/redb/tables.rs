@@ -1,0 +1,100 @@
+//! The one list of the redb file's tables and `meta` keys, and the layout version they make:
+//! every other part of the engine (the writer, the open and its upgrades, snapshots, backup,
+//! check, copy, the old log's replay) names a table only through here. `Tables` opens every
+//! table a write transaction changes, so no write can reach one without the others.
+
+use redb::{Table, TableDefinition, WriteTransaction};
+
+use crate::store::model::{SHORT_DIGEST, StoreError};
+
+/// Pet id to the pet's JSON object, exactly as the API sends it.
+pub(super) const PETS: TableDefinition<i64, &[u8]> = TableDefinition::new("pets");
+/// (status code, pet id) for every pet that has a status: a status filter is a range scan.
+/// A covering index: the JSON is kept here too, so a status filter is one range scan whatever
+/// the store's size, instead of a lookup in `PETS` per pet (measured in benches/load: the
+/// lookups cost half the throughput and grew with the store).
+pub(super) const PETS_BY_STATUS: TableDefinition<(u8, i64), &[u8]> =
+    TableDefinition::new("pets_by_status");
+/// Pet id to its revision, only for pets changed since they were created: a pet not listed
+/// here is at revision 1, so a create writes nothing more for it.
+pub(super) const REVISIONS: TableDefinition<i64, u64> = TableDefinition::new("revisions");
+/// (expiry in Unix seconds, pet id) to the scope and the fingerprint, each cut to
+/// `SHORT_DIGEST` bytes (`redb/idempotency.rs`). Ordered by expiry, so a create appends and
+/// the purge takes the oldest from the front; the id keeps two records of a second apart.
+pub(super) const RECORDS: TableDefinition<(u64, i64), [u8; 2 * SHORT_DIGEST]> =
+    TableDefinition::new("idempotency_records");
+/// Counters and format facts, keyed by the names below.
+pub(super) const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
+
+/// Every table of the current layout, by name: what a snapshot copies and a check expects.
+pub(super) const NAMES: [&str; 5] = [
+    "pets",
+    "pets_by_status",
+    "revisions",
+    "meta",
+    "idempotency_records",
+];
+
+pub(super) const META_SCHEMA_VERSION: &str = "schema_version";
+pub(super) const META_NEXT_ID: &str = "next_id";
+/// The number of the last batch the writer committed: after a commit that failed, the file
+/// opened again says whether that batch is in it (`redb/writer.rs`).
+pub(super) const META_BATCH: &str = "batch";
+/// Set by petstore versions that kept a write-ahead log beside the file: the epoch of that
+/// log whose records the file still lacks. Absent (0) otherwise; a start replays such a log
+/// once and removes the key (`redb/old_log.rs`).
+pub(super) const META_LOG_EPOCH: &str = "log_epoch";
+
+/// The layout of the tables; a file from a newer layout is refused, not misread. Version 1
+/// had no `REVISIONS` and no idempotency tables; opening one adds them. Version 2 kept
+/// idempotency records by scope, with a copy of the answer; opening one moves its live
+/// records to the table of version 3 (`redb/idempotency.rs`).
+pub(super) const SCHEMA_VERSION: u64 = 3;
+
+/// Version 2's idempotency records: scope (32 bytes) to fingerprint (32 bytes), expiry (u64),
+/// pet id (i64) and the pet's JSON as first answered; and (expiry, scope) for the purge.
+pub(super) const V2_RECORDS: TableDefinition<[u8; 32], &[u8]> = TableDefinition::new("idempotency");
+pub(super) const V2_EXPIRY: TableDefinition<(u64, [u8; 32]), ()> =
+    TableDefinition::new("idempotency_expiry");
+
+/// Every table a write transaction may change, opened together.
+pub(super) struct Tables<'txn> {
+    pub(super) pets: Table<'txn, i64, &'static [u8]>,
+    pub(super) by_status: Table<'txn, (u8, i64), &'static [u8]>,
+    pub(super) revisions: Table<'txn, i64, u64>,
+    pub(super) records: Table<'txn, (u64, i64), [u8; 2 * SHORT_DIGEST]>,
+    pub(super) meta: Table<'txn, &'static str, u64>,
+}
+
+impl<'txn> Tables<'txn> {
+    pub(super) fn open(txn: &'txn WriteTransaction) -> Result<Tables<'txn>, StoreError> {
+        Ok(Tables {
+            pets: txn.open_table(PETS).map_err(StoreError::storage)?,
+            by_status: txn
+                .open_table(PETS_BY_STATUS)
+                .map_err(StoreError::storage)?,
+            revisions: txn.open_table(REVISIONS).map_err(StoreError::storage)?,
+            records: txn.open_table(RECORDS).map_err(StoreError::storage)?,
+            meta: txn.open_table(META).map_err(StoreError::storage)?,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use redb::TableHandle;
+
+    use super::*;
+
+    #[test]
+    fn the_list_of_names_is_the_list_of_tables() {
+        let defined = [
+            PETS.name().to_owned(),
+            PETS_BY_STATUS.name().to_owned(),
+            REVISIONS.name().to_owned(),
+            META.name().to_owned(),
+            RECORDS.name().to_owned(),
+        ];
+        assert_eq!(defined, NAMES.map(str::to_owned));
+    }
+}
