@@ -178,8 +178,19 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         Some(listener) => {
             let address = listener.local_addr().context("reading the bound address")?;
             tracing::info!(%address, "serving metrics on");
+            let counted = store.clone();
             let sources = metrics::Sources {
-                store: store.clone(),
+                pets: Box::new(move || {
+                    let store = counted.clone();
+                    Box::pin(async move {
+                        let counts = store.count_by_status().await?;
+                        Ok(counts
+                            .into_iter()
+                            .map(|(status, count)| (status.map(pet::PetStatus::as_str), count))
+                            .collect())
+                    })
+                }),
+                certificate_not_after: tls::not_after,
                 backups: config.backup.is_some(),
                 acme: acme.is_some(),
             };
@@ -220,7 +231,17 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     };
 
     let backups = backup::start(&store, config.backup.clone(), snapshot_requests);
-    let app = service::App::new(store.clone(), keys, limits, config.body_timeout);
+    // Only an ACME certificate has a renewal whose state `/healthz` reports.
+    let certificate_health = acme
+        .is_some()
+        .then_some(acme::health as api::CertificateHealth);
+    let app = service::App::new(
+        store.clone(),
+        keys,
+        limits,
+        config.body_timeout,
+        certificate_health,
+    );
     let stopping = async move {
         let signal = stop.stopped().await;
         lifecycle::notify(lifecycle::State::Stopping);

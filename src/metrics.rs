@@ -1,16 +1,18 @@
 //! Metrics: the counters every part bumps (requests, connections, TLS handshakes, store
 //! commits, snapshots), kept as fixed arrays of atomics so the request path never takes a lock
 //! or hashes a label, and the `--metrics-listen` listener that renders them for Prometheus at
-//! `GET /metrics` over plain HTTP/1.1 with prometheus-client's encoders. It knows no routes,
-//! sockets of the API or tables: what it cannot count itself it asks for at scrape time (pets
-//! by status from the `Store` interface, the certificate's not-after from `tls::not_after`). Invariant: every label set is
-//! drawn from a fixed list, so the number of series is bounded whatever clients send.
-
+//! `GET /metrics` over plain HTTP/1.1 with prometheus-client's encoders. It uses nothing of
+//! ours: what it cannot count itself (pets by status, the certificate's not-after) it asks the
+//! `Sources` that `main` hands it at scrape time. Invariant: every label set is drawn from a
+//! fixed list, so the number of series is bounded whatever clients send.
 use std::convert::Infallible;
+use std::error::Error;
+use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use http_body_util::Full;
@@ -25,10 +27,6 @@ use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::{Registry, Unit};
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
-
-use crate::clock::unix_now;
-use crate::pet::PetStatus;
-use crate::store::Store;
 
 /// Scrapes served at once; Prometheus needs one, a person with curl a second.
 const MAX_SCRAPE_CONNECTIONS: usize = 4;
@@ -298,13 +296,23 @@ pub fn acme_order(issued: bool) {
     ACME_FAILING.store(i64::from(!issued), Ordering::Relaxed);
 }
 
-/// Pets per status (`None`: pets without one), as the store counts them.
-type PetCounts = Vec<(Option<&'static str>, u64)>;
+/// Pets per status label (`None`: pets without one), as the store counts them.
+pub type PetCounts = Vec<(Option<&'static str>, u64)>;
+
+/// A count of the pets per status, taken afresh at each call; its error is only logged.
+pub type CountPets = Box<
+    dyn Fn()
+            -> Pin<Box<dyn Future<Output = Result<PetCounts, Box<dyn Error + Send + Sync>>> + Send>>
+        + Send
+        + Sync,
+>;
 
 /// What the listener asks the rest of the server for at each scrape.
 pub struct Sources {
-    /// Counted per status at a scrape (when it cannot say now, the series are left out).
-    pub store: Store,
+    /// Pets counted per status at a scrape (when it cannot say now, the series are left out).
+    pub pets: CountPets,
+    /// When the certificate in service expires, in Unix seconds; `None` while there is none.
+    pub certificate_not_after: fn() -> Option<u64>,
     /// Whether snapshots are taken (`--backup-dir`): without, their series would only alarm.
     pub backups: bool,
     /// Whether the certificate comes from ACME (`--acme-domain`): its orders are counted.
@@ -315,7 +323,11 @@ pub struct Sources {
 /// server instead of leaving it unmonitored.
 pub async fn bind(address: SocketAddr) -> anyhow::Result<TcpListener> {
     use anyhow::Context as _;
-    STARTED.store(unix_now(), Ordering::Relaxed);
+    // `clock::unix_now`'s rule (0 before the epoch), kept here: metrics uses nothing of ours.
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |elapsed| elapsed.as_secs());
+    STARTED.store(now, Ordering::Relaxed);
     TcpListener::bind(address)
         .await
         .with_context(|| format!("listening for metrics on {address}"))
@@ -391,7 +403,7 @@ async fn answer(request: Request<Incoming>, sources: &Sources) -> Response<Full<
     });
     let scrape = Scrape {
         pets: pet_counts(sources).await,
-        certificate_not_after: crate::tls::not_after(),
+        certificate_not_after: (sources.certificate_not_after)(),
         backups: sources.backups,
         acme: sources.acme,
     };
@@ -443,11 +455,8 @@ async fn pet_counts(sources: &Sources) -> Option<PetCounts> {
         return Some(counts.clone());
     }
     let began = Instant::now();
-    let counts: PetCounts = match sources.store.count_by_status().await {
-        Ok(counts) => counts
-            .into_iter()
-            .map(|(status, count)| (status.map(PetStatus::as_str), count))
-            .collect(),
+    let counts = match (sources.pets)().await {
+        Ok(counts) => counts,
         Err(e) => {
             tracing::warn!(error = %e, "counting pets for the metrics failed");
             return None;

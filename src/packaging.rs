@@ -1,9 +1,9 @@
 //! The generated files the Debian package ships (Cargo.toml `[package.metadata.deb]`): the man
 //! pages (clap_mangen) and the bash, zsh and fish completions (clap_complete), all made from the
-//! clap definitions in `config.rs`. They are committed in pkg/deb/ so that a `cargo deb` needs
-//! nothing run before it; a build script could not make them, since it cannot reach the binary
-//! crate's `Cli`. The test here fails when a committed file no longer matches the definitions;
-//! regenerate them all with
+//! clap definitions in `config/cli.rs`. They are committed in pkg/deb/ so that a `cargo deb`
+//! needs nothing run before it; a build script could not make them, since it cannot reach the
+//! binary crate's `Cli`. The test here fails when a committed file no longer matches the
+//! definitions; regenerate them all with
 //!
 //!     PETSTORE_REGENERATE=1 cargo test --bin petstore packaging
 

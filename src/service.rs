@@ -105,6 +105,8 @@ struct Shared {
     warned: Mutex<HashMap<Arc<str>, Instant>>,
     /// A request body must arrive whole within this.
     body_timeout: Duration,
+    /// The certificate's part of `/healthz`, when it comes from ACME.
+    certificate_health: Option<api::CertificateHealth>,
 }
 
 /// An operation, chosen by method and path.
@@ -119,13 +121,20 @@ enum Route<'a> {
 }
 
 impl App {
-    pub fn new(store: Store, keys: Arc<Keys>, limits: RateLimits, body_timeout: Duration) -> App {
+    pub fn new(
+        store: Store,
+        keys: Arc<Keys>,
+        limits: RateLimits,
+        body_timeout: Duration,
+        certificate_health: Option<api::CertificateHealth>,
+    ) -> App {
         App(Arc::new(Shared {
             store,
             keys,
             limits,
             warned: Mutex::default(),
             body_timeout,
+            certificate_health,
         }))
     }
 
@@ -308,7 +317,7 @@ impl App {
             }
             Route::DeletePet(id) => Box::pin(api::delete_pet(&self.0.store, id, headers)).await,
             Route::OpenApi => Ok(api::openapi()),
-            Route::Health => api::healthz(&self.0.store).await,
+            Route::Health => api::healthz(&self.0.store, self.0.certificate_health).await,
         }
     }
 }

@@ -1,16 +1,19 @@
-//! What a group commit costs the writer thread, measured before choosing a design: redb's
-//! two-phase quick-repair commit (what `src/store/redb/writer.rs` still makes with
-//! `--shared-reads`), against a write-ahead log prototyped here (redb commits that are not
-//! durable, each batch appended to a preallocated log with one `fdatasync`, a durable redb
-//! commit every `CHECKPOINT_EVERY` batches). The server's log (`src/store/redb/wal.rs`) came
-//! from it; this prototype stays as the measurement: it has no replay and writes no real
-//! records. redb refuses non-durable commits in `SingleWriter` mode, so the log runs
-//! `ExclusiveWriter` (README: Storage, "The write-ahead log"). Same tables and batch size
-//! as the server at 64 clients, both on redb's own file backend (without the server's
-//! zero-filled growth, `src/store/redb/file.rs`); alternating rounds, CPU from
-//! `getrusage(RUSAGE_THREAD)`.
+//! What a group commit costs the writer thread, three ways, measured in one run:
+//! - redb's durable two-phase commit with quick-repair, on a file this process has alone:
+//!   what `src/store/redb/writer.rs` makes of every batch;
+//! - redb's plain one-phase `Durability::Immediate` (its default, checksums instead of a
+//!   second sync), which the server does not use: after a sync the disk refused, the page
+//!   cache can hold a header whose checksums hold over pages the disk never got;
+//! - the write-ahead log of an earlier version, prototyped here (redb commits that are not
+//!   durable, each batch appended to a preallocated log with one `fdatasync`, a durable redb
+//!   commit every `CHECKPOINT_EVERY` batches), which the server no longer has: its error paths
+//!   could not keep the promise (docs/storage.md).
 //!
-//! `taskset -c 1 cargo bench --bench commit` (about 30 s).
+//! Same tables and batch size as the server at 64 clients, on redb's own file backend
+//! (without the server's zero-filled growth, `src/store/redb/file.rs`); alternating rounds,
+//! CPU from `getrusage(RUSAGE_THREAD)`, bytes from /proc/self/io.
+//!
+//! `taskset -c 1 cargo bench --bench commit` (about a minute).
 
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::FileExt;
@@ -34,16 +37,21 @@ const PET: &[u8] = br#"{"id":1,"name":"Rex","category":{"id":3,"name":"Dogs"},"p
 
 #[derive(Clone, Copy, PartialEq)]
 enum Commit {
-    /// Today's: every batch a durable, two-phase, quick-repair commit, `SingleWriter`.
-    TwoPhase,
-    /// The prototype: the batch's log record made durable, then a non-durable redb commit.
+    /// The server's: every batch a durable, two-phase, quick-repair commit.
+    QuickRepair,
+    /// redb's default durable commit: one phase, checksums, no allocator state saved.
+    OnePhase,
+    /// The old log: the batch's log record made durable, then a non-durable redb commit.
     Log,
 }
 
 impl Commit {
+    const ALL: [Commit; 3] = [Commit::QuickRepair, Commit::OnePhase, Commit::Log];
+
     fn name(self) -> &'static str {
         match self {
-            Commit::TwoPhase => "redb two-phase quick-repair commit (today)",
+            Commit::QuickRepair => "redb two-phase quick-repair commit (the server's)",
+            Commit::OnePhase => "redb one-phase Durability::Immediate",
             Commit::Log => "log append + fdatasync, non-durable redb commit",
         }
     }
@@ -76,10 +84,9 @@ fn written() -> u64 {
 fn open(dir: &Path, path: Commit) -> (Database, File) {
     let mut builder = Builder::new();
     builder.set_cache_size(6 << 20);
-    builder.set_concurrency_mode(match path {
-        Commit::TwoPhase => ConcurrencyMode::SingleWriter,
-        Commit::Log => ConcurrencyMode::ExclusiveWriter,
-    });
+    // The server's default: the file is its alone.
+    let _ = path;
+    builder.set_concurrency_mode(ConcurrencyMode::ExclusiveWriter);
     let db = builder.create(dir.join("pets.redb")).expect("a database");
     let log = OpenOptions::new()
         .create(true)
@@ -112,7 +119,14 @@ fn round(path: Commit) -> (f64, f64, f64, f64) {
     for commit in 1..=COMMITS {
         let mut txn = db.begin_write().expect("begin");
         match path {
-            Commit::TwoPhase => txn.set_quick_repair(true),
+            Commit::QuickRepair => {
+                txn.set_two_phase_commit(true);
+                txn.set_quick_repair(true);
+            }
+            Commit::OnePhase => {
+                txn.set_two_phase_commit(false);
+                txn.set_quick_repair(false);
+            }
             Commit::Log => txn
                 .set_durability(Durability::None)
                 .expect("non-durable in ExclusiveWriter"),
@@ -168,22 +182,32 @@ fn main() {
     println!(
         "writer thread, {COMMITS} commits of {BATCH} creates a round, {ROUNDS} alternating rounds"
     );
-    let mut totals = [Vec::new(), Vec::new()];
+    let mut cpu = [const { Vec::new() }; 3];
+    let mut bytes = [const { Vec::new() }; 3];
     for _ in 0..ROUNDS {
-        for (slot, path) in [Commit::TwoPhase, Commit::Log].into_iter().enumerate() {
-            let (user, kernel, wall, bytes) = round(path);
+        for (slot, path) in Commit::ALL.into_iter().enumerate() {
+            let (user, kernel, wall, written) = round(path);
             println!(
                 "  {:<50} CPU a create {:5.2} us (user {user:.2} + kernel {kernel:.2}), {wall:4.0} us and {:5.1} KB to disk a commit",
                 path.name(),
                 user + kernel,
-                bytes / 1000.0
+                written / 1000.0
             );
-            totals[slot].push(user + kernel);
+            cpu[slot].push(user + kernel);
+            bytes[slot].push(written);
         }
     }
-    let [today, log] = totals.map(median);
-    println!(
-        "median writer CPU a create: {today:.2} us today, {log:.2} us with the log ({:.2} of today)",
-        log / today
-    );
+    let cpu = cpu.map(median);
+    let bytes = bytes.map(median);
+    println!("medians, and the ratio to the server's commit:");
+    for (slot, path) in Commit::ALL.into_iter().enumerate() {
+        println!(
+            "  {:<50} CPU a create {:5.2} us ({:.2}), {:5.1} KB a commit ({:.2})",
+            path.name(),
+            cpu[slot],
+            cpu[slot] / cpu[0],
+            bytes[slot] / 1000.0,
+            bytes[slot] / bytes[0]
+        );
+    }
 }

@@ -204,9 +204,14 @@ impl Store {
         after: Option<PetId>,
         limit: usize,
     ) -> Result<Page, StoreError> {
+        let query = model::PageQuery {
+            status,
+            after,
+            limit,
+        };
         let listed = match &self.backend {
-            Backend::Redb(store) => store.list(status, after, limit).await,
-            Backend::Postgres(store) => Box::pin(store.list(status, after, limit)).await,
+            Backend::Redb(store) => store.list(query).await,
+            Backend::Postgres(store) => Box::pin(store.list(query)).await,
         };
         listed.map_err(|e| self.closed_or(e))
     }
@@ -303,7 +308,12 @@ impl Store {
     pub async fn export(&self, chunk: usize, now: u64) -> Result<Export, StoreError> {
         let (sender, chunks) = tokio::sync::mpsc::channel(EXPORT_AHEAD);
         let chunk = chunk.max(1);
-        let next_id = on_backend!(&self.backend, store => store.export(chunk, now, sender).await)?;
+        let to = model::Exporting {
+            chunk,
+            now,
+            into: sender,
+        };
+        let next_id = on_backend!(&self.backend, store => store.export(to).await)?;
         Ok(Export { next_id, chunks })
     }
 

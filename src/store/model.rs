@@ -36,6 +36,23 @@ pub struct Page {
     pub more: bool,
 }
 
+/// Which page of a list: up to `limit` pets with ids above `after`, in ascending id order,
+/// only those with `status` if one is given.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct PageQuery {
+    pub(crate) status: Option<PetStatus>,
+    pub(crate) after: Option<PetId>,
+    pub(crate) limit: usize,
+}
+
+/// An export under way: its chunks' size, the Unix time records must outlive, and where its
+/// chunks go.
+pub(crate) struct Exporting {
+    pub(crate) chunk: usize,
+    pub(crate) now: u64,
+    pub(crate) into: tokio::sync::mpsc::Sender<Result<Chunk, StoreError>>,
+}
+
 /// What a change requires of the pet's current revision.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Precondition {

@@ -1,26 +1,22 @@
-//! How to reach PostgreSQL: a libpq URL (`postgres://` or `postgresql://`, several hosts,
-//! `target_session_attrs`, `connect_timeout`...), the password from its file and TLS by
-//! rustls with ring, checked into a `PgTarget` the backend connects with. It reads the
-//! password and CA files but opens no socket. Invariants: the password never comes from the
-//! command line and never appears in an error; `sslmode` means what it means to libpq.
+//! How to reach PostgreSQL: `--db` and the other `--db-*` flags checked into the `PgTarget`
+//! the backend connects with: the URL as `url` reads it, TLS as `tls` sets it up, bounds where
+//! libpq has none (connect timeout, keepalives) and the password from its file. It reads files
+//! but opens no socket. Invariants: the password never comes from the command line and never
+//! appears in an error; `sslmode` means what it means to libpq.
 
-use std::borrow::Cow;
+mod tls;
+mod url;
+
 use std::fmt;
-use std::path::{Path, PathBuf};
-use std::str::FromStr;
-use std::sync::Arc;
+use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{Context, bail, ensure};
-use rustls::client::WebPkiServerVerifier;
-use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
-use rustls::crypto::{CryptoProvider, WebPkiSupportedAlgorithms, ring};
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
-use rustls::{CertificateError, ClientConfig, DigitallySignedStruct, RootCertStore};
-use rustls::{Error as TlsError, SignatureScheme};
-use tokio_postgres::config::{Host, SslMode};
+use tokio_postgres::config::Host;
 use tokio_postgres_rustls::MakeRustlsConnect;
+
+use tls::{client_config, plan_tls};
+pub use url::one_per_host;
 
 /// How long one connection attempt to one host may take when the URL sets no
 /// `connect_timeout`.
@@ -38,22 +34,46 @@ pub const DEFAULT_TCP_USER_TIMEOUT: Duration = Duration::from_secs(10);
 /// tokio-postgres's own `keepalives_idle`, which tells that the URL set none.
 const TOKIO_POSTGRES_KEEPALIVES_IDLE: Duration = Duration::from_secs(2 * 60 * 60);
 
-/// The `sslmode` values accepted, as libpq spells them.
-const SSL_MODES: &str = "disable, prefer, require, verify-ca, verify-full";
-
 /// Where and how to reach PostgreSQL, checked.
 pub struct PgTarget {
     /// Hosts, ports, user, database, session attributes and the password from its file. Its
     /// TLS mode is only `Disable`, `Prefer` or `Require`: `tls` decides what is verified.
-    pub config: tokio_postgres::Config,
+    config: tokio_postgres::Config,
     /// The rustls connector (ring), verifying the server as the URL's `sslmode` asks.
-    pub tls: MakeRustlsConnect,
+    tls: MakeRustlsConnect,
     /// Connections the pool keeps at most; at least 1.
-    pub pool_size: usize,
+    pool_size: usize,
     /// The longest one statement may run; more than zero.
-    pub statement_timeout: Duration,
+    statement_timeout: Duration,
     /// The bound on one connection attempt to one host, also set in `config`.
-    pub connect_timeout: Duration,
+    connect_timeout: Duration,
+}
+
+impl PgTarget {
+    /// What tokio-postgres connects with: hosts, user, database, TLS mode, password, bounds.
+    pub(super) fn config(&self) -> &tokio_postgres::Config {
+        &self.config
+    }
+
+    /// The TLS connector for every connection, checking the server as `sslmode` asks.
+    pub(super) fn tls(&self) -> &MakeRustlsConnect {
+        &self.tls
+    }
+
+    /// Connections the pool keeps at most; at least 1.
+    pub(super) fn pool_size(&self) -> usize {
+        self.pool_size
+    }
+
+    /// The longest one statement may run; more than zero.
+    pub(super) fn statement_timeout(&self) -> Duration {
+        self.statement_timeout
+    }
+
+    /// The bound on one connection attempt to one host.
+    pub(super) fn connect_timeout(&self) -> Duration {
+        self.connect_timeout
+    }
 }
 
 impl fmt::Debug for PgTarget {
@@ -87,22 +107,12 @@ pub fn parse(
         !statement_timeout.is_zero(),
         "--db-statement-timeout must be more than 0"
     );
-    let url = SplitUrl::from_url(url)?;
-    let mut config = tokio_postgres::Config::from_str(&url.rest)
-        .context("--db: not a PostgreSQL URL tokio-postgres accepts")?;
-    // Checked before any error that quotes a URL part, so none is written next to it.
-    ensure!(
-        config.get_password().is_none(),
-        "--db: the URL holds a password; put it in a file named by --db-password-file \
-         (systemd: LoadCredential=), never on the command line"
-    );
-    ensure!(
-        config.get_user().is_some(),
-        "--db: the URL names no user; write postgres://USER@HOST/DBNAME"
-    );
-    check_hosts(&config)?;
-
-    let (mode, check) = plan_tls(url.sslmode.as_deref(), url.sslrootcert.as_deref(), ca_file)?;
+    let url::Url {
+        mut config,
+        sslmode,
+        sslrootcert,
+    } = url::read(url)?;
+    let (mode, check) = plan_tls(sslmode.as_deref(), sslrootcert.as_deref(), ca_file)?;
     if mode.is_encrypted_only() {
         // libpq ignores sslmode for a socket directory; tokio-postgres would ask the server
         // for TLS there and fail at every connection instead.
@@ -156,465 +166,6 @@ pub fn parse(
     })
 }
 
-/// One configuration for each host of `config` (with its `hostaddr` and port), the same in all
-/// else, so that each host can be tried with its own bound: tokio-postgres bounds only the
-/// TCP connect of each, not its TLS handshake, authentication or `target_session_attrs`
-/// check, and offers no way to take hosts out of a `Config`.
-pub fn one_per_host(config: &tokio_postgres::Config) -> Vec<tokio_postgres::Config> {
-    let count = config.get_hosts().len().max(config.get_hostaddrs().len());
-    (0..count)
-        .map(|i| {
-            let mut one = tokio_postgres::Config::new();
-            match config.get_hosts().get(i) {
-                Some(Host::Tcp(host)) => {
-                    one.host(host);
-                }
-                Some(Host::Unix(dir)) => {
-                    one.host_path(dir);
-                }
-                None => {}
-            }
-            if let Some(addr) = config.get_hostaddrs().get(i) {
-                one.hostaddr(*addr);
-            }
-            let ports = config.get_ports();
-            if let Some(port) = ports.get(i).or(ports.first()) {
-                one.port(*port);
-            }
-            if let Some(user) = config.get_user() {
-                one.user(user);
-            }
-            if let Some(password) = config.get_password() {
-                one.password(password);
-            }
-            if let Some(dbname) = config.get_dbname() {
-                one.dbname(dbname);
-            }
-            if let Some(options) = config.get_options() {
-                one.options(options);
-            }
-            if let Some(name) = config.get_application_name() {
-                one.application_name(name);
-            }
-            if let Some(timeout) = config.get_connect_timeout() {
-                one.connect_timeout(*timeout);
-            }
-            if let Some(timeout) = config.get_tcp_user_timeout() {
-                one.tcp_user_timeout(*timeout);
-            }
-            if let Some(interval) = config.get_keepalives_interval() {
-                one.keepalives_interval(interval);
-            }
-            if let Some(retries) = config.get_keepalives_retries() {
-                one.keepalives_retries(retries);
-            }
-            one.keepalives(config.get_keepalives())
-                .keepalives_idle(config.get_keepalives_idle())
-                .ssl_mode(config.get_ssl_mode())
-                .ssl_negotiation(config.get_ssl_negotiation())
-                .target_session_attrs(config.get_target_session_attrs())
-                .channel_binding(config.get_channel_binding());
-            one
-        })
-        .collect()
-}
-
-/// The URL with the parameters tokio-postgres does not know taken out, and their values.
-#[derive(Debug, PartialEq, Eq)]
-struct SplitUrl {
-    /// `postgresql://` and the rest of the URL, without `sslmode` and `sslrootcert`.
-    rest: String,
-    sslmode: Option<String>,
-    sslrootcert: Option<String>,
-}
-
-impl SplitUrl {
-    fn from_url(url: &str) -> anyhow::Result<SplitUrl> {
-        let (scheme, after) = url
-            .split_once("://")
-            .context("--db: not a URL (postgres://USER@HOST/DBNAME)")?;
-        // Any case is accepted here, tokio-postgres wants it lower case.
-        ensure!(
-            scheme.eq_ignore_ascii_case("postgres") || scheme.eq_ignore_ascii_case("postgresql"),
-            "--db: unsupported scheme {scheme:?}; use a postgres:// or postgresql:// URL"
-        );
-        let (base, query) = after.split_once('?').unwrap_or((after, ""));
-        let mut split = SplitUrl {
-            rest: format!("postgresql://{base}"),
-            sslmode: None,
-            sslrootcert: None,
-        };
-        let mut kept = Vec::new();
-        for pair in query.split('&').filter(|pair| !pair.is_empty()) {
-            let Some((key, value)) = pair.split_once('=') else {
-                bail!("--db: a query parameter has no `=` (write key=value)");
-            };
-            // libpq: a parameter given twice takes its last value.
-            match percent_decode(key).as_deref() {
-                Ok("sslmode") => split.sslmode = Some(decode_param("sslmode", value)?),
-                Ok("sslrootcert") => split.sslrootcert = Some(decode_param("sslrootcert", value)?),
-                Ok("connect_timeout") => {
-                    // tokio-postgres drops 0, which libpq reads as "wait forever".
-                    let seconds = decode_param("connect_timeout", value)?;
-                    ensure!(
-                        seconds.trim().parse::<i64>().is_ok_and(|s| s >= 1),
-                        "--db: connect_timeout must be a whole number of seconds, at least 1 \
-                         (petstore never waits without a bound)"
-                    );
-                    kept.push(pair);
-                }
-                _ => kept.push(pair),
-            }
-        }
-        if !kept.is_empty() {
-            split.rest.push('?');
-            split.rest.push_str(&kept.join("&"));
-        }
-        Ok(split)
-    }
-}
-
-fn decode_param(name: &str, value: &str) -> anyhow::Result<String> {
-    percent_decode(value)
-        .map(Cow::into_owned)
-        .map_err(|_| anyhow::anyhow!("--db: {name} is not UTF-8 once percent-decoded"))
-}
-
-/// `%XX` escapes decoded as libpq does: a `%` not followed by two hex digits stays as it is.
-fn percent_decode(text: &str) -> Result<Cow<'_, str>, std::string::FromUtf8Error> {
-    if !text.contains('%') {
-        return Ok(Cow::Borrowed(text));
-    }
-    let bytes = text.as_bytes();
-    let mut decoded = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let hex = |at: usize| bytes.get(at).and_then(|b| (*b as char).to_digit(16));
-        match (bytes[i], hex(i + 1), hex(i + 2)) {
-            (b'%', Some(high), Some(low)) => {
-                decoded.push((high * 16 + low) as u8);
-                i += 3;
-            }
-            (byte, _, _) => {
-                decoded.push(byte);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8(decoded).map(Cow::Owned)
-}
-
-/// The checks tokio-postgres makes only when it connects, made at start-up instead.
-fn check_hosts(config: &tokio_postgres::Config) -> anyhow::Result<()> {
-    let (hosts, addrs) = (config.get_hosts().len(), config.get_hostaddrs().len());
-    ensure!(
-        hosts + addrs > 0,
-        "--db: the URL names no host; write postgres://USER@HOST[:PORT]/DBNAME"
-    );
-    ensure!(
-        hosts == 0 || addrs == 0 || hosts == addrs,
-        "--db: {hosts} hosts but {addrs} hostaddr values; give one hostaddr per host"
-    );
-    let ports = config.get_ports().len();
-    ensure!(
-        ports <= 1 || ports == hosts.max(addrs),
-        "--db: {ports} ports for {} hosts; give one port, or one per host",
-        hosts.max(addrs)
-    );
-    Ok(())
-}
-
-/// libpq's `sslmode`: tokio-postgres knows only the first three.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum LibpqSslMode {
-    Disable,
-    Prefer,
-    Require,
-    VerifyCa,
-    VerifyFull,
-}
-
-impl LibpqSslMode {
-    fn parse(text: &str) -> anyhow::Result<LibpqSslMode> {
-        Ok(match text {
-            "disable" => LibpqSslMode::Disable,
-            "prefer" => LibpqSslMode::Prefer,
-            "require" => LibpqSslMode::Require,
-            "verify-ca" => LibpqSslMode::VerifyCa,
-            "verify-full" => LibpqSslMode::VerifyFull,
-            other => bail!("--db: sslmode {other:?} is not one of {SSL_MODES}"),
-        })
-    }
-
-    fn as_str(self) -> &'static str {
-        match self {
-            LibpqSslMode::Disable => "disable",
-            LibpqSslMode::Prefer => "prefer",
-            LibpqSslMode::Require => "require",
-            LibpqSslMode::VerifyCa => "verify-ca",
-            LibpqSslMode::VerifyFull => "verify-full",
-        }
-    }
-
-    /// Whether a connection without TLS is refused.
-    fn is_encrypted_only(self) -> bool {
-        !matches!(self, LibpqSslMode::Disable | LibpqSslMode::Prefer)
-    }
-
-    fn to_tokio_postgres(self) -> SslMode {
-        match self {
-            LibpqSslMode::Disable => SslMode::Disable,
-            LibpqSslMode::Prefer => SslMode::Prefer,
-            LibpqSslMode::Require | LibpqSslMode::VerifyCa | LibpqSslMode::VerifyFull => {
-                SslMode::Require
-            }
-        }
-    }
-}
-
-/// Where the trusted CA certificates come from.
-#[derive(Clone, Debug, PartialEq, Eq)]
-enum Roots {
-    /// A PEM file, and the flag or URL part that named it (for errors).
-    File {
-        path: PathBuf,
-        named_by: &'static str,
-    },
-    /// The system's store, through rustls-native-certs.
-    System,
-}
-
-/// What the client checks of the server's certificate; the handshake's signatures are
-/// always checked.
-#[derive(Clone, Debug, PartialEq, Eq)]
-enum Check {
-    /// Any certificate: encryption without authentication.
-    Nothing,
-    /// A chain to one of the roots, whatever host name it was issued for.
-    Chain(Roots),
-    /// A chain to one of the roots, issued for the host connected to.
-    ChainAndName(Roots),
-}
-
-/// The TLS mode and the certificate check for the URL's `sslmode` and `sslrootcert` and the
-/// `--db-ca` flag, as libpq reads them.
-fn plan_tls(
-    sslmode: Option<&str>,
-    sslrootcert: Option<&str>,
-    ca_file: Option<&Path>,
-) -> anyhow::Result<(LibpqSslMode, Check)> {
-    let explicit = match (ca_file, sslrootcert) {
-        (Some(_), Some(_)) => {
-            bail!("--db-ca and the URL's sslrootcert both name CA certificates; give only one")
-        }
-        (Some(path), None) => Some(Roots::File {
-            path: path.to_owned(),
-            named_by: "--db-ca",
-        }),
-        // libpq 16: sslrootcert=system is the system's store, and asks for verify-full.
-        (None, Some("system")) => Some(Roots::System),
-        (None, Some(path)) => Some(Roots::File {
-            path: PathBuf::from(path),
-            named_by: "--db: sslrootcert",
-        }),
-        (None, None) => None,
-    };
-    let mode = match sslmode {
-        Some(text) => LibpqSslMode::parse(text)?,
-        None if explicit == Some(Roots::System) => LibpqSslMode::VerifyFull,
-        // libpq's default.
-        None => LibpqSslMode::Prefer,
-    };
-    let check = match (mode, explicit) {
-        (LibpqSslMode::Disable, _) => Check::Nothing,
-        (mode, Some(Roots::System)) if mode != LibpqSslMode::VerifyFull => bail!(
-            "--db: sslmode={} may not be used with sslrootcert=system (as libpq): use verify-full",
-            mode.as_str()
-        ),
-        // libpq: once a root certificate file is given, prefer and require check the chain
-        // too (require then behaves as verify-ca).
-        (LibpqSslMode::Prefer | LibpqSslMode::Require, Some(roots)) => Check::Chain(roots),
-        (LibpqSslMode::Prefer | LibpqSslMode::Require, None) => Check::Nothing,
-        (LibpqSslMode::VerifyCa, roots) => Check::Chain(roots.unwrap_or(Roots::System)),
-        (LibpqSslMode::VerifyFull, roots) => Check::ChainAndName(roots.unwrap_or(Roots::System)),
-    };
-    Ok((mode, check))
-}
-
-/// The rustls client configuration for `check`, with ring as its only crypto provider.
-fn client_config(check: &Check) -> anyhow::Result<ClientConfig> {
-    let provider = Arc::new(ring::default_provider());
-    let verifier = verifier(check, &provider)?;
-    let mut config = ClientConfig::builder_with_provider(provider)
-        .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
-        .context("enabling TLS 1.2 and 1.3")?
-        .dangerous()
-        .with_custom_certificate_verifier(verifier)
-        .with_no_client_auth();
-    // PostgreSQL 17 requires this ALPN for direct TLS (sslnegotiation=direct); libpq 17 sends
-    // it always and older servers ignore it.
-    config.alpn_protocols = vec![b"postgresql".to_vec()];
-    Ok(config)
-}
-
-fn verifier(
-    check: &Check,
-    provider: &Arc<CryptoProvider>,
-) -> anyhow::Result<Arc<dyn ServerCertVerifier>> {
-    let webpki = |roots: &Roots| -> anyhow::Result<Arc<WebPkiServerVerifier>> {
-        WebPkiServerVerifier::builder_with_provider(Arc::new(load_roots(roots)?), provider.clone())
-            .build()
-            .context("building the PostgreSQL certificate verifier")
-    };
-    Ok(match check {
-        Check::Nothing => Arc::new(AnyCertificate {
-            algorithms: provider.signature_verification_algorithms,
-        }),
-        Check::Chain(roots) => Arc::new(AnyName {
-            webpki: webpki(roots)?,
-        }),
-        Check::ChainAndName(roots) => webpki(roots)?,
-    })
-}
-
-fn load_roots(roots: &Roots) -> anyhow::Result<RootCertStore> {
-    let mut store = RootCertStore::empty();
-    match roots {
-        Roots::File { path, named_by } => {
-            let certs = CertificateDer::pem_file_iter(path)
-                .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
-                .with_context(|| {
-                    format!("{named_by} {}: reading CA certificates", path.display())
-                })?;
-            ensure!(
-                !certs.is_empty(),
-                "{named_by} {}: no CERTIFICATE block found",
-                path.display()
-            );
-            for (n, cert) in certs.into_iter().enumerate() {
-                store.add(cert).with_context(|| {
-                    format!(
-                        "{named_by} {}: certificate {} is not a usable CA certificate",
-                        path.display(),
-                        n + 1
-                    )
-                })?;
-            }
-        }
-        Roots::System => {
-            let found = rustls_native_certs::load_native_certs();
-            let (added, _) = store.add_parsable_certificates(found.certs);
-            if added == 0 {
-                let why = found
-                    .errors
-                    .first()
-                    .map_or_else(|| "none found".to_owned(), ToString::to_string);
-                bail!(
-                    "--db: no system CA certificates to verify the server with ({why}); \
-                     name the CA with --db-ca"
-                );
-            }
-        }
-    }
-    Ok(store)
-}
-
-/// `require` without a CA: any certificate is taken, as by libpq, but the handshake's
-/// signatures are still checked, so the server must hold the key of the one it sent.
-#[derive(Debug)]
-struct AnyCertificate {
-    algorithms: WebPkiSupportedAlgorithms,
-}
-
-impl ServerCertVerifier for AnyCertificate {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp_response: &[u8],
-        _now: UnixTime,
-    ) -> Result<ServerCertVerified, TlsError> {
-        Ok(ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, TlsError> {
-        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.algorithms)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, TlsError> {
-        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.algorithms)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.algorithms.supported_schemes()
-    }
-}
-
-/// `verify-ca`: webpki's full verification, except that a certificate issued for another
-/// name is taken. webpki checks the chain before the name, so a name error means the chain
-/// was good.
-#[derive(Debug)]
-struct AnyName {
-    webpki: Arc<WebPkiServerVerifier>,
-}
-
-impl ServerCertVerifier for AnyName {
-    fn verify_server_cert(
-        &self,
-        end_entity: &CertificateDer<'_>,
-        intermediates: &[CertificateDer<'_>],
-        server_name: &ServerName<'_>,
-        ocsp_response: &[u8],
-        now: UnixTime,
-    ) -> Result<ServerCertVerified, TlsError> {
-        match self.webpki.verify_server_cert(
-            end_entity,
-            intermediates,
-            server_name,
-            ocsp_response,
-            now,
-        ) {
-            Err(TlsError::InvalidCertificate(
-                CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
-            )) => Ok(ServerCertVerified::assertion()),
-            other => other,
-        }
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, TlsError> {
-        self.webpki.verify_tls12_signature(message, cert, dss)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, TlsError> {
-        self.webpki.verify_tls13_signature(message, cert, dss)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.webpki.supported_verify_schemes()
-    }
-}
-
 /// The password file's content without its trailing line break.
 fn read_password(path: &Path) -> anyhow::Result<Vec<u8>> {
     let mut password = std::fs::read(path)
@@ -634,7 +185,10 @@ fn read_password(path: &Path) -> anyhow::Result<Vec<u8>> {
 mod tests {
     use super::*;
 
-    use rustls::pki_types::PrivateKeyDer;
+    use std::path::PathBuf;
+
+    use tls::{Check, Roots, SSL_MODES};
+    use tokio_postgres::config::SslMode;
 
     fn cert(name: &str) -> PathBuf {
         Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -655,52 +209,6 @@ mod tests {
             path: cert("dev-ca.pem"),
             named_by: "--db-ca",
         }
-    }
-
-    fn leaf(name: &str) -> CertificateDer<'static> {
-        CertificateDer::from_pem_file(cert(name)).expect("leaf certificate")
-    }
-
-    fn verify(check: &Check, leaf: &CertificateDer<'_>, name: &str) -> Result<(), TlsError> {
-        let provider = Arc::new(ring::default_provider());
-        let name = ServerName::try_from(name).expect("server name");
-        verifier(check, &provider)
-            .expect("verifier")
-            .verify_server_cert(leaf, &[], &name, &[], UnixTime::now())
-            .map(drop)
-    }
-
-    /// A whole TLS handshake in memory between the client configuration for `check` and a
-    /// server presenting `dev-server.pem`, asked for as `name`.
-    fn handshake(check: &Check, name: &str) -> Result<(), TlsError> {
-        let chain = vec![leaf("dev-server.pem")];
-        let key = PrivateKeyDer::from_pem_file(cert("dev-server.key")).expect("key");
-        let server =
-            rustls::ServerConfig::builder_with_provider(Arc::new(ring::default_provider()))
-                .with_safe_default_protocol_versions()
-                .expect("versions")
-                .with_no_client_auth()
-                .with_single_cert(chain, key)
-                .expect("server config");
-        let mut server = rustls::ServerConnection::new(Arc::new(server)).expect("server");
-        let config = Arc::new(client_config(check).expect("client config"));
-        let name = ServerName::try_from(name.to_owned()).expect("server name");
-        let mut client = rustls::ClientConnection::new(config, name).expect("client");
-        while client.is_handshaking() || server.is_handshaking() {
-            let mut bytes = Vec::new();
-            while client.wants_write() {
-                client.write_tls(&mut bytes).expect("to memory");
-            }
-            server.read_tls(&mut bytes.as_slice()).expect("from memory");
-            server.process_new_packets()?;
-            bytes.clear();
-            while server.wants_write() {
-                server.write_tls(&mut bytes).expect("to memory");
-            }
-            client.read_tls(&mut bytes.as_slice()).expect("from memory");
-            client.process_new_packets()?;
-        }
-        Ok(())
     }
 
     #[test]
@@ -760,19 +268,6 @@ mod tests {
         );
         let refused = parse(&url, None, Some(&path), 16, Duration::from_secs(5));
         assert!(message(refused).contains("--db-ca and the URL's sslrootcert"));
-    }
-
-    #[test]
-    fn sslrootcert_system_means_verify_full_and_refuses_weaker_modes() {
-        assert_eq!(
-            plan_tls(None, Some("system"), None).expect("plans"),
-            (LibpqSslMode::VerifyFull, Check::ChainAndName(Roots::System))
-        );
-        let refused = plan_tls(Some("require"), Some("system"), None).expect_err("weak");
-        assert!(
-            format!("{refused:#}").contains("use verify-full"),
-            "{refused:#}"
-        );
     }
 
     #[test]
@@ -876,13 +371,6 @@ mod tests {
     }
 
     #[test]
-    fn the_scheme_may_be_any_case_and_other_schemes_are_refused() {
-        let target = target("PostgreSQL://app@db/pets").expect("parses");
-        assert_eq!(target.config.get_hosts(), [Host::Tcp("db".into())]);
-        assert!(message(self::target("mysql://app@db/pets")).contains("unsupported scheme"));
-    }
-
-    #[test]
     fn the_connect_timeout_defaults_to_5s_and_is_never_unbounded() {
         let default = target("postgres://app@db/pets").expect("parses");
         assert_eq!(default.connect_timeout, DEFAULT_CONNECT_TIMEOUT);
@@ -948,21 +436,6 @@ mod tests {
     }
 
     #[test]
-    fn a_password_in_the_url_is_refused() {
-        for url in [
-            "postgres://app:s3cret@db/pets",
-            "postgres://app@db/pets?password=s3cret",
-            "postgres://app:s3cret@db/pets?sslmode=bogus",
-        ] {
-            let text = message(target(url));
-            assert!(
-                text.contains("the URL holds a password") && text.contains("--db-password-file"),
-                "{text}"
-            );
-        }
-    }
-
-    #[test]
     fn no_error_shows_the_password() {
         let dir = tempfile::tempdir().expect("temp dir");
         let path = dir.path().join("password");
@@ -994,104 +467,11 @@ mod tests {
     }
 
     #[test]
-    fn the_url_needs_a_user_and_a_host() {
-        assert!(message(target("postgres://db/pets")).contains("names no user"));
-        assert!(message(target("postgres://app@/pets")).contains("names no host"));
-        assert!(
-            message(target("postgres://app@h1,h2/pets?port=5433")).contains("3 ports for 2 hosts")
-        );
-    }
-
-    #[test]
     fn an_encrypted_only_mode_refuses_a_socket_directory() {
         let socket = "postgres://app@%2Fvar%2Frun%2Fpostgresql/pets";
         assert!(target(socket).is_ok());
         let text = message(target(&format!("{socket}?sslmode=require")));
         assert!(text.contains("no TLS over Unix sockets"), "{text}");
-    }
-
-    #[test]
-    fn the_other_parameters_reach_tokio_postgres_and_unknown_ones_are_refused() {
-        let split = SplitUrl::from_url(
-            "postgres://app@db/pets?sslmode=verify-ca&application_name=x&sslrootcert=%2Fetc%2Fca.pem",
-        )
-        .expect("splits");
-        assert_eq!(
-            split,
-            SplitUrl {
-                rest: "postgresql://app@db/pets?application_name=x".into(),
-                sslmode: Some("verify-ca".into()),
-                sslrootcert: Some("/etc/ca.pem".into()),
-            }
-        );
-        let text = message(target("postgres://app@db/pets?sslcert=client.pem"));
-        assert!(text.contains("unknown option `sslcert`"), "{text}");
-    }
-
-    #[test]
-    fn a_ca_file_loads_every_certificate_and_a_file_without_any_is_refused() {
-        let roots = load_roots(&dev_ca()).expect("loads");
-        assert_eq!(roots.len(), 1);
-        let text = format!(
-            "{:#}",
-            load_roots(&Roots::File {
-                path: cert("dev-keys.txt"),
-                named_by: "--db-ca"
-            })
-            .expect_err("no certificate")
-        );
-        assert!(
-            text.contains("--db-ca") && text.contains("dev-keys.txt"),
-            "{text}"
-        );
-    }
-
-    #[test]
-    fn verify_ca_takes_a_wrong_name_but_not_an_unknown_ca() {
-        let leaf = leaf("dev-server.pem");
-        verify(&Check::Chain(dev_ca()), &leaf, "db.example.com").expect("any name");
-        let other = Roots::File {
-            path: cert("dev-other-ca.pem"),
-            named_by: "--db-ca",
-        };
-        assert_eq!(
-            verify(&Check::Chain(other), &leaf, "localhost"),
-            Err(TlsError::InvalidCertificate(
-                CertificateError::UnknownIssuer
-            ))
-        );
-    }
-
-    #[test]
-    fn verify_full_needs_the_name_too() {
-        let leaf = leaf("dev-server.pem");
-        verify(&Check::ChainAndName(dev_ca()), &leaf, "localhost").expect("its name");
-        verify(&Check::ChainAndName(dev_ca()), &leaf, "127.0.0.1").expect("its address");
-        assert!(matches!(
-            verify(&Check::ChainAndName(dev_ca()), &leaf, "db.example.com"),
-            Err(TlsError::InvalidCertificate(
-                CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. }
-            ))
-        ));
-    }
-
-    #[test]
-    fn require_takes_any_certificate() {
-        verify(&Check::Nothing, &leaf("dev-server.pem"), "db.example.com").expect("taken");
-        verify(&Check::Nothing, &leaf("dev-ca.pem"), "db.example.com").expect("taken");
-    }
-
-    #[test]
-    fn handshakes_succeed_or_fail_as_each_check_says() {
-        let other = Roots::File {
-            path: cert("dev-other-ca.pem"),
-            named_by: "--db-ca",
-        };
-        handshake(&Check::Nothing, "db.example.com").expect("require");
-        handshake(&Check::Chain(dev_ca()), "db.example.com").expect("verify-ca");
-        handshake(&Check::ChainAndName(dev_ca()), "localhost").expect("verify-full");
-        assert!(handshake(&Check::Chain(other), "localhost").is_err());
-        assert!(handshake(&Check::ChainAndName(dev_ca()), "db.example.com").is_err());
     }
 
     #[test]

@@ -14,9 +14,11 @@ use tokio::sync::mpsc;
 use tokio_postgres::binary_copy::BinaryCopyInWriter;
 use tokio_postgres::types::{ToSql, Type};
 
-use super::{PgStore, pg_error, status_code};
+use super::errors::pg_error;
+use super::handle::PgStore;
+use super::rows::status_code;
 use crate::store::model::{
-    Chunk, IdempotencyRecord, SHORT_DIGEST, StoreError, StoredPet, pet_status,
+    Chunk, Exporting, IdempotencyRecord, SHORT_DIGEST, StoreError, StoredPet, pet_status,
 };
 
 /// The bound on each statement of a copy, in place of the short one requests get: a chunk or
@@ -38,12 +40,12 @@ const RECORD_TYPES: [Type; 4] = [Type::BYTEA, Type::BYTEA, Type::INT8, Type::INT
 impl PgStore {
     /// Starts streaming the store into `sender` from one snapshot; returns its id counter.
     /// See `Store::export`.
-    pub(in crate::store) async fn export(
-        &self,
-        chunk: usize,
-        now: u64,
-        sender: mpsc::Sender<Result<Chunk, StoreError>>,
-    ) -> Result<u64, StoreError> {
+    pub(in crate::store) async fn export(&self, to: Exporting) -> Result<u64, StoreError> {
+        let Exporting {
+            chunk,
+            now,
+            into: sender,
+        } = to;
         let client = self.own_connection().await?;
         let next_id = within(async {
             client

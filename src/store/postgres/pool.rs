@@ -22,8 +22,8 @@ use tokio::task::JoinHandle;
 use tokio_postgres_rustls::MakeRustlsConnect;
 
 use super::connect::one_per_host;
-use super::{describe, pool_error};
-use crate::store::StoreError;
+use super::errors::{describe, pool_error};
+use crate::store::model::StoreError;
 
 /// How long a request waits for a pooled connection before it gets 503.
 const POOL_WAIT: Duration = Duration::from_secs(2);
@@ -64,7 +64,21 @@ impl Connections {
             each_host,
             first: Arc::clone(&first),
         };
-        let pool = build(config, connect, each_host, connect_within, size)?;
+        let manager = Manager::from_connect(
+            config.clone(),
+            connect,
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let pool = Pool::builder(manager)
+            .max_size(size)
+            .wait_timeout(Some(POOL_WAIT))
+            .create_timeout(Some(connect_within))
+            .recycle_timeout(Some(each_host))
+            .runtime(Runtime::Tokio1)
+            .build()
+            .map_err(|e| StoreError::Corrupt(format!("building the connection pool: {e}")))?;
         Ok(Connections {
             pool,
             first,
@@ -152,30 +166,6 @@ impl Connections {
     pub(super) fn close(&self) {
         self.pool.close();
     }
-}
-
-fn build(
-    config: &tokio_postgres::Config,
-    connect: HostByHost,
-    each_host: Duration,
-    connect_within: Duration,
-    size: usize,
-) -> Result<Pool, StoreError> {
-    let manager = Manager::from_connect(
-        config.clone(),
-        connect,
-        ManagerConfig {
-            recycling_method: RecyclingMethod::Fast,
-        },
-    );
-    Pool::builder(manager)
-        .max_size(size)
-        .wait_timeout(Some(POOL_WAIT))
-        .create_timeout(Some(connect_within))
-        .recycle_timeout(Some(each_host))
-        .runtime(Runtime::Tokio1)
-        .build()
-        .map_err(|e| StoreError::Corrupt(format!("building the connection pool: {e}")))
 }
 
 /// A pooled connection held for one operation; see the module's invariant.

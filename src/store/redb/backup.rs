@@ -14,7 +14,7 @@ use redb::{
     ReadableDatabase, ReadableTable, TableDefinition, TableHandle, Value, WriteTransaction,
 };
 
-use super::RedbStore;
+use super::handle::RedbStore;
 use super::tables::{META, META_LOG_EPOCH, NAMES, PETS, PETS_BY_STATUS, RECORDS, REVISIONS};
 use crate::store::model::StoreError;
 

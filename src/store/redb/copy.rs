@@ -12,21 +12,21 @@ use redb::{
 };
 use tokio::sync::{mpsc, oneshot};
 
+use super::handle::{RedbStore, Shared};
 use super::idempotency::{self, Index};
 use super::tables::{META, META_NEXT_ID, PETS, PETS_BY_STATUS, RECORDS, REVISIONS};
-use super::{RedbStore, Shared};
 use crate::clock::unix_now;
-use crate::store::model::{Chunk, IdempotencyRecord, StoreError, StoredPet, pet_status};
+use crate::store::model::{Chunk, Exporting, IdempotencyRecord, StoreError, StoredPet, pet_status};
 
 impl RedbStore {
     /// Starts streaming the store into `sender` from one read transaction; returns its id
     /// counter. See `Store::export`.
-    pub(in crate::store) async fn export(
-        &self,
-        chunk: usize,
-        now: u64,
-        sender: mpsc::Sender<Result<Chunk, StoreError>>,
-    ) -> Result<u64, StoreError> {
+    pub(in crate::store) async fn export(&self, to: Exporting) -> Result<u64, StoreError> {
+        let Exporting {
+            chunk,
+            now,
+            into: sender,
+        } = to;
         let shared = Arc::clone(&self.shared);
         let (counter, next_id) = oneshot::channel();
         // The guard is held to the end of the export, so a reopen waits for it.

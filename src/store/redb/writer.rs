@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use redb::{Database, ReadableDatabase, ReadableTable};
 
-use super::Shared;
+use super::handle::Shared;
 use super::idempotency::{self, Changes, Index};
 use super::open::{Opening, open_database};
 use super::tables::{META, META_BATCH, META_NEXT_ID, Tables};

@@ -1,0 +1,219 @@
+//! The PostgreSQL store's handle: its connection pool, opened and migrated at start, and the
+//! reads. Every wait on the database is bounded (`ANSWER_WITHIN`).
+
+use std::time::Duration;
+
+use bytes::Bytes;
+
+use super::batch::PgWriter;
+use super::connect::PgTarget;
+use super::errors::pg_error;
+use super::pool::Connections;
+use super::rows::{READ_RECORD, record_of, revision, status_code};
+use super::schema::migrate;
+use crate::pet::{PetId, PetStatus};
+use crate::store::model::{Page, PageBuilder, PageQuery, Record, StoreError, StoredPet, short};
+
+/// The longest a request waits on the database, whatever it waits for (a connection, a
+/// connect, a statement, its batch's commit): past it, 503. A write still queued or in flight
+/// then may yet commit; its client got 503, never a 201, and a retry with the same
+/// Idempotency-Key finds out which.
+pub(in crate::store) const ANSWER_WITHIN: Duration = Duration::from_secs(5);
+
+/// The read side of the PostgreSQL store; cheap to clone.
+#[derive(Clone)]
+pub(in crate::store) struct PgStore {
+    pub(super) pool: Connections,
+}
+
+impl PgStore {
+    /// Connects and migrates the schema under the migration lock. Returns the read side, the
+    /// engine for the write front and the number of pets.
+    pub(in crate::store) async fn open(
+        target: PgTarget,
+    ) -> Result<(PgStore, PgWriter, u64), StoreError> {
+        let mut config = target.config().clone();
+        // Every statement is bounded, so a stuck lock or a database that stops answering
+        // mid-query becomes a 503, never a hung request.
+        config.options(with_statement_timeout(
+            config.get_options(),
+            target.statement_timeout(),
+        ));
+        let pool = Connections::build(
+            &config,
+            target.tls().clone(),
+            target.connect_timeout(),
+            target.pool_size(),
+            ANSWER_WITHIN,
+        )?;
+        // At start, every host may have to be tried before the one that takes writes.
+        let pets = pool
+            .run_within(pool.connect_within() + ANSWER_WITHIN, async |client| {
+                migrate(client).await
+            })
+            .await?;
+        let writer = PgWriter { pool: pool.clone() };
+        Ok((PgStore { pool }, writer, pets))
+    }
+
+    /// The idempotency record of `scope`, live or not, if there is one.
+    pub(in crate::store) async fn record(
+        &self,
+        scope: &[u8; 32],
+    ) -> Result<Option<Record>, StoreError> {
+        let row = self
+            .pool
+            .run(async |client| {
+                client
+                    .query_opt(READ_RECORD, &[&short(*scope).as_slice()])
+                    .await
+                    .map_err(pg_error)
+            })
+            .await?;
+        row.map(|row| record_of(&row)).transpose()
+    }
+
+    pub(in crate::store) async fn get(&self, id: PetId) -> Result<Option<StoredPet>, StoreError> {
+        self.pool
+            .run(async |client| {
+                let statement = client
+                    .prepare_cached("SELECT revision, json FROM pets WHERE id = $1")
+                    .await
+                    .map_err(pg_error)?;
+                let row = client
+                    .query_opt(&statement, &[&id])
+                    .await
+                    .map_err(pg_error)?;
+                Ok(row.map(|row| StoredPet {
+                    id,
+                    revision: revision(row.get(0)),
+                    json: Bytes::from(row.get::<_, String>(1)),
+                }))
+            })
+            .await
+    }
+
+    pub(in crate::store) async fn list(&self, query: PageQuery) -> Result<Page, StoreError> {
+        let PageQuery {
+            status,
+            after,
+            limit,
+        } = query;
+        let after = after.unwrap_or(i64::MIN);
+        // One more than the page, to tell whether another follows.
+        let fetch = i64::try_from(limit + 1).unwrap_or(i64::MAX);
+        self.pool.run(async |client| {
+            let rows = match status {
+                None => {
+                    let statement = client
+                        .prepare_cached(
+                            "SELECT id, json FROM pets WHERE id > $1 ORDER BY id LIMIT $2",
+                        )
+                        .await
+                        .map_err(pg_error)?;
+                    client.query(&statement, &[&after, &fetch]).await
+                }
+                Some(status) => {
+                    let statement = client
+                        .prepare_cached(
+                            "SELECT id, json FROM pets WHERE status = $1 AND id > $2 ORDER BY id LIMIT $3",
+                        )
+                        .await
+                        .map_err(pg_error)?;
+                    client
+                        .query(&statement, &[&status_code(Some(status)), &after, &fetch])
+                        .await
+                }
+            }
+            .map_err(pg_error)?;
+            let mut page = PageBuilder::new(limit);
+            for row in &rows {
+                page.push(row.get(0), row.get::<_, &str>(1).as_bytes());
+            }
+            Ok(page.finish())
+        })
+        .await
+    }
+
+    /// Pets per status (`None`: without one): one scan of the status index, so its caller
+    /// decides how often.
+    pub(in crate::store) async fn count_by_status(
+        &self,
+    ) -> Result<Vec<(Option<PetStatus>, u64)>, StoreError> {
+        let rows = self
+            .pool
+            .run(async |client| {
+                client
+                    .query("SELECT status, count(*) FROM pets GROUP BY status", &[])
+                    .await
+                    .map_err(pg_error)
+            })
+            .await?;
+        let mut counts: Vec<(Option<PetStatus>, u64)> = [
+            Some(PetStatus::Available),
+            Some(PetStatus::Pending),
+            Some(PetStatus::Sold),
+            None,
+        ]
+        .into_iter()
+        .map(|status| (status, 0))
+        .collect();
+        for row in rows {
+            let code: Option<i16> = row.try_get(0).map_err(pg_error)?;
+            let count: i64 = row.try_get(1).map_err(pg_error)?;
+            if let Some(slot) = counts
+                .iter_mut()
+                .find(|(status, _)| status_code(*status) == code)
+            {
+                slot.1 = u64::try_from(count).unwrap_or(0);
+            }
+        }
+        Ok(counts)
+    }
+
+    pub(in crate::store) async fn check(&self) -> Result<(), StoreError> {
+        self.pool
+            .run(async |client| {
+                client.execute("SELECT 1", &[]).await.map_err(pg_error)?;
+                Ok(())
+            })
+            .await
+    }
+
+    /// Closes the pool's connections.
+    pub(in crate::store) fn close(self) {
+        self.pool.close();
+    }
+}
+
+/// The URL's own `options` (e.g. `-c search_path=pets`) with our statement bound after them,
+/// so that ours wins over a `statement_timeout` there and nothing of theirs is lost.
+fn with_statement_timeout(options: Option<&str>, timeout: Duration) -> String {
+    let ours = format!("-c statement_timeout={}", timeout.as_millis());
+    match options.map(str::trim).filter(|o| !o.is_empty()) {
+        Some(theirs) => format!("{theirs} {ours}"),
+        None => ours,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_statement_bound_follows_the_url_s_own_options() {
+        let five = Duration::from_secs(5);
+        assert_eq!(
+            with_statement_timeout(None, five),
+            "-c statement_timeout=5000"
+        );
+        assert_eq!(
+            with_statement_timeout(Some(" "), five),
+            "-c statement_timeout=5000"
+        );
+        assert_eq!(
+            with_statement_timeout(Some("-c search_path=pets"), five),
+            "-c search_path=pets -c statement_timeout=5000"
+        );
+    }
+}

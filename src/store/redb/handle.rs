@@ -1,0 +1,239 @@
+//! The handle on the open redb file: the database the writer and the reads share (taken out
+//! and put back only by the writer, around a reopen), the snapshot reads share, the
+//! idempotency index, and the reads themselves. Invariant: no read runs on a database being
+//! closed, and none is served from a database the writer has given up.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicUsize;
+use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+use bytes::Bytes;
+use redb::{Database, ReadableDatabase, ReadableTableMetadata};
+
+use super::idempotency::Index;
+use super::open::{Opening, open_database};
+use super::snapshot::{PageKey, Snapshot, Snapshots};
+use super::tables::{META, META_NEXT_ID};
+use super::writer::Writer;
+use crate::pet::{PetId, PetStatus};
+use crate::store::model::{Page, PageBuilder, PageQuery, Record, StoreError, StoredPet};
+
+/// The read side of the open file; cheap to clone, shared by every connection.
+#[derive(Clone)]
+pub(in crate::store) struct RedbStore {
+    pub(super) shared: Arc<Shared>,
+}
+
+/// What the writer shares with reads: the database it has open and the snapshot of it that
+/// reads share.
+pub(super) struct Shared {
+    /// `None` from a write that failed on I/O until the reopen succeeds, and after the close.
+    /// Reads hold the read lock for as long as they use the database, so the writer's write
+    /// lock waits them out: no read ever runs on a database being closed.
+    pub(super) db: RwLock<Option<Database>>,
+    pub(super) snapshots: Snapshots,
+    /// The live idempotency records of the committed file, by scope.
+    pub(super) index: Index,
+    /// The file, for snapshots that read it through a handle of their own.
+    pub(super) path: PathBuf,
+    /// Opened for other processes to read beside this one (redb's `SingleWriter` mode).
+    pub(super) shared_file: bool,
+    /// Snapshots of this process copying the file now: the writer commits without quick-repair
+    /// while any is (see `writer::Writer::commit_batch`).
+    pub(super) copying: AtomicUsize,
+}
+
+impl Shared {
+    pub(super) fn db(&self) -> RwLockReadGuard<'_, Option<Database>> {
+        self.db.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Takes the database out, for the caller to close; reads get `Reopening` or `Closed` until
+    /// one is put back.
+    pub(super) fn take_db(&self) -> Option<Database> {
+        let mut db = self.db_mut();
+        // Counted like a commit, under the write lock: no read is running, and none can cache
+        // a snapshot of the old database after this, so none is served again.
+        self.snapshots.committed();
+        db.take()
+    }
+
+    pub(super) fn put_db(&self, db: Database) {
+        *self.db_mut() = Some(db);
+    }
+
+    pub(super) fn db_mut(&self) -> RwLockWriteGuard<'_, Option<Database>> {
+        self.db.write().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl StoreError {
+    /// A redb failure, by meaning: the medium's (I/O now, or the mark an earlier one left until
+    /// the reopen) is `Io`, anything else a fault of the data or the engine.
+    pub(super) fn storage(e: impl Into<redb::Error>) -> StoreError {
+        match e.into() {
+            redb::Error::Io(e) => StoreError::Io(e.to_string()),
+            redb::Error::PreviousIo => {
+                StoreError::Io("an earlier I/O error left the database read-only".into())
+            }
+            e => StoreError::Corrupt(e.to_string()),
+        }
+    }
+}
+
+impl RedbStore {
+    /// Opens (or creates) the database at `path` with a page cache of at most `cache_bytes`,
+    /// checks its schema version and returns the read side, the writer for the write front,
+    /// and the number of pets. `shared`: whether other processes may open the file read-only
+    /// while this one writes (see `Location::Redb`).
+    pub(in crate::store) fn open(
+        path: &Path,
+        cache_bytes: usize,
+        shared: bool,
+    ) -> Result<(RedbStore, Writer, u64), StoreError> {
+        let opened = open_database(path, cache_bytes, shared, Opening::Start)?;
+        tracing::debug!(records = opened.index.len(), "idempotency records loaded");
+        let shared = Arc::new(Shared {
+            db: RwLock::new(Some(opened.db)),
+            snapshots: Snapshots::default(),
+            index: opened.index,
+            path: path.to_owned(),
+            shared_file: shared,
+            copying: AtomicUsize::new(0),
+        });
+        let writer = Writer::new(Arc::clone(&shared), path, cache_bytes, opened.batch);
+        Ok((RedbStore { shared }, writer, opened.pets))
+    }
+
+    /// The idempotency record of `scope`, if the committed file holds one.
+    pub(in crate::store) fn record(&self, scope: &[u8; 32]) -> Option<Record> {
+        self.shared.index.get(scope)
+    }
+
+    /// The pet with this id.
+    pub(in crate::store) async fn get(&self, id: PetId) -> Result<Option<StoredPet>, StoreError> {
+        self.read(move |snapshot| {
+            let Some(json) = snapshot.pets.get(id).map_err(StoreError::storage)? else {
+                return Ok(None);
+            };
+            let revision = snapshot
+                .revisions
+                .get(id)
+                .map_err(StoreError::storage)?
+                .map_or(1, |r| r.value());
+            Ok(Some(StoredPet {
+                id,
+                revision,
+                json: Bytes::copy_from_slice(json.value()),
+            }))
+        })
+    }
+
+    /// Up to `limit` pets with ids above `after`, in ascending id order, only those with
+    /// `status` if one is given, as one JSON array built from the stored objects without
+    /// decoding them. One more pet is read to tell whether another page follows; where the page
+    /// starts costs nothing, since both tables are ordered by id within a status.
+    pub(in crate::store) async fn list(&self, query: PageQuery) -> Result<Page, StoreError> {
+        let PageQuery {
+            status,
+            after,
+            limit,
+        } = query;
+        let first = match after {
+            None => i64::MIN,
+            Some(after) => match after.checked_add(1) {
+                Some(first) => first,
+                None => return Ok(Page::empty()),
+            },
+        };
+        let key = PageKey {
+            status,
+            first,
+            limit,
+        };
+        self.read(move |snapshot| {
+            snapshot.page(key, || {
+                let mut page = PageBuilder::new(limit);
+                match status {
+                    None => {
+                        let entries = snapshot.pets.range(first..).map_err(StoreError::storage)?;
+                        for entry in entries.take(limit + 1) {
+                            let (id, json) = entry.map_err(StoreError::storage)?;
+                            page.push(id.value(), json.value());
+                        }
+                    }
+                    Some(status) => {
+                        let code = status.to_code();
+                        let entries = snapshot
+                            .by_status
+                            .range((code, first)..=(code, i64::MAX))
+                            .map_err(StoreError::storage)?;
+                        for entry in entries.take(limit + 1) {
+                            let (key, json) = entry.map_err(StoreError::storage)?;
+                            page.push(key.value().1, json.value());
+                        }
+                    }
+                }
+                Ok(page.finish())
+            })
+        })
+    }
+
+    /// Pets per status (`None`: without one), from one snapshot, on a blocking thread: it
+    /// reads every entry of the status index, so its caller decides how often.
+    pub(in crate::store) async fn count_by_status(
+        &self,
+    ) -> Result<Vec<(Option<PetStatus>, u64)>, StoreError> {
+        let store = self.clone();
+        let counting = tokio::task::spawn_blocking(move || {
+            store.read(|snapshot| {
+                let total = snapshot.pets.len().map_err(StoreError::storage)?;
+                let mut counts = Vec::with_capacity(4);
+                let mut with_status = 0;
+                for status in [PetStatus::Available, PetStatus::Pending, PetStatus::Sold] {
+                    let code = status.to_code();
+                    let mut count = 0;
+                    let entries = snapshot
+                        .by_status
+                        .range((code, i64::MIN)..=(code, i64::MAX))
+                        .map_err(StoreError::storage)?;
+                    for entry in entries {
+                        entry.map_err(StoreError::storage)?;
+                        count += 1;
+                    }
+                    with_status += count;
+                    counts.push((Some(status), count));
+                }
+                counts.push((None, total.saturating_sub(with_status)));
+                Ok(counts)
+            })
+        });
+        counting.await.map_err(|_| StoreError::Closed)?
+    }
+
+    /// Whether the database answers a read now.
+    pub(in crate::store) async fn check(&self) -> Result<(), StoreError> {
+        let db = self.shared.db();
+        let db = db.as_ref().ok_or(StoreError::Reopening)?;
+        // A fresh transaction, not the shared snapshot: this asks whether the file reads now.
+        let txn = db.begin_read().map_err(StoreError::storage)?;
+        let meta = txn.open_table(META).map_err(StoreError::storage)?;
+        meta.get(META_NEXT_ID).map_err(StoreError::storage)?;
+        Ok(())
+    }
+
+    /// Runs a read on the calling task. Reads come from redb's page cache or the OS page
+    /// cache, a few microseconds; handing them to a blocking thread cost more than the read on
+    /// a one-core server (see benches/load). A read that must wait on the disk stalls this
+    /// worker for that wait, a trade accepted for a store that fits in memory.
+    fn read<T>(
+        &self,
+        work: impl FnOnce(&Snapshot) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        // Held until the work is done, so that a reopen waits for this read to end.
+        let db = self.shared.db();
+        // Between a failed write and the reopen; the face says `Closed` once the writer is.
+        let db = db.as_ref().ok_or(StoreError::Reopening)?;
+        work(&*self.shared.snapshots.get(db)?)
+    }
+}
