@@ -38,10 +38,11 @@ mod tests {
     use super::writer::{self, Writer};
     use super::*;
     use crate::clock::unix_now;
+    use crate::pet::PetPatch;
     use crate::pet::PetStatus;
-    use crate::pet::{NewPet, PetPatch};
     use crate::store::model::StoreError;
-    use crate::store::{Backend, IdempotencyKey, Location, Precondition, Store, StoredPet, Tuning};
+    use crate::store::suite::{add, ids, key, new_pet};
+    use crate::store::{Backend, Created, Location, Precondition, Store, Tuning};
 
     const TEST_CACHE_BYTES: usize = 1 << 20;
     const TTL: Duration = Duration::from_secs(3600);
@@ -49,14 +50,6 @@ mod tests {
         idempotency_ttl: TTL,
         max_write_batch: crate::store::DEFAULT_MAX_WRITE_BATCH,
     };
-
-    fn new_pet(name: &str, status: Option<PetStatus>) -> NewPet {
-        NewPet {
-            name: name.into(),
-            category_id: 1,
-            status,
-        }
-    }
 
     /// The store over the file at `path`, as the server opens it.
     async fn open(path: &Path, tuning: Tuning) -> Result<(Store, u64), StoreError> {
@@ -99,11 +92,6 @@ mod tests {
         shared(store).snapshots.get(db).expect("snapshot")
     }
 
-    /// Creates without an idempotency key.
-    async fn add(store: &Store, pet: NewPet) -> Result<StoredPet, StoreError> {
-        store.create(pet, None).await.map(|created| created.pet)
-    }
-
     /// The first page's JSON.
     async fn list(
         store: &Store,
@@ -111,6 +99,24 @@ mod tests {
         limit: usize,
     ) -> Result<Bytes, StoreError> {
         store.list(status, None, limit).await.map(|page| page.json)
+    }
+
+    /// A create of the pet `name` under the key of scope 1 and fingerprint 1.
+    async fn keyed(store: &Store, name: &str) -> Result<Created, StoreError> {
+        store
+            .create(new_pet(name, None), Some(key(store, 1, 1)))
+            .await
+    }
+
+    /// Runs `test` on a store over a new file in a temp dir, and closes the store after.
+    fn on_fresh_store(test: impl AsyncFnOnce(&Store, &Path)) {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("pets.redb");
+        runtime().block_on(async {
+            let (store, _) = open(&path, TUNING).await.expect("open");
+            test(&store, &path).await;
+            store.close().await;
+        });
     }
 
     fn runtime() -> tokio::runtime::Runtime {
@@ -184,63 +190,64 @@ mod tests {
 
     #[test]
     fn list_joins_stored_objects_and_filters_by_index() {
-        let dir = tempfile::tempdir().expect("temp dir");
-        runtime().block_on(async {
-            let (store, _) = open(&dir.path().join("pets.redb"), TUNING).await.expect("open");
-            for (name, status) in [("a", Some(PetStatus::Sold)), ("b", None), ("c", Some(PetStatus::Sold))] {
-                add(&store, new_pet(name, status)).await.expect("create");
+        on_fresh_store(async |store, _path| {
+            for (name, status) in [
+                ("a", Some(PetStatus::Sold)),
+                ("b", None),
+                ("c", Some(PetStatus::Sold)),
+            ] {
+                add(store, new_pet(name, status)).await.expect("create");
             }
-            let all = list(&store, None, 2).await.expect("list");
+            let all = list(store, None, 2).await.expect("list");
             assert_eq!(&all[..], br#"[{"id":1,"name":"a","categoryId":1,"status":"sold"},{"id":2,"name":"b","categoryId":1}]"#);
-            let sold = list(&store, Some(PetStatus::Sold), 20).await.expect("list");
+            let sold = list(store, Some(PetStatus::Sold), 20).await.expect("list");
             let sold: serde_json::Value = serde_json::from_slice(&sold).expect("json");
-            assert_eq!(sold.as_array().map(|a| a.iter().map(|p| p["id"].clone()).collect::<Vec<_>>()), Some(vec![1.into(), 3.into()]));
-            assert_eq!(&list(&store, Some(PetStatus::Pending), 20).await.expect("list")[..], b"[]");
+            assert_eq!(
+                sold.as_array()
+                    .map(|a| a.iter().map(|p| p["id"].clone()).collect::<Vec<_>>()),
+                Some(vec![1.into(), 3.into()])
+            );
+            assert_eq!(
+                &list(store, Some(PetStatus::Pending), 20)
+                    .await
+                    .expect("list")[..],
+                b"[]"
+            );
             assert!(store.get(2).await.expect("get").is_some());
             assert!(store.get(4).await.expect("get").is_none());
-            store.close().await;
         });
     }
 
     #[test]
     fn reads_share_a_snapshot_until_a_commit_and_then_see_it() {
-        let dir = tempfile::tempdir().expect("temp dir");
-        runtime().block_on(async {
-            let (store, _) = open(&dir.path().join("pets.redb"), TUNING)
-                .await
-                .expect("open");
-            assert_eq!(&list(&store, None, 20).await.expect("list")[..], b"[]");
-            let first = snapshot(&store);
-            assert!(Arc::ptr_eq(&first, &snapshot(&store)));
+        on_fresh_store(async |store, _path| {
+            assert_eq!(&list(store, None, 20).await.expect("list")[..], b"[]");
+            let first = snapshot(store);
+            assert!(Arc::ptr_eq(&first, &snapshot(store)));
             for expected in 1..=3 {
-                let pet = add(&store, new_pet("a", Some(PetStatus::Sold)))
+                let pet = add(store, new_pet("a", Some(PetStatus::Sold)))
                     .await
                     .expect("create");
                 assert!(
                     store.get(pet.id).await.expect("get").is_some(),
                     "read after the 201"
                 );
-                let sold = list(&store, Some(PetStatus::Sold), 20).await.expect("list");
+                let sold = list(store, Some(PetStatus::Sold), 20).await.expect("list");
                 let sold: serde_json::Value = serde_json::from_slice(&sold).expect("json");
                 assert_eq!(sold.as_array().map(Vec::len), Some(expected));
             }
-            assert!(!Arc::ptr_eq(&first, &snapshot(&store)));
-            store.close().await;
+            assert!(!Arc::ptr_eq(&first, &snapshot(store)));
         });
     }
 
     #[test]
     fn a_page_is_read_once_per_snapshot_and_a_change_is_listed_at_once() {
-        let dir = tempfile::tempdir().expect("temp dir");
-        runtime().block_on(async {
-            let (store, _) = open(&dir.path().join("pets.redb"), TUNING)
-                .await
-                .expect("open");
+        on_fresh_store(async |store, _path| {
             for name in ["a", "b", "c"] {
-                add(&store, new_pet(name, None)).await.expect("create");
+                add(store, new_pet(name, None)).await.expect("create");
             }
-            let first = list(&store, None, 2).await.expect("list");
-            let again = list(&store, None, 2).await.expect("list");
+            let first = list(store, None, 2).await.expect("list");
+            let again = list(store, None, 2).await.expect("list");
             assert_eq!(
                 first.as_ptr(),
                 again.as_ptr(),
@@ -273,29 +280,24 @@ mod tests {
                 .patch(1, patch, Precondition::None)
                 .await
                 .expect("patch");
-            let after = list(&store, None, 2).await.expect("list");
+            let after = list(store, None, 2).await.expect("list");
             assert_eq!(
                 &after[..],
                 br#"[{"id":1,"name":"renamed","categoryId":1},{"id":2,"name":"b","categoryId":1}]"#
             );
             store.delete(2, Precondition::None).await.expect("delete");
-            let after = list(&store, None, 2).await.expect("list");
+            let after = list(store, None, 2).await.expect("list");
             assert_eq!(
                 &after[..],
                 br#"[{"id":1,"name":"renamed","categoryId":1},{"id":3,"name":"c","categoryId":1}]"#
             );
-            store.close().await;
         });
     }
 
     #[test]
     fn a_second_open_of_the_same_file_is_refused() {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let path = dir.path().join("pets.redb");
-        runtime().block_on(async {
-            let (store, _) = open(&path, TUNING).await.expect("open");
-            assert!(matches!(open(&path, TUNING).await, Err(StoreError::Locked)));
-            store.close().await;
+        on_fresh_store(async |_store, path| {
+            assert!(matches!(open(path, TUNING).await, Err(StoreError::Locked)));
         });
     }
 
@@ -321,53 +323,45 @@ mod tests {
 
     #[test]
     fn a_reopen_keeps_every_pet_serves_a_fresh_snapshot_and_ids_go_on() {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let path = dir.path().join("pets.redb");
-        runtime().block_on(async {
-            let (store, _) = open(&path, TUNING).await.expect("open");
+        on_fresh_store(async |store, path| {
             for name in ["a", "b"] {
-                add(&store, new_pet(name, None)).await.expect("create");
+                add(store, new_pet(name, None)).await.expect("create");
             }
-            let before = snapshot(&store);
-            reopen(&store, &path);
+            let before = snapshot(store);
+            reopen(store, path);
             assert!(
-                !Arc::ptr_eq(&before, &snapshot(&store)),
+                !Arc::ptr_eq(&before, &snapshot(store)),
                 "no snapshot of the old database"
             );
             drop(before);
             let all: serde_json::Value =
-                serde_json::from_slice(&list(&store, None, 20).await.expect("list")).expect("json");
+                serde_json::from_slice(&list(store, None, 20).await.expect("list")).expect("json");
             assert_eq!(all.as_array().map(Vec::len), Some(2), "{all}");
-            assert_eq!(add(&store, new_pet("c", None)).await.expect("create").id, 3);
+            assert_eq!(add(store, new_pet("c", None)).await.expect("create").id, 3);
             assert!(store.check().await.is_ok());
-            store.close().await;
         });
     }
 
     #[test]
     fn a_failed_reopen_refuses_reads_and_writes_until_the_next_create_retries_it() {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let path = dir.path().join("pets.redb");
-        runtime().block_on(async {
-            let (store, _) = open(&path, TUNING).await.expect("open");
-            add(&store, new_pet("a", None)).await.expect("create");
+        on_fresh_store(async |store, path| {
+            add(store, new_pet("a", None)).await.expect("create");
             // As a failed reopen leaves it: the database out, and the file not openable (here
             // held by another handle, as a disk still failing would refuse it).
-            if let Some(db) = shared(&store).take_db() {
+            if let Some(db) = shared(store).take_db() {
                 db.close().expect("close");
             }
-            let blocker = Database::create(&path).expect("hold the file");
+            let blocker = Database::create(path).expect("hold the file");
             assert!(matches!(
-                add(&store, new_pet("b", None)).await,
+                add(store, new_pet("b", None)).await,
                 Err(StoreError::Reopening)
             ));
             assert!(matches!(store.get(1).await, Err(StoreError::Reopening)));
             assert!(matches!(store.check().await, Err(StoreError::Reopening)));
             drop(blocker);
             std::thread::sleep(writer::REOPEN_INTERVAL);
-            assert_eq!(add(&store, new_pet("c", None)).await.expect("create").id, 2);
+            assert_eq!(add(store, new_pet("c", None)).await.expect("create").id, 2);
             assert!(store.get(1).await.expect("get").is_some());
-            store.close().await;
         });
     }
 
@@ -440,39 +434,16 @@ mod tests {
         });
     }
 
-    fn key(store: &Store, scope: u8, fingerprint: u8) -> IdempotencyKey {
-        store
-            .claim_key([scope; 32])
-            .expect("no other request holds the key")
-            .for_pet([fingerprint; 32])
-    }
-
-    /// The ids a status filter lists, all pages.
-    async fn ids(store: &Store, status: Option<PetStatus>) -> Vec<i64> {
-        let page = store.list(status, None, 100).await.expect("list");
-        let pets: serde_json::Value = serde_json::from_slice(&page.json).expect("json");
-        let pets = pets.as_array().expect("an array").clone();
-        pets.iter()
-            .map(|pet| pet["id"].as_i64().expect("id"))
-            .collect()
-    }
-
     #[test]
     fn records_answer_across_a_reopen_until_they_expire_and_the_purge_removes_them() {
         let dir = tempfile::tempdir().expect("temp dir");
         let path = dir.path().join("pets.redb");
         runtime().block_on(async {
             let (store, _) = open(&path, TUNING).await.expect("open");
-            store
-                .create(new_pet("a", None), Some(key(&store, 1, 1)))
-                .await
-                .expect("create");
+            keyed(&store, "a").await.expect("create");
             store.close().await;
             let (store, _) = open(&path, TUNING).await.expect("reopen");
-            let again = store
-                .create(new_pet("a", None), Some(key(&store, 1, 1)))
-                .await
-                .expect("replay");
+            let again = keyed(&store, "a").await.expect("replay");
             assert!(again.replayed);
             // From an hour past the TTL, the record is expired: the key makes a new pet...
             let later = unix_now() + 2 * TTL.as_secs();
@@ -480,10 +451,7 @@ mod tests {
             assert_eq!(purge(unix_now()).await.expect("purge"), 0, "still live");
             assert_eq!(purge(later).await.expect("purge"), 1);
             assert_eq!(purge(later).await.expect("purge"), 0);
-            let fresh = store
-                .create(new_pet("a", None), Some(key(&store, 1, 1)))
-                .await
-                .expect("create");
+            let fresh = keyed(&store, "a").await.expect("create");
             assert_eq!((fresh.pet.id, fresh.replayed), (2, false));
             store.close().await;
         });
@@ -508,17 +476,14 @@ mod tests {
 
     #[test]
     fn a_replay_is_the_first_answer_rebuilt_byte_for_byte_after_a_restart_and_a_reopen() {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let path = dir.path().join("pets.redb");
-        runtime().block_on(async {
-            let (store, _) = open(&path, TUNING).await.expect("open");
-            add(&store, new_pet("before", None)).await.expect("create");
+        on_fresh_store(async |store, path| {
+            add(store, new_pet("before", None)).await.expect("create");
             let first = store
-                .create(new_pet("a", Some(PetStatus::Sold)), Some(key(&store, 1, 1)))
+                .create(new_pet("a", Some(PetStatus::Sold)), Some(key(store, 1, 1)))
                 .await
                 .expect("create");
-            store.close().await;
-            let (store, _) = open(&path, TUNING).await.expect("restart");
+            store.clone().close().await;
+            let (store, _) = open(path, TUNING).await.expect("restart");
             let replay = |store: &Store| {
                 let key = key(store, 1, 1);
                 let store = store.clone();
@@ -539,7 +504,7 @@ mod tests {
                 br#"{"id":2,"name":"a","categoryId":1,"status":"sold"}"#
             );
             // The writer reloads the records from the file when it reopens it.
-            reopen(&store, &path);
+            reopen(&store, path);
             let again = replay(&store).await.expect("replay after a reopen");
             assert!(again.replayed);
             assert_eq!(&again.pet.json[..], &first.pet.json[..]);
@@ -549,7 +514,6 @@ mod tests {
                     .await,
                 Err(StoreError::IdempotencyKeyReused)
             ));
-            store.close().await;
         });
     }
 
@@ -563,36 +527,24 @@ mod tests {
         };
         runtime().block_on(async {
             let store = open_short_lived(&path).await;
-            let old = store
-                .create(new_pet("a", None), Some(key(&store, 1, 1)))
-                .await
-                .expect("create");
+            let old = keyed(&store, "a").await.expect("create");
             outlive_a_one_second_record();
             store.close().await;
             // Expired but not purged yet: it answers nothing, and a new record, from a longer
             // TTL, takes the scope.
             let (store, _) = open(&path, TUNING).await.expect("open");
-            let new = store
-                .create(new_pet("a", None), Some(key(&store, 1, 1)))
-                .await
-                .expect("create");
+            let new = keyed(&store, "a").await.expect("create");
             assert_eq!((old.pet.id, new.pet.id, new.replayed), (1, 2, false));
             // The purge at start may have taken the old record already; either way the new
             // one stays.
             assert!(purge(&store, unix_now()).await <= 1, "the old record only");
             assert_eq!(shared(&store).index.len(), 1);
-            let again = store
-                .create(new_pet("a", None), Some(key(&store, 1, 1)))
-                .await
-                .expect("replay");
+            let again = keyed(&store, "a").await.expect("replay");
             assert_eq!((again.pet.id, again.replayed), (2, true));
             store.close().await;
             // Loaded from the file, the new record still answers, until it expires in turn.
             let (store, _) = open(&path, TUNING).await.expect("reopen");
-            let again = store
-                .create(new_pet("a", None), Some(key(&store, 1, 1)))
-                .await
-                .expect("replay");
+            let again = keyed(&store, "a").await.expect("replay");
             assert_eq!((again.pet.id, again.replayed), (2, true));
             let later = unix_now() + 2 * TTL.as_secs();
             assert_eq!(purge(&store, later).await, 1);
@@ -636,10 +588,7 @@ mod tests {
         runtime().block_on(async {
             let (store, count) = open(&path, TUNING).await.expect("open");
             assert_eq!(count, 2);
-            let live = store
-                .create(new_pet("a", None), Some(key(&store, 1, 1)))
-                .await
-                .expect("replay");
+            let live = keyed(&store, "a").await.expect("replay");
             assert_eq!(
                 (live.replayed, &live.pet.json[..]),
                 (true, &br#"{"id":1,"name":"a","categoryId":1}"#[..])
@@ -728,10 +677,7 @@ mod tests {
                 .await
                 .expect("patch");
             assert_eq!(ids(&store, Some(PetStatus::Sold)).await, Vec::<i64>::new());
-            let created = store
-                .create(new_pet("new", None), Some(key(&store, 1, 1)))
-                .await
-                .expect("create");
+            let created = keyed(&store, "new").await.expect("create");
             assert_eq!(created.pet.id, 8);
             store.close().await;
         });

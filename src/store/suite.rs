@@ -20,7 +20,7 @@ const TUNING: Tuning = Tuning {
     max_write_batch: DEFAULT_MAX_WRITE_BATCH,
 };
 
-fn new_pet(name: &str, status: Option<PetStatus>) -> NewPet {
+pub(super) fn new_pet(name: &str, status: Option<PetStatus>) -> NewPet {
     NewPet {
         name: name.into(),
         category_id: 1,
@@ -28,11 +28,11 @@ fn new_pet(name: &str, status: Option<PetStatus>) -> NewPet {
     }
 }
 
-async fn add(store: &Store, pet: NewPet) -> Result<StoredPet, StoreError> {
+pub(super) async fn add(store: &Store, pet: NewPet) -> Result<StoredPet, StoreError> {
     store.create(pet, None).await.map(|created| created.pet)
 }
 
-fn key(store: &Store, scope: u8, fingerprint: u8) -> IdempotencyKey {
+pub(super) fn key(store: &Store, scope: u8, fingerprint: u8) -> IdempotencyKey {
     store
         .claim_key([scope; 32])
         .expect("no other request holds the key")
@@ -47,7 +47,7 @@ fn sold() -> PetPatch {
 }
 
 /// The ids a list shows, first page of 100.
-async fn ids(store: &Store, status: Option<PetStatus>) -> Vec<i64> {
+pub(super) async fn ids(store: &Store, status: Option<PetStatus>) -> Vec<i64> {
     let page = store.list(status, None, 100).await.expect("list");
     let pets: serde_json::Value = serde_json::from_slice(&page.json).expect("json");
     let pets = pets.as_array().expect("an array").clone();

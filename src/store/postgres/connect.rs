@@ -187,14 +187,9 @@ mod tests {
 
     use std::path::PathBuf;
 
+    use tls::tests::cert;
     use tls::{Check, Roots, SSL_MODES};
     use tokio_postgres::config::SslMode;
-
-    fn cert(name: &str) -> PathBuf {
-        Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("certs")
-            .join(name)
-    }
 
     fn target(url: &str) -> anyhow::Result<PgTarget> {
         parse(url, None, None, 16, Duration::from_secs(5))

@@ -41,11 +41,7 @@ impl PgStore {
     /// Starts streaming the store into `sender` from one snapshot; returns its id counter.
     /// See `Store::export`.
     pub(in crate::store) async fn export(&self, to: Exporting) -> Result<u64, StoreError> {
-        let Exporting {
-            chunk,
-            now,
-            into: sender,
-        } = to;
+        let (chunk, now, sender) = (to.chunk, to.now, to.into);
         let client = self.own_connection().await?;
         let next_id = within(async {
             client

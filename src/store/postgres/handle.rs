@@ -94,11 +94,7 @@ impl PgStore {
     }
 
     pub(in crate::store) async fn list(&self, query: PageQuery) -> Result<Page, StoreError> {
-        let PageQuery {
-            status,
-            after,
-            limit,
-        } = query;
+        let (status, after, limit) = (query.status, query.after, query.limit);
         let after = after.unwrap_or(i64::MIN);
         // One more than the page, to tell whether another follows.
         let fetch = i64::try_from(limit + 1).unwrap_or(i64::MAX);

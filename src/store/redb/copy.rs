@@ -22,11 +22,7 @@ impl RedbStore {
     /// Starts streaming the store into `sender` from one read transaction; returns its id
     /// counter. See `Store::export`.
     pub(in crate::store) async fn export(&self, to: Exporting) -> Result<u64, StoreError> {
-        let Exporting {
-            chunk,
-            now,
-            into: sender,
-        } = to;
+        let (chunk, now, sender) = (to.chunk, to.now, to.into);
         let shared = Arc::clone(&self.shared);
         let (counter, next_id) = oneshot::channel();
         // The guard is held to the end of the export, so a reopen waits for it.

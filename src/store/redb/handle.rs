@@ -134,11 +134,7 @@ impl RedbStore {
     /// decoding them. One more pet is read to tell whether another page follows; where the page
     /// starts costs nothing, since both tables are ordered by id within a status.
     pub(in crate::store) async fn list(&self, query: PageQuery) -> Result<Page, StoreError> {
-        let PageQuery {
-            status,
-            after,
-            limit,
-        } = query;
+        let (status, after, limit) = (query.status, query.after, query.limit);
         let first = match after {
             None => i64::MIN,
             Some(after) => match after.checked_add(1) {

@@ -274,12 +274,13 @@ impl ServerCertVerifier for Lenient {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
     use rustls::pki_types::PrivateKeyDer;
 
-    fn cert(name: &str) -> PathBuf {
+    /// A file of the development certificates in `certs/`.
+    pub(crate) fn cert(name: &str) -> PathBuf {
         Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("certs")
             .join(name)
