@@ -10,6 +10,7 @@ mod copy;
 mod crash;
 mod create;
 mod errors;
+mod faults;
 mod get;
 mod haproxy;
 mod health;
