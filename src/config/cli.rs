@@ -181,8 +181,8 @@ pub struct Cli {
     /// redb only: let `petstore backup` and `petstore check` open the live file from another
     /// process.
     ///
-    /// Each batch is then committed durably by redb itself, not through the write-ahead log:
-    /// more CPU and disk writes a create.
+    /// The file is then opened in redb's shared mode: each read transaction also takes a
+    /// byte-range lock, and each commit looks for the oldest reader in any process.
     #[arg(
         long,
         env = "PETSTORE_SHARED_READS",

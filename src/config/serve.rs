@@ -49,7 +49,7 @@ pub struct Config {
     pub idempotency_ttl: Duration,
     /// Most writes one transaction takes.
     pub max_write_batch: usize,
-    /// Other processes may read the redb file meanwhile (no write-ahead log).
+    /// Other processes may read the redb file meanwhile (redb's shared mode).
     pub shared_reads: bool,
     /// Requests per API key label; `None`: no limit.
     pub rate_limit: Option<Limit>,
