@@ -1,6 +1,6 @@
 //! `petstore check --db FILE`: runs the store's check of a redb file (stopped or live) and
 //! prints what it found, counts first, then every disagreement; the exit code says whether all
-//! agree.
+//! agree. A file that is no petstore store is said to be so in one line, and nothing else.
 
 use std::path::Path;
 
@@ -21,6 +21,9 @@ pub fn run(path: &Path) -> anyhow::Result<()> {
         ),
         Err(e) => bail!("checking {}: {e}", path.display()),
     };
+    if let Some(why) = &report.not_a_store {
+        bail!("{} is not a petstore store: {why}", path.display());
+    }
     println!("file: {}", path.display());
     if report.live {
         println!(

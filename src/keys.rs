@@ -15,9 +15,11 @@ use anyhow::Context;
 use crate::auth::{self, Entry};
 use crate::config::KeysCommand;
 
-/// What to run after an edit so that a running server takes it.
-const RELOAD_HINT: &str = "a running server takes it on reload: `systemctl reload petstore`, \
-                           or `kill -HUP` its process";
+/// What to run after an edit so that a running server takes it: the documented reload, and
+/// the signal only where there is no systemd to send it.
+pub const RELOAD_HINT: &str = "a running server takes it on reload: `systemctl reload \
+                               petstore` (without systemd: `kill -HUP <pid>`, the pid of its \
+                               `listening on` log line)";
 
 pub fn run(file: &Path, command: KeysCommand) -> anyhow::Result<()> {
     match command {
@@ -173,6 +175,20 @@ impl KeysFile {
             {
                 Ok(_) => {}
                 Err(e) if e.kind() == ErrorKind::AlreadyExists => {}
+                // The file's own absence is what `create` is for, so NotFound is its
+                // directory's: making one is the operator's call (owner, mode), not ours.
+                Err(e) if e.kind() == ErrorKind::NotFound => {
+                    let dir = given
+                        .parent()
+                        .filter(|dir| !dir.as_os_str().is_empty())
+                        .unwrap_or(Path::new("."));
+                    anyhow::bail!(
+                        "creating {shown}: the directory {} does not exist; create it first \
+                         (mkdir -p {}), then add the key again",
+                        dir.display(),
+                        dir.display()
+                    );
+                }
                 Err(e) => return Err(e).with_context(|| format!("creating {shown}")),
             }
         }
@@ -318,6 +334,16 @@ mod tests {
             .map(|e| e.expect("entry").file_name())
             .collect();
         assert_eq!(names, ["api-keys"], "no temp file is left");
+    }
+
+    #[test]
+    fn add_into_a_missing_directory_makes_nothing_and_says_how_to_make_it() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let missing = dir.path().join("etc/petstore");
+        let error = add(&missing.join("api-keys"), "alice", false, None).expect_err("refused");
+        let wanted = format!("mkdir -p {}", missing.display());
+        assert!(format!("{error:#}").contains(&wanted), "{error:#}");
+        assert!(!dir.path().join("etc").exists());
     }
 
     #[test]

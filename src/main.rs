@@ -84,7 +84,11 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             println!("{key}");
             println!("{line}");
             eprintln!("the first line is the key: give it to the client, it is shown only once");
-            eprintln!("the second line admits it: append it to the API keys file");
+            eprintln!(
+                "the second line admits it: append it to the API keys file (or use `petstore \
+                 keys add`, which does); {}",
+                keys::RELOAD_HINT
+            );
             Ok(())
         }
         Action::Keys { file, command } => keys::run(&file, command),
@@ -135,10 +139,9 @@ async fn serve(config: Config) -> anyhow::Result<()> {
             (tls, certificate, Some(manager))
         }
     };
-    let listener = tokio::net::TcpListener::bind(config.listen)
+    let listeners = server::bind(&config.listen.to_string())
         .await
-        .with_context(|| format!("listening on {}", config.listen))?;
-    let address = listener.local_addr().context("reading the bound address")?;
+        .with_context(|| format!("--listen {}", config.listen))?;
     let metrics_listener = match config.metrics_listen {
         Some(address) => Some(metrics::bind(address).await?),
         None => None,
@@ -173,7 +176,13 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         .with_context(|| format!("opening database {name}"))?;
     tracing::info!(database = %name, pets, "database open");
     tracing::info!(keys = keys.len(), "API keys loaded");
-    tracing::info!(%address, "listening on");
+    // One line per address a name resolved to; tests and tools read the first. The pid is
+    // what `kill -HUP` takes outside systemd (under it, `systemctl reload petstore`).
+    let pid = std::process::id();
+    for listener in &listeners {
+        let address = listener.local_addr().context("reading the bound address")?;
+        tracing::info!(%address, pid, "listening on");
+    }
     let metrics = match metrics_listener {
         Some(listener) => {
             let address = listener.local_addr().context("reading the bound address")?;
@@ -255,7 +264,7 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         drain_timeout: config.shutdown_timeout,
     };
     // Accepting before the first ACME certificate: the CA validates on this very listener.
-    let mut serving = tokio::spawn(server::serve(listener, tls, app, stopping, limits));
+    let mut serving = tokio::spawn(server::serve(listeners, tls, app, stopping, limits));
     let mut renewals = None;
     let mut failed = None;
     let mut ready = true;

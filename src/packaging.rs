@@ -6,6 +6,9 @@
 //! definitions; regenerate them all with
 //!
 //!     PETSTORE_REGENERATE=1 cargo test --bin petstore packaging
+//!
+//! Every subcommand at every depth has its page, and another test has man-db's `man` render
+//! each one at 80 columns without a warning.
 
 use std::path::{Path, PathBuf};
 
@@ -19,17 +22,25 @@ fn generated() -> Vec<(PathBuf, Vec<u8>)> {
     let dir = Path::new("pkg/deb");
     let mut files = Vec::new();
 
-    // clap's own `help` subcommand gets no page (`petstore help` is --help), so the main page
-    // does not list it either; the full names (`petstore-copy`) come from build().
+    // clap's own `help` subcommand gets no page (`petstore help` is --help), so no page lists
+    // it either; the full names (`petstore-keys-add`) come from build().
     let mut cli = Cli::command().disable_help_subcommand(true);
     cli.build();
     let source = format!("petstore {}", env!("CARGO_PKG_VERSION"));
+    // Every subcommand at every depth (`keys`, then `keys add`) has its page: each page's
+    // SUBCOMMANDS section names the pages below it.
     let mut pages = vec![(cli.clone(), true)];
-    pages.extend(
-        cli.get_subcommands()
+    let mut next = 0;
+    while next < pages.len() {
+        let below: Vec<_> = pages[next]
+            .0
+            .get_subcommands()
             .filter(|sub| !sub.is_hide_set())
-            .map(|sub| (sub.clone(), false)),
-    );
+            .map(|sub| (sub.clone(), false))
+            .collect();
+        pages.extend(below);
+        next += 1;
+    }
     for (page, main) in pages {
         let man = clap_mangen::Man::new(page).source(&source);
         let mut roff = Vec::new();
@@ -145,4 +156,41 @@ fn committed_man_pages_and_completions_match_the_command_line() {
          PETSTORE_REGENERATE=1 cargo test --bin petstore packaging",
         stale.join(", ")
     );
+}
+
+#[test]
+fn every_man_page_renders_without_a_warning() {
+    use std::process::{Command, Stdio};
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut warned = Vec::new();
+    for (path, roff) in generated() {
+        if path.extension().is_none_or(|ext| ext != "1") {
+            continue;
+        }
+        let page = dir.path().join(path.file_name().expect("a file name"));
+        std::fs::write(&page, roff).expect("write a page");
+        // 80 columns, as a terminal gives by default: the width decides where lines break,
+        // and so whether one cannot be adjusted.
+        let output = Command::new("man")
+            .args(["--warnings", "--local-file"])
+            .arg(&page)
+            .env("MANWIDTH", "80")
+            .env_remove("COLUMNS")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .output();
+        let output = match output {
+            Ok(output) => output,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => panic!(
+                "`man` is missing, so the man pages cannot be checked: install man-db \
+                 (apt-get install man-db)"
+            ),
+            Err(e) => panic!("running man: {e}"),
+        };
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        if !output.status.success() || !stderr.is_empty() {
+            warned.push(format!("{} ({}):\n{stderr}", path.display(), output.status));
+        }
+    }
+    assert!(warned.is_empty(), "{}", warned.join("\n"));
 }

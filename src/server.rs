@@ -1,4 +1,5 @@
-//! Connections: the accept loop (bounded by `--max-connections`, making room by closing the
+//! Connections: binding `--listen` (every address a name resolves to), the accept loop over
+//! those listeners (bounded by `--max-connections`, making room by closing the
 //! connection idle longest when every place is taken), one task per connection that runs the
 //! TLS handshake under a deadline and then serves HTTP/1.1 or HTTP/2, idle connections
 //! closed, and the graceful drain on stop. It knows no routes, pets or keys:
@@ -16,6 +17,7 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use anyhow::Context as _;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
@@ -65,9 +67,58 @@ pub struct Limits {
     pub drain_timeout: Duration,
 }
 
+/// Binds `address` (`HOST:PORT`): an IP address as it is, a name on every address it
+/// resolves to (`bind_all`).
+pub async fn bind(address: &str) -> anyhow::Result<Vec<TcpListener>> {
+    let mut resolved: Vec<SocketAddr> = Vec::new();
+    let found = tokio::net::lookup_host(address)
+        .await
+        .context("resolving the host name")?;
+    for address in found {
+        // /etc/hosts may name one address twice (e.g. `localhost` on two lines).
+        if !resolved.contains(&address) {
+            resolved.push(address);
+        }
+    }
+    anyhow::ensure!(!resolved.is_empty(), "the host name resolves to no address");
+    bind_all(&resolved).await
+}
+
+/// Binds each address, in the resolver's order, all on one port: with port 0, the one the
+/// first bind was given, so that a client finds the server at the same port whichever address
+/// it picks. An address this host does not have (`::1` where IPv6 is off, yet named in
+/// /etc/hosts) is skipped with a warning when there are others; any other failure is the
+/// start's.
+async fn bind_all(addresses: &[SocketAddr]) -> anyhow::Result<Vec<TcpListener>> {
+    let mut listeners: Vec<TcpListener> = Vec::new();
+    let mut port = None;
+    for &address in addresses {
+        let mut address = address;
+        if let Some(port) = port.filter(|_| address.port() == 0) {
+            address.set_port(port);
+        }
+        match TcpListener::bind(address).await {
+            Ok(listener) => {
+                let bound = listener.local_addr().context("reading the bound address")?;
+                port.get_or_insert(bound.port());
+                listeners.push(listener);
+            }
+            Err(e) if addresses.len() > 1 && e.kind() == io::ErrorKind::AddrNotAvailable => {
+                tracing::warn!(%address, error = %e, "not listening on an address this host does not have");
+            }
+            Err(e) => return Err(e).with_context(|| format!("binding {address}")),
+        }
+    }
+    anyhow::ensure!(
+        !listeners.is_empty(),
+        "this host has none of the addresses the host name resolves to"
+    );
+    Ok(listeners)
+}
+
 /// Serves until `stop` resolves, then stops accepting and drains open connections.
 pub async fn serve(
-    listener: TcpListener,
+    listeners: Vec<TcpListener>,
     tls: Arc<ServerConfig>,
     app: App,
     stop: impl Future<Output = ()>,
@@ -97,9 +148,10 @@ pub async fn serve(
     let (stopping, stop_seen) = watch::channel(false);
 
     tokio::pin!(stop);
+    let mut first = 0;
     loop {
         let (tcp, peer) = tokio::select! {
-            accepted = listener.accept() => match accepted {
+            accepted = accept(&listeners, &mut first) => match accepted {
                 Ok(accepted) => accepted,
                 Err(e) => {
                     metrics::accept_failed();
@@ -134,7 +186,7 @@ pub async fn serve(
         tokio::spawn(connection.run(tcp, peer));
     }
 
-    drop(listener);
+    drop(listeners);
     drop(stop_seen);
     let _ = stopping.send(true);
     match tokio::time::timeout(limits.drain_timeout, stopping.closed()).await {
@@ -144,6 +196,27 @@ pub async fn serve(
             "drain timed out; closing the remaining connections"
         ),
     }
+}
+
+/// The next connection on any of `listeners`. Each call starts looking at the listener after
+/// the one that gave the last connection, so a busy address cannot starve another.
+async fn accept(
+    listeners: &[TcpListener],
+    first: &mut usize,
+) -> io::Result<(TcpStream, SocketAddr)> {
+    std::future::poll_fn(|cx| {
+        for offset in 0..listeners.len() {
+            let index = (*first + offset) % listeners.len();
+            // Pending registers this task's waker with the listener, so a connection on any
+            // of them wakes the loop.
+            if let Poll::Ready(accepted) = listeners[index].poll_accept(cx) {
+                *first = (index + 1) % listeners.len();
+                return Poll::Ready(accepted);
+            }
+        }
+        Poll::Pending
+    })
+    .await
 }
 
 /// Why a handshake failed, from what rustls (inside the `io::Error` tokio-rustls gives) or the
@@ -479,5 +552,63 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Watched<T> {
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Loopback only: all of 127.0.0.0/8 is this host's, and 192.0.2.0/24 (TEST-NET-1,
+    /// RFC 5737) never is.
+    fn addresses(texts: &[&str]) -> Vec<SocketAddr> {
+        texts
+            .iter()
+            .map(|text| text.parse().expect("a socket address"))
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn every_address_of_a_name_is_bound_on_the_first_ones_port() {
+        let listeners = bind_all(&addresses(&["127.0.0.1:0", "127.0.0.2:0"]))
+            .await
+            .expect("binds");
+        let bound: Vec<SocketAddr> = listeners
+            .iter()
+            .map(|l| l.local_addr().expect("bound"))
+            .collect();
+        assert_eq!(bound.len(), 2);
+        assert_ne!(bound[0].port(), 0);
+        assert_eq!(bound[1].port(), bound[0].port(), "{bound:?}");
+        assert_eq!(bound[1].ip().to_string(), "127.0.0.2");
+    }
+
+    #[tokio::test]
+    async fn an_address_this_host_lacks_is_skipped_only_beside_others() {
+        let listeners = bind_all(&addresses(&["192.0.2.1:0", "127.0.0.1:0"]))
+            .await
+            .expect("binds the one it has");
+        assert_eq!(listeners.len(), 1);
+        let error = bind_all(&addresses(&["192.0.2.1:0"]))
+            .await
+            .expect_err("nothing to listen on");
+        assert!(
+            format!("{error:#}").starts_with("binding 192.0.2.1:0: "),
+            "{error:#}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_connection_on_any_listener_is_accepted() {
+        let listeners = bind_all(&addresses(&["127.0.0.1:0", "127.0.0.2:0"]))
+            .await
+            .expect("binds");
+        let mut first = 0;
+        for listener in listeners.iter().rev() {
+            let address = listener.local_addr().expect("bound");
+            let _client = TcpStream::connect(address).await.expect("connects");
+            let (tcp, _) = accept(&listeners, &mut first).await.expect("accepts");
+            assert_eq!(tcp.local_addr().expect("connected"), address);
+        }
     }
 }

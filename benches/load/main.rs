@@ -401,7 +401,7 @@ impl Bench<'_> {
         };
         let seconds = load_time.as_secs_f64();
         self.report.note(format!(
-            "{scenario}: {} commits for {} pets: mean batch {:.1}, {} commits/s (each one fdatasync of the write-ahead log; a checkpoint when it is full) over {:.1} s of load",
+            "{scenario}: {} commits for {} pets: mean batch {:.1}, {} commits/s (each a two-phase redb commit: two fdatasyncs) over {:.1} s of load",
             thousands(closed.commits),
             thousands(closed.pets_written),
             closed.pets_written as f64 / closed.commits.max(1) as f64,

@@ -49,7 +49,7 @@ impl Cli {
             Some(Command::Keys { api_keys, command }) => {
                 let file = api_keys.ok_or_else(|| {
                     anyhow::anyhow!(
-                        "which keys file? give --api-keys PATH or set PETSTORE_API_KEYS, as for \
+                        "which keys file? give --api-keys FILE or set PETSTORE_API_KEYS, as for \
                          the server"
                     )
                 })?;

@@ -11,7 +11,7 @@ use anyhow::bail;
 
 use super::certificate::TlsSource;
 use super::cli::{Cli, LogFormat};
-use super::values::Database;
+use super::values::{Database, ListenAddress};
 use crate::ratelimit::Limit;
 
 /// Connections to PostgreSQL the pool keeps at most, when `--db-pool-size` is not given.
@@ -23,7 +23,8 @@ pub const DEFAULT_DB_STATEMENT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Everything the server needs to start, already checked for presence.
 #[derive(Clone, Debug)]
 pub struct Config {
-    pub listen: SocketAddr,
+    /// Where HTTPS is served: an address, or a name to resolve at start.
+    pub listen: ListenAddress,
     pub db: Database,
     /// PostgreSQL only: the file holding the password.
     pub db_password_file: Option<PathBuf>,
@@ -48,7 +49,7 @@ pub struct Config {
     pub idempotency_ttl: Duration,
     /// Most writes one transaction takes.
     pub max_write_batch: usize,
-    /// Other processes may read the redb file meanwhile (no write-ahead log).
+    /// Other processes may read the redb file meanwhile (redb's shared mode).
     pub shared_reads: bool,
     /// Requests per API key label; `None`: no limit.
     pub rate_limit: Option<Limit>,
@@ -134,12 +135,12 @@ impl Cli {
                 .unwrap_or(DEFAULT_DB_STATEMENT_TIMEOUT),
             tls,
             api_keys: self.api_keys.ok_or_else(|| missing("--api-keys"))?,
-            shutdown_timeout: Duration::from_secs(self.shutdown_timeout),
+            shutdown_timeout: self.shutdown_timeout,
             max_connections: self.max_connections as usize,
-            handshake_timeout: Duration::from_secs(self.handshake_timeout),
-            header_timeout: Duration::from_secs(self.header_timeout),
-            body_timeout: Duration::from_secs(self.body_timeout),
-            idle_timeout: Duration::from_secs(self.idle_timeout),
+            handshake_timeout: self.handshake_timeout,
+            header_timeout: self.header_timeout,
+            body_timeout: self.body_timeout,
+            idle_timeout: self.idle_timeout,
             cache_bytes: self.cache_size.saturating_mul(1 << 20),
             idempotency_ttl: self.idempotency_ttl,
             max_write_batch: self.max_write_batch as usize,
@@ -184,9 +185,13 @@ mod tests {
         let Ok(Action::Serve(config)) = cli.expect("parses").into_action() else {
             panic!("expected a serve action");
         };
-        assert_eq!(config.listen, "127.0.0.1:8443".parse().expect("address"));
+        assert_eq!(
+            config.listen,
+            ListenAddress::Socket("127.0.0.1:8443".parse().expect("address"))
+        );
         assert_eq!(config.db, Database::Redb(PathBuf::from("pets.redb")));
         assert_eq!(config.shutdown_timeout, Duration::from_secs(10));
+        assert_eq!(config.idle_timeout, Duration::from_secs(60));
         assert_eq!(config.idempotency_ttl, Duration::from_secs(24 * 3600));
         assert_eq!(
             (config.log_format, config.log_level),

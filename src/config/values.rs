@@ -1,10 +1,14 @@
 //! Flag values clap cannot read by itself: durations (at least a second, or a millisecond
-//! for PostgreSQL's statement timeout), key expiry times, and `--db` (and `copy`'s `--from`,
-//! `--to`) classified as a redb path or a PostgreSQL URL. Text in, typed values out; the URL
-//! itself is checked by the store's PostgreSQL engine.
+//! for PostgreSQL's statement timeout; timeouts also as bare seconds), key expiry times,
+//! `--listen`'s `HOST:PORT`, and `--db` (and `copy`'s `--from`, `--to`) classified as a redb
+//! path or a PostgreSQL URL. Text in, typed values out: a host name is resolved when the
+//! server starts, and the URL is checked by the store's PostgreSQL engine.
 
 use std::ffi::OsString;
+use std::fmt;
+use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::str::FromStr;
 use std::time::Duration;
 
 use anyhow::bail;
@@ -40,6 +44,77 @@ impl Database {
     }
 }
 
+/// Where `--listen` serves: `HOST:PORT`, checked for form only.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ListenAddress {
+    /// An IP address and a port, bound as they are.
+    Socket(SocketAddr),
+    /// A host name and a port; the name is resolved when the server starts.
+    Name { host: String, port: u16 },
+}
+
+impl FromStr for ListenAddress {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<ListenAddress, String> {
+        if let Ok(address) = text.parse::<SocketAddr>() {
+            return Ok(ListenAddress::Socket(address));
+        }
+        let expected = "expected HOST:PORT, e.g. 0.0.0.0:443, [::]:8443 or localhost:8443";
+        let Some((host, port)) = text.rsplit_once(':') else {
+            return Err(format!("no port; {expected}"));
+        };
+        let Ok(port) = port.parse::<u16>() else {
+            return Err(format!("{port:?} is not a port (0 to 65535); {expected}"));
+        };
+        if host.is_empty() {
+            return Err(format!(
+                "no host before the port; {expected} (0.0.0.0 or [::] for every address)"
+            ));
+        }
+        // Without brackets, the port of an IPv6 address cannot be told from its last group.
+        if host.contains([':', '[', ']']) {
+            return Err(format!(
+                "{host:?} is not an IP address or a host name; an IPv6 address goes in \
+                 brackets, e.g. [::1]:8443"
+            ));
+        }
+        // RFC 1123 names (and `_`, which resolvers accept in /etc/hosts): nothing a resolver
+        // would read as syntax.
+        if !host
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '_'))
+        {
+            return Err(format!(
+                "{host:?} is not an IP address or a host name; {expected}"
+            ));
+        }
+        Ok(ListenAddress::Name {
+            host: host.to_owned(),
+            port,
+        })
+    }
+}
+
+impl fmt::Display for ListenAddress {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ListenAddress::Socket(address) => address.fmt(f),
+            ListenAddress::Name { host, port } => write!(f, "{host}:{port}"),
+        }
+    }
+}
+
+/// A timeout as the connection limits take it: a bare number of seconds (the form the unit
+/// files use) or a duration as humantime writes it (`500ms`, `30s`, `5m`).
+pub(super) fn parse_timeout(text: &str) -> Result<Duration, String> {
+    if let Ok(seconds) = text.parse::<u64>() {
+        return Ok(Duration::from_secs(seconds));
+    }
+    humantime::parse_duration(text)
+        .map_err(|e| format!("{e}; a duration is e.g. `30s` or `5m`, a bare number seconds"))
+}
+
 /// A duration as humantime writes it (`90s`, `15m`, `24h`, `7d`, `1h 30m`), at least a second:
 /// records are kept to the second.
 pub(super) fn parse_ttl(text: &str) -> Result<Duration, String> {
@@ -68,6 +143,56 @@ pub(super) fn parse_statement_timeout(text: &str) -> Result<Duration, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_listen_address_is_an_ip_address_or_a_host_name_with_a_port() {
+        let parse = |text: &str| text.parse::<ListenAddress>();
+        for text in ["127.0.0.1:8443", "0.0.0.0:443", "[::]:8443", "[::1]:0"] {
+            let address = text.parse::<SocketAddr>().expect("a socket address");
+            assert_eq!(parse(text), Ok(ListenAddress::Socket(address)));
+            assert_eq!(address.to_string(), text, "shown as given");
+        }
+        for (text, host, port) in [
+            ("localhost:8443", "localhost", 8443),
+            ("pets.example.com:443", "pets.example.com", 443),
+            ("localhost:0", "localhost", 0),
+        ] {
+            let address = parse(text).expect("a name");
+            assert_eq!(
+                address,
+                ListenAddress::Name {
+                    host: host.into(),
+                    port
+                }
+            );
+            assert_eq!(address.to_string(), text);
+        }
+        for (text, says) in [
+            ("localhost", "no port"),
+            ("8443", "no port"),
+            (":8443", "no host before the port"),
+            ("localhost:https", "\"https\" is not a port"),
+            ("localhost:65536", "\"65536\" is not a port"),
+            ("::1:8443", "an IPv6 address goes in brackets"),
+            ("[::1:8443", "an IPv6 address goes in brackets"),
+            ("pets example:443", "is not an IP address or a host name"),
+        ] {
+            let error = parse(text).expect_err(text);
+            assert!(error.contains(says), "{text}: {error}");
+        }
+    }
+
+    #[test]
+    fn a_timeout_is_a_duration_or_a_bare_number_of_seconds() {
+        assert_eq!(parse_timeout("10"), Ok(Duration::from_secs(10)));
+        assert_eq!(parse_timeout("0"), Ok(Duration::ZERO));
+        assert_eq!(parse_timeout("30s"), Ok(Duration::from_secs(30)));
+        assert_eq!(parse_timeout("5m"), Ok(Duration::from_secs(300)));
+        assert_eq!(parse_timeout("500ms"), Ok(Duration::from_millis(500)));
+        for bad in ["", "-1", "soon", "10 parsecs"] {
+            assert!(parse_timeout(bad).is_err(), "{bad}");
+        }
+    }
 
     #[test]
     fn an_idempotency_ttl_is_a_duration_of_a_second_or_more() {

@@ -3,7 +3,7 @@
 //! all once restored in place of `--db`; `--backup-keep` keeps the newest; a snapshot that
 //! cannot be written (a path through a file, a full disk) is logged and retried while the
 //! server goes on serving; the flags are refused with PostgreSQL; `check` fails on a damaged
-//! file. A second process backs up and checks the live file of a server under creates, and
+//! file and says first, in one line, that a text or empty file is no store. A second process backs up and checks the live file of a server under creates, and
 //! the backup restores every pet acknowledged before it began; a file held by a process that
 //! does not share it, or left mid-commit by a crash, is refused with a clear message. A
 //! snapshot restored over a crashed file serves what the snapshot holds and its counter goes on.
@@ -369,6 +369,42 @@ fn check_fails_on_a_damaged_file_and_checks_a_live_one_beside_its_server() {
 }
 
 /// Runs `petstore backup --db from --to to`; returns the exit code, stdout and stderr.
+/// `check` on a file that is no store: exit 1, nothing on stdout, one line on stderr.
+#[track_caller]
+fn assert_check_says(path: &Path, why: &str) {
+    let (code, stdout, stderr) = check(path);
+    assert_eq!(code, Some(1), "stderr:\n{stderr}");
+    assert_eq!(stdout, "");
+    assert_eq!(
+        stderr,
+        format!("error: {} is not a petstore store: {why}\n", path.display())
+    );
+}
+
+#[test]
+fn check_says_a_text_file_is_not_a_petstore_store_in_one_line_and_exits_1() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("pets.txt");
+    fs::write(&path, "Rex, available\nTom, sold\n").expect("write");
+    assert_check_says(
+        &path,
+        "not a redb file (its first bytes are not redb's header)",
+    );
+}
+
+#[test]
+fn check_says_an_empty_file_is_not_a_petstore_store_in_one_line_and_exits_1() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("pets.redb");
+    fs::write(&path, "").expect("write");
+    assert_check_says(&path, "the file is empty");
+    assert_eq!(
+        fs::metadata(&path).expect("stat").len(),
+        0,
+        "left as it was"
+    );
+}
+
 fn backup(from: &Path, to: &Path) -> (Option<i32>, String, String) {
     run(&[
         "backup".as_ref(),

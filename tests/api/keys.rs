@@ -179,6 +179,38 @@ async fn a_key_added_by_the_command_works_after_a_reload_and_stops_when_revoked(
     );
 }
 
+#[test]
+fn add_and_revoke_say_to_reload_with_systemctl_and_kill_hup_only_without_systemd() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (file, _) = own_keys(dir.path());
+    let hint = "a running server takes it on reload: `systemctl reload petstore` (without \
+                systemd: `kill -HUP <pid>`, the pid of its `listening on` log line)";
+    for args in [&["add", "alice"][..], &["revoke", "alice"]] {
+        let (code, _, stderr) = keys(&file, true, args);
+        assert_eq!(code, Some(0), "{stderr}");
+        assert!(stderr.trim_end().ends_with(hint), "{args:?}: {stderr}");
+        assert!(!stderr.contains("pidof"), "{stderr}");
+    }
+}
+
+#[test]
+fn add_into_a_directory_that_is_missing_says_to_create_it_and_exits_1() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let missing = dir.path().join("petstore");
+    let file = missing.join("api-keys");
+    let (code, stdout, stderr) = keys(&file, true, &["add", "alice"]);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert_eq!(stdout, "", "no key is shown for a key not admitted");
+    let missing = missing.display();
+    assert_eq!(
+        stderr,
+        format!(
+            "error: creating {missing}/api-keys: the directory {missing} does not exist; create \
+             it first (mkdir -p {missing}), then add the key again\n"
+        )
+    );
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_read_only_key_reads_and_gets_403_forbidden_on_every_write() {
     let dir = tempfile::tempdir().expect("temp dir");

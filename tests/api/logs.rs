@@ -6,7 +6,7 @@ use serde_json::Value;
 use crate::support::{Options, Server};
 
 #[tokio::test(flavor = "multi_thread")]
-async fn startup_lines_give_the_address_database_pets_and_keys() {
+async fn startup_lines_give_the_address_pid_database_pets_and_keys() {
     let server = Server::start();
     let logs = server.logs();
     let db = server.db_path().display().to_string();
@@ -16,7 +16,11 @@ async fn startup_lines_give_the_address_database_pets_and_keys() {
     );
     assert!(logs.contains("API keys loaded keys=1"), "{logs}");
     assert!(
-        logs.contains(&format!("listening on address={}", server.addr)),
+        logs.contains(&format!(
+            "listening on address={} pid={}",
+            server.addr,
+            server.pid()
+        )),
         "{logs}"
     );
     server.stop();

@@ -73,7 +73,8 @@ pub struct Options {
     pub wrapper: Vec<String>,
     /// What `--db` gets (e.g. a `postgres://` URL); `None`: `pets.redb` in the server's dir.
     pub db: Option<String>,
-    /// What `--listen` gets; `None`: a free loopback port.
+    /// What `--listen` gets; `None`: a free loopback port, unless `args` gives `--listen`
+    /// itself (a host name, say).
     pub listen: Option<SocketAddr>,
 }
 
@@ -102,13 +103,14 @@ fn command(dir: &Path, options: &Options) -> Command {
         }
         None => Command::new(binary),
     };
-    command
-        .arg("--listen")
-        .arg(
+    if !options.args.iter().any(|arg| arg == "--listen") {
+        command.arg("--listen").arg(
             options
                 .listen
                 .map_or("127.0.0.1:0".into(), |addr| addr.to_string()),
-        )
+        );
+    }
+    command
         .arg("--db")
         .arg(match &options.db {
             Some(db) => db.into(),

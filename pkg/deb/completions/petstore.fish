@@ -1,6 +1,6 @@
 # Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
 function __fish_petstore_global_optspecs
-    string join \n listen= db= db-password-file= db-ca= db-pool-size= db-statement-timeout= tls-cert= tls-key= acme-domain= acme-directory= acme-email= acme-ca-root= acme-eab-kid= acme-eab-hmac-key-file= acme-state-dir= api-keys= shutdown-timeout= max-connections= handshake-timeout= header-timeout= body-timeout= idle-timeout= cache-size= max-write-batch= shared-reads idempotency-ttl= rate-limit= rate-burst= auth-failure-limit= auth-failure-burst= log-format= log-level= backup-dir= backup-keep= backup-every= metrics-listen= h/help V/version
+    string join \n listen= tls-cert= tls-key= api-keys= acme-domain= acme-directory= acme-email= acme-ca-root= acme-eab-kid= acme-eab-hmac-key-file= acme-state-dir= db= cache-size= max-write-batch= shared-reads idempotency-ttl= db-password-file= db-ca= db-pool-size= db-statement-timeout= max-connections= handshake-timeout= header-timeout= body-timeout= idle-timeout= shutdown-timeout= rate-limit= rate-burst= auth-failure-limit= auth-failure-burst= backup-dir= backup-keep= backup-every= metrics-listen= log-format= log-level= h/help V/version
 end
 
 function __fish_petstore_needs_command
@@ -24,54 +24,54 @@ function __fish_petstore_using_subcommand
     contains -- $cmd[1] $argv
 end
 
-complete -c petstore -n "__fish_petstore_needs_command" -l listen -d 'Socket address to serve HTTPS on, e.g. 0.0.0.0:443 or [::]:8443' -r
-complete -c petstore -n "__fish_petstore_needs_command" -l db -d 'Where the pets are kept: a redb file, created if missing, or a PostgreSQL URL (libpq syntax) such as `postgresql://petstore@db1:5432,db2:5432/pets?target_session_attrs=read-write&sslmode=verify-full`; its password comes from --db-password-file, never from the URL' -r
-complete -c petstore -n "__fish_petstore_needs_command" -l db-password-file -d 'PostgreSQL only: file holding the database password (a trailing line break is ignored), e.g. `$CREDENTIALS_DIRECTORY/db-password` with systemd\'s LoadCredential=' -r -F
-complete -c petstore -n "__fish_petstore_needs_command" -l db-ca -d 'PostgreSQL only: PEM file with the CA certificates that sign the server\'s certificate; without it, sslmode=verify-ca and verify-full use the system\'s roots' -r -F
-complete -c petstore -n "__fish_petstore_needs_command" -l db-pool-size -d 'PostgreSQL only: connections the pool keeps at most [default: 16]' -r
-complete -c petstore -n "__fish_petstore_needs_command" -l db-statement-timeout -d 'PostgreSQL only: the longest one statement may run, e.g. `500ms`, `5s`, `1m` [default: 5s]' -r
-complete -c petstore -n "__fish_petstore_needs_command" -l tls-cert -d 'PEM file with the server certificate, followed by any intermediates (or use --acme-domain instead)' -r -F
-complete -c petstore -n "__fish_petstore_needs_command" -l tls-key -d 'PEM file with the certificate\'s private key (PKCS#8, SEC1 or PKCS#1)' -r -F
-complete -c petstore -n "__fish_petstore_needs_command" -l acme-domain -d 'Obtain and renew the certificate over ACME for this DNS name (repeatable; comma-separated in the variable), answering TLS-ALPN-01 on --listen, which must be reachable on port 443 under these names. Instead of --tls-cert/--tls-key. Agrees to the CA\'s terms of service' -r
+complete -c petstore -n "__fish_petstore_needs_command" -l listen -d 'Where to serve HTTPS, as HOST:PORT: an IP address (`0.0.0.0:443`, `[::]:8443`) or a host name (`localhost:8443`)' -r
+complete -c petstore -n "__fish_petstore_needs_command" -l tls-cert -d 'PEM file with the certificate chain, leaf first, then any intermediates (or --acme-domain instead); re-read on reload' -r -F
+complete -c petstore -n "__fish_petstore_needs_command" -l tls-key -d 'PEM file with the certificate\'s private key: PKCS#8, SEC1 or PKCS#1; re-read on reload' -r -F
+complete -c petstore -n "__fish_petstore_needs_command" -l api-keys -d 'API keys file: one `LABEL SHA256HEX [read-only] [expires=TIME]` a line, managed with `petstore keys`; re-read on reload' -r -F
+complete -c petstore -n "__fish_petstore_needs_command" -l acme-domain -d 'Obtain and renew the certificate over ACME for this DNS name, instead of --tls-cert/--tls-key (repeatable; comma-separated in the variable)' -r
 complete -c petstore -n "__fish_petstore_needs_command" -l acme-directory -d 'The ACME CA\'s directory URL [default: Let\'s Encrypt production, https://acme-v02.api.letsencrypt.org/directory]' -r
 complete -c petstore -n "__fish_petstore_needs_command" -l acme-email -d 'Contact address given to the ACME CA (expiry and policy notices)' -r
 complete -c petstore -n "__fish_petstore_needs_command" -l acme-ca-root -d 'PEM file with the CA certificates that sign the ACME server\'s own HTTPS certificate (a private ACME CA); without it, the system\'s roots' -r -F
 complete -c petstore -n "__fish_petstore_needs_command" -l acme-eab-kid -d 'External Account Binding key id, from the CA (with --acme-eab-hmac-key-file)' -r
 complete -c petstore -n "__fish_petstore_needs_command" -l acme-eab-hmac-key-file -d 'File holding the External Account Binding HMAC key, base64url as the CA gives it' -r -F
 complete -c petstore -n "__fish_petstore_needs_command" -l acme-state-dir -d 'Directory for the ACME account key and certificates (created if missing, mode 0700) [default: acme/ in systemd\'s StateDirectory, else beside a redb --db; required with a PostgreSQL --db outside systemd]' -r -F
-complete -c petstore -n "__fish_petstore_needs_command" -l api-keys -d 'API keys file: one `LABEL SHA256HEX [read-only] [expires=TIME]` a line, managed with `petstore keys`' -r -F
-complete -c petstore -n "__fish_petstore_needs_command" -l shutdown-timeout -d 'Seconds to let requests in flight finish after SIGTERM or SIGINT' -r
-complete -c petstore -n "__fish_petstore_needs_command" -l max-connections -d 'Connections served at once; further clients wait in the listen backlog until one ends' -r
-complete -c petstore -n "__fish_petstore_needs_command" -l handshake-timeout -d 'Seconds a client has to finish its TLS handshake' -r
-complete -c petstore -n "__fish_petstore_needs_command" -l header-timeout -d 'Seconds a client has to send a whole HTTP/1.1 request head (slowloris)' -r
-complete -c petstore -n "__fish_petstore_needs_command" -l body-timeout -d 'Seconds a client has to send a whole request body' -r
-complete -c petstore -n "__fish_petstore_needs_command" -l idle-timeout -d 'Seconds after which a connection with nothing in flight and no bytes moving is closed' -r
-complete -c petstore -n "__fish_petstore_needs_command" -l cache-size -d 'Most memory, in MiB, the database\'s page cache may hold; bounds the server\'s memory at any store size (reads beyond it go to the file and the OS page cache)' -r
-complete -c petstore -n "__fish_petstore_needs_command" -l max-write-batch -d 'Most queued writes one transaction takes (group commit); 1 commits each write alone, for measurements. Larger batches trade a little latency for fewer fsyncs' -r
-complete -c petstore -n "__fish_petstore_needs_command" -l idempotency-ttl -d 'How long a create\'s Idempotency-Key answers retries, e.g. `90s`, `15m`, `24h`, `7d`' -r
+complete -c petstore -n "__fish_petstore_needs_command" -l db -d 'Where the pets are kept: a redb file, created if missing, or a PostgreSQL URL' -r
+complete -c petstore -n "__fish_petstore_needs_command" -l cache-size -d 'Most memory, in MiB, redb\'s page cache may hold' -r
+complete -c petstore -n "__fish_petstore_needs_command" -l max-write-batch -d 'Most queued writes one transaction takes (group commit)' -r
+complete -c petstore -n "__fish_petstore_needs_command" -l idempotency-ttl -d 'How long a create\'s Idempotency-Key is remembered and answers retries, e.g. `90s`, `15m`, `24h`, `7d`' -r
+complete -c petstore -n "__fish_petstore_needs_command" -l db-password-file -d 'PostgreSQL only: file holding the database password (a trailing line break is ignored), e.g. `$CREDENTIALS_DIRECTORY/db-password` with systemd\'s LoadCredential=' -r -F
+complete -c petstore -n "__fish_petstore_needs_command" -l db-ca -d 'PostgreSQL only: PEM file with the CA certificates that sign the server\'s certificate; without it, sslmode=verify-ca and verify-full use the system\'s roots' -r -F
+complete -c petstore -n "__fish_petstore_needs_command" -l db-pool-size -d 'PostgreSQL only: connections the pool keeps at most [default: 16]' -r
+complete -c petstore -n "__fish_petstore_needs_command" -l db-statement-timeout -d 'PostgreSQL only: the longest one statement may run, e.g. `500ms`, `5s`, `1m` [default: 5s]' -r
+complete -c petstore -n "__fish_petstore_needs_command" -l max-connections -d 'Connections served at once; beyond it the connection idle longest is closed to make room' -r
+complete -c petstore -n "__fish_petstore_needs_command" -l handshake-timeout -d 'Time a client has to finish its TLS handshake, e.g. `10s`, `1m`' -r
+complete -c petstore -n "__fish_petstore_needs_command" -l header-timeout -d 'Time a client has to send a whole HTTP/1.1 request head (slowloris), e.g. `10s`' -r
+complete -c petstore -n "__fish_petstore_needs_command" -l body-timeout -d 'Time a client has to send a whole request body, e.g. `10s`, `1m`' -r
+complete -c petstore -n "__fish_petstore_needs_command" -l idle-timeout -d 'A connection with nothing in flight and no bytes moving is closed after this, e.g. `60s`, `5m`' -r
+complete -c petstore -n "__fish_petstore_needs_command" -l shutdown-timeout -d 'How long requests in flight may take to finish after SIGTERM or SIGINT, e.g. `10s`, `1m`' -r
 complete -c petstore -n "__fish_petstore_needs_command" -l rate-limit -d 'Requests each API key may make, as COUNT/UNIT with s, min, h or d: e.g. `200/s`, `6000/min`, `100000/h` [default: no limit]. Over it: 429 rate_limited' -r
 complete -c petstore -n "__fish_petstore_needs_command" -l rate-burst -d 'Requests a key may make at once before --rate-limit spaces them out [default: the RATE\'s count]' -r
-complete -c petstore -n "__fish_petstore_needs_command" -l auth-failure-limit -d 'Requests with an API key that is not valid one client address (IPv4 address, IPv6 /64) may make, as RATE, or `off`; past it they get 429 instead of 401. Requests without a key and requests with a valid key never count and are never refused by it' -r
+complete -c petstore -n "__fish_petstore_needs_command" -l auth-failure-limit -d 'Requests with an API key that is not valid one client address may make, as RATE, or `off`; past it they get 429 instead of 401' -r
 complete -c petstore -n "__fish_petstore_needs_command" -l auth-failure-burst -d 'Requests with a key that is not valid an address may make at once before --auth-failure-limit spaces them out' -r
+complete -c petstore -n "__fish_petstore_needs_command" -l backup-dir -d 'redb only: directory for snapshots of the live file, taken while serving' -r -F
+complete -c petstore -n "__fish_petstore_needs_command" -l backup-keep -d 'Snapshots kept in --backup-dir; the oldest beyond these are removed' -r
+complete -c petstore -n "__fish_petstore_needs_command" -l backup-every -d 'Take a snapshot this often, e.g. `1h`, `30m`, `1d` [default: only on SIGUSR1]' -r
+complete -c petstore -n "__fish_petstore_needs_command" -l metrics-listen -d 'Socket address (an IP address and port) to serve Prometheus metrics on, over plain HTTP at `/metrics`, e.g. 127.0.0.1:9464; for localhost or a private network only [default: off]' -r
 complete -c petstore -n "__fish_petstore_needs_command" -l log-format -d 'Log line format on stderr' -r -f -a "text\t'One human-readable line per event'
 json\t'One JSON object per line, for log shippers'"
 complete -c petstore -n "__fish_petstore_needs_command" -l log-level -d 'Log filter, e.g. `info`, `debug` or `petstore=debug`; when absent, RUST_LOG, else `info`' -r
-complete -c petstore -n "__fish_petstore_needs_command" -l backup-dir -d 'redb only: directory for snapshots of the live file, taken while serving (created if missing, mode 0700), as `pets-YYYYMMDDTHHMMSSZ.redb`; SIGUSR1 takes one at once' -r -F
-complete -c petstore -n "__fish_petstore_needs_command" -l backup-keep -d 'Snapshots kept in --backup-dir; the oldest beyond these are removed' -r
-complete -c petstore -n "__fish_petstore_needs_command" -l backup-every -d 'Take a snapshot this often, e.g. `1h`, `30m`, `1d` [default: only on SIGUSR1]' -r
-complete -c petstore -n "__fish_petstore_needs_command" -l metrics-listen -d 'Socket address to serve Prometheus metrics on, over plain HTTP at `/metrics`, e.g. 127.0.0.1:9464; for localhost or a private network only [default: off]' -r
-complete -c petstore -n "__fish_petstore_needs_command" -l shared-reads -d 'redb only: let other processes open the live file read-only (`petstore backup` and `petstore check` beside the server). Each batch is then committed durably by redb itself, not through the write-ahead log: more CPU and disk writes a create'
+complete -c petstore -n "__fish_petstore_needs_command" -l shared-reads -d 'redb only: let `petstore backup` and `petstore check` open the live file from another process'
 complete -c petstore -n "__fish_petstore_needs_command" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c petstore -n "__fish_petstore_needs_command" -s V -l version -d 'Print version'
 complete -c petstore -n "__fish_petstore_needs_command" -f -a "new-key" -d 'Print a new random API key and the line that admits it in the keys file'
-complete -c petstore -n "__fish_petstore_needs_command" -f -a "keys" -d 'Add, list and revoke API keys in the keys file (--api-keys or PETSTORE_API_KEYS, as the server finds it); a running server takes the change on SIGHUP'
-complete -c petstore -n "__fish_petstore_needs_command" -f -a "copy" -d 'Copy every pet, the id counter and the live idempotency records from one store into an empty one (redb or PostgreSQL, either way), then compare both sides'
-complete -c petstore -n "__fish_petstore_needs_command" -f -a "check" -d 'Check a redb file (a snapshot, a stopped server\'s file, or the live file of a server started with --shared-reads): every status index entry against its pet and back, revisions and idempotency records against the ids given out, and, unless a server has the file open, redb\'s integrity check; prints the counts per status. Exits 0 only when everything agrees'
-complete -c petstore -n "__fish_petstore_needs_command" -f -a "backup" -d 'Copy a redb file, the live file of a server started with --shared-reads included, into a new complete redb file from one read transaction (consistent; the server never waits for it), as `sqlite3 .backup` does: written to a temp name beside FILE, fsynced, renamed over FILE, the directory fsynced. For cron or a systemd timer'
+complete -c petstore -n "__fish_petstore_needs_command" -f -a "keys" -d 'Add, list and revoke API keys in the keys file'
+complete -c petstore -n "__fish_petstore_needs_command" -f -a "copy" -d 'Copy one store into an empty one (redb or PostgreSQL, either way)'
+complete -c petstore -n "__fish_petstore_needs_command" -f -a "check" -d 'Check a redb file: its indexes, ids and pages; exits 0 only when everything agrees'
+complete -c petstore -n "__fish_petstore_needs_command" -f -a "backup" -d 'Copy a redb file, a live one included, into a new complete redb file'
 complete -c petstore -n "__fish_petstore_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
-complete -c petstore -n "__fish_petstore_using_subcommand new-key" -s h -l help -d 'Print help'
+complete -c petstore -n "__fish_petstore_using_subcommand new-key" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c petstore -n "__fish_petstore_using_subcommand keys; and not __fish_seen_subcommand_from add list revoke help" -l api-keys -d 'The API keys file to edit, as the server\'s --api-keys' -r -F
-complete -c petstore -n "__fish_petstore_using_subcommand keys; and not __fish_seen_subcommand_from add list revoke help" -s h -l help -d 'Print help'
+complete -c petstore -n "__fish_petstore_using_subcommand keys; and not __fish_seen_subcommand_from add list revoke help" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c petstore -n "__fish_petstore_using_subcommand keys; and not __fish_seen_subcommand_from add list revoke help" -f -a "add" -d 'Make a new key and admit it: the key is printed once, alone on the first line of standard output'
 complete -c petstore -n "__fish_petstore_using_subcommand keys; and not __fish_seen_subcommand_from add list revoke help" -f -a "list" -d 'Show each key\'s label, scope and expiry (never the keys or their hashes)'
 complete -c petstore -n "__fish_petstore_using_subcommand keys; and not __fish_seen_subcommand_from add list revoke help" -f -a "revoke" -d 'Remove every key with this label'
@@ -92,17 +92,17 @@ complete -c petstore -n "__fish_petstore_using_subcommand copy" -l from -d 'The 
 complete -c petstore -n "__fish_petstore_using_subcommand copy" -l to -d 'The store to fill, which must be empty: a redb file (created if missing) or a PostgreSQL URL' -r
 complete -c petstore -n "__fish_petstore_using_subcommand copy" -l db-password-file -d 'PostgreSQL only: file holding the database password, for each PostgreSQL side' -r -F
 complete -c petstore -n "__fish_petstore_using_subcommand copy" -l db-ca -d 'PostgreSQL only: PEM file with the CA certificates to verify each PostgreSQL side against; without it, the system\'s roots' -r -F
-complete -c petstore -n "__fish_petstore_using_subcommand copy" -s h -l help -d 'Print help'
+complete -c petstore -n "__fish_petstore_using_subcommand copy" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c petstore -n "__fish_petstore_using_subcommand check" -l db -d 'The redb file to check. It is never written: a file no server has open is checked on a copy, a live one from one read transaction beside the server' -r
-complete -c petstore -n "__fish_petstore_using_subcommand check" -s h -l help -d 'Print help'
+complete -c petstore -n "__fish_petstore_using_subcommand check" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c petstore -n "__fish_petstore_using_subcommand backup" -l db -d 'The redb file to back up, e.g. the running server\'s `--db`' -r
 complete -c petstore -n "__fish_petstore_using_subcommand backup" -l to -d 'Where the backup goes; an existing file is replaced only once the new one is whole' -r -F
-complete -c petstore -n "__fish_petstore_using_subcommand backup" -s h -l help -d 'Print help'
+complete -c petstore -n "__fish_petstore_using_subcommand backup" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c petstore -n "__fish_petstore_using_subcommand help; and not __fish_seen_subcommand_from new-key keys copy check backup help" -f -a "new-key" -d 'Print a new random API key and the line that admits it in the keys file'
-complete -c petstore -n "__fish_petstore_using_subcommand help; and not __fish_seen_subcommand_from new-key keys copy check backup help" -f -a "keys" -d 'Add, list and revoke API keys in the keys file (--api-keys or PETSTORE_API_KEYS, as the server finds it); a running server takes the change on SIGHUP'
-complete -c petstore -n "__fish_petstore_using_subcommand help; and not __fish_seen_subcommand_from new-key keys copy check backup help" -f -a "copy" -d 'Copy every pet, the id counter and the live idempotency records from one store into an empty one (redb or PostgreSQL, either way), then compare both sides'
-complete -c petstore -n "__fish_petstore_using_subcommand help; and not __fish_seen_subcommand_from new-key keys copy check backup help" -f -a "check" -d 'Check a redb file (a snapshot, a stopped server\'s file, or the live file of a server started with --shared-reads): every status index entry against its pet and back, revisions and idempotency records against the ids given out, and, unless a server has the file open, redb\'s integrity check; prints the counts per status. Exits 0 only when everything agrees'
-complete -c petstore -n "__fish_petstore_using_subcommand help; and not __fish_seen_subcommand_from new-key keys copy check backup help" -f -a "backup" -d 'Copy a redb file, the live file of a server started with --shared-reads included, into a new complete redb file from one read transaction (consistent; the server never waits for it), as `sqlite3 .backup` does: written to a temp name beside FILE, fsynced, renamed over FILE, the directory fsynced. For cron or a systemd timer'
+complete -c petstore -n "__fish_petstore_using_subcommand help; and not __fish_seen_subcommand_from new-key keys copy check backup help" -f -a "keys" -d 'Add, list and revoke API keys in the keys file'
+complete -c petstore -n "__fish_petstore_using_subcommand help; and not __fish_seen_subcommand_from new-key keys copy check backup help" -f -a "copy" -d 'Copy one store into an empty one (redb or PostgreSQL, either way)'
+complete -c petstore -n "__fish_petstore_using_subcommand help; and not __fish_seen_subcommand_from new-key keys copy check backup help" -f -a "check" -d 'Check a redb file: its indexes, ids and pages; exits 0 only when everything agrees'
+complete -c petstore -n "__fish_petstore_using_subcommand help; and not __fish_seen_subcommand_from new-key keys copy check backup help" -f -a "backup" -d 'Copy a redb file, a live one included, into a new complete redb file'
 complete -c petstore -n "__fish_petstore_using_subcommand help; and not __fish_seen_subcommand_from new-key keys copy check backup help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c petstore -n "__fish_petstore_using_subcommand help; and __fish_seen_subcommand_from keys" -f -a "add" -d 'Make a new key and admit it: the key is printed once, alone on the first line of standard output'
 complete -c petstore -n "__fish_petstore_using_subcommand help; and __fish_seen_subcommand_from keys" -f -a "list" -d 'Show each key\'s label, scope and expiry (never the keys or their hashes)'

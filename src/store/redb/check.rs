@@ -3,10 +3,12 @@
 //! then the store's invariants on that copy: every pet is in the status index under its
 //! status with the same JSON and the index holds nothing else, revisions and idempotency
 //! records only name ids the counter has given out (revisions only for pets that exist), and
-//! the counter is above every id. It reports; it never fixes.
+//! the counter is above every id. A file that is no petstore store at all (empty, not redb,
+//! redb without our tables) is said to be so before anything else. It reports; it never fixes.
 
 use std::cell::Cell;
 use std::fs;
+use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
@@ -28,6 +30,10 @@ const CHECK_CACHE_BYTES: usize = 16 << 20;
 /// Disagreements listed one by one; beyond these only their number is kept.
 const LISTED: usize = 50;
 
+/// The first bytes of every redb file (its header's magic number, the same in every redb file
+/// format): anything else is not a redb file, and redb would refuse it.
+const REDB_MAGIC: [u8; 9] = [b'r', b'e', b'd', b'b', 0x1A, 0x0A, 0xA9, 0x0D, 0x0A];
+
 /// What a check found. `problems` empty: the file is sound.
 #[derive(Debug, Default)]
 pub struct CheckReport {
@@ -45,6 +51,9 @@ pub struct CheckReport {
     pub problems: Vec<String>,
     /// Every disagreement, listed or not.
     pub problem_count: u64,
+    /// Why the file is no petstore store at all (empty, not a redb file, a redb file without
+    /// our tables); then nothing else was checked and the counts are zero.
+    pub not_a_store: Option<String>,
     /// A server had the file open: checked from one read transaction beside it, without
     /// redb's integrity check of every page.
     pub live: bool,
@@ -85,6 +94,16 @@ pub fn check_file(path: &Path) -> Result<CheckReport, StoreError> {
     // reads pages unverified and panics on a damaged one, hence the copy.)
     let file =
         fs::File::open(path).map_err(|e| StoreError::Io(format!("{}: {e}", path.display())))?;
+    // Before the copy and redb's open, which would only say "magic number mismatch" after a
+    // report of zeros.
+    if let Some(why) =
+        not_redb(&file).map_err(|e| StoreError::Io(format!("{}: {e}", path.display())))?
+    {
+        return Ok(CheckReport {
+            not_a_store: Some(why),
+            ..CheckReport::default()
+        });
+    }
     match file.try_lock() {
         Ok(()) => {}
         Err(fs::TryLockError::WouldBlock) => {
@@ -140,6 +159,19 @@ pub fn check_file(path: &Path) -> Result<CheckReport, StoreError> {
     Ok(report)
 }
 
+/// Why `file` is not a redb file, from its first bytes; `None`: it starts as one does.
+fn not_redb(file: &fs::File) -> std::io::Result<Option<String>> {
+    let mut head = Vec::with_capacity(REDB_MAGIC.len());
+    file.take(REDB_MAGIC.len() as u64).read_to_end(&mut head)?;
+    Ok(if head.is_empty() {
+        Some("the file is empty".into())
+    } else if head != REDB_MAGIC {
+        Some("not a redb file (its first bytes are not redb's header)".into())
+    } else {
+        None
+    })
+}
+
 /// The live file of a running server: the store's rules on one read transaction of a
 /// read-only handle beside the server (`Locked` when the process that has it open does not
 /// share it). redb's page checksums are only verified on a file no server has open.
@@ -182,7 +214,7 @@ fn check_tables(txn: &ReadTransaction, report: &mut CheckReport) -> Result<(), S
     let meta = match txn.open_table(META) {
         Ok(meta) => meta,
         Err(redb::TableError::TableDoesNotExist(_)) => {
-            report.problem("table meta is missing: not a petstore file".into());
+            report.not_a_store = Some("a redb file without petstore's tables".into());
             return Ok(());
         }
         Err(e) => return Err(StoreError::storage(e)),
@@ -510,6 +542,31 @@ mod tests {
             store.close().await;
         });
         assert!(!check_file(&path).expect("checks").live);
+    }
+
+    #[test]
+    fn a_file_that_is_empty_not_redb_or_not_ours_is_no_store_and_left_as_it_was() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("pets.redb");
+        let other = dir.path().join("other.redb");
+        drop(Database::create(&other).expect("creates"));
+        let cases = [
+            (Vec::new(), "the file is empty"),
+            (b"pets: 3\n".to_vec(), "not a redb file"),
+            (b"redb".to_vec(), "not a redb file"),
+            (
+                fs::read(&other).expect("reads"),
+                "a redb file without petstore's tables",
+            ),
+        ];
+        for (contents, why) in cases {
+            fs::write(&path, &contents).expect("writes");
+            let report = check_file(&path).expect("checks");
+            let said = report.not_a_store.as_deref().unwrap_or_default();
+            assert!(said.starts_with(why), "{said:?}, for {why}");
+            assert_eq!((report.pets, report.problem_count), (0, 0));
+            assert_eq!(fs::read(&path).expect("reads"), contents, "never written");
+        }
     }
 
     #[test]

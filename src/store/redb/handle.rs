@@ -5,7 +5,8 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicUsize;
-use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{Arc, Condvar, Mutex, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::time::Duration;
 
 use bytes::Bytes;
 use redb::{Database, ReadableDatabase, ReadableTableMetadata};
@@ -17,6 +18,9 @@ use super::tables::{META, META_NEXT_ID};
 use super::writer::Writer;
 use crate::pet::{PetId, PetStatus};
 use crate::store::model::{Page, PageBuilder, PageQuery, Record, StoreError, StoredPet};
+
+/// The longest a read waits for the writer's reopen of the file before it gets 503.
+const REOPEN_WAIT: Duration = Duration::from_secs(1);
 
 /// The read side of the open file; cheap to clone, shared by every connection.
 #[derive(Clone)]
@@ -31,6 +35,10 @@ pub(super) struct Shared {
     /// Reads hold the read lock for as long as they use the database, so the writer's write
     /// lock waits them out: no read ever runs on a database being closed.
     pub(super) db: RwLock<Option<Database>>,
+    /// Whether the writer is opening the file again (the database is out meanwhile), and the
+    /// signal that it is done: a read waits for it rather than fail.
+    pub(super) reopening: Mutex<bool>,
+    pub(super) reopened: Condvar,
     pub(super) snapshots: Snapshots,
     /// The live idempotency records of the committed file, by scope.
     pub(super) index: Index,
@@ -46,6 +54,41 @@ pub(super) struct Shared {
 impl Shared {
     pub(super) fn db(&self) -> RwLockReadGuard<'_, Option<Database>> {
         self.db.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The database for a read. While the writer opens the file again after a failed write
+    /// (15-20 ms with quick-repair), the read waits for it, at most `REOPEN_WAIT`: a read
+    /// during a reopen is late, not refused. Reads stall their worker for that wait, as they do
+    /// for a disk read (see `read`).
+    fn db_for_read(&self) -> RwLockReadGuard<'_, Option<Database>> {
+        let db = self.db();
+        if db.is_some() {
+            return db;
+        }
+        drop(db);
+        let reopening = self
+            .reopening
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        // The writer marks the reopen before it takes the database out, so a database found
+        // missing is either being reopened now, or failed to reopen, or closed.
+        drop(
+            self.reopened
+                .wait_timeout_while(reopening, REOPEN_WAIT, |reopening| *reopening)
+                .unwrap_or_else(PoisonError::into_inner),
+        );
+        self.db()
+    }
+
+    /// Marks a reopen begun (`true`) or over (`false`), waking the reads that wait for it.
+    pub(super) fn set_reopening(&self, now: bool) {
+        *self
+            .reopening
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = now;
+        if !now {
+            self.reopened.notify_all();
+        }
     }
 
     /// Takes the database out, for the caller to close; reads get `Reopening` or `Closed` until
@@ -95,6 +138,8 @@ impl RedbStore {
         tracing::debug!(records = opened.index.len(), "idempotency records loaded");
         let shared = Arc::new(Shared {
             db: RwLock::new(Some(opened.db)),
+            reopening: Mutex::new(false),
+            reopened: Condvar::new(),
             snapshots: Snapshots::default(),
             index: opened.index,
             path: path.to_owned(),
@@ -209,7 +254,7 @@ impl RedbStore {
 
     /// Whether the database answers a read now.
     pub(in crate::store) async fn check(&self) -> Result<(), StoreError> {
-        let db = self.shared.db();
+        let db = self.shared.db_for_read();
         let db = db.as_ref().ok_or(StoreError::Reopening)?;
         // A fresh transaction, not the shared snapshot: this asks whether the file reads now.
         let txn = db.begin_read().map_err(StoreError::storage)?;
@@ -227,7 +272,7 @@ impl RedbStore {
         work: impl FnOnce(&Snapshot) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
         // Held until the work is done, so that a reopen waits for this read to end.
-        let db = self.shared.db();
+        let db = self.shared.db_for_read();
         // Between a failed write and the reopen; the face says `Closed` once the writer is.
         let db = db.as_ref().ok_or(StoreError::Reopening)?;
         work(&*self.shared.snapshots.get(db)?)

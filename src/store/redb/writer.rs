@@ -163,6 +163,12 @@ impl Writer {
     /// and idempotency records exist, and which batch was its last.
     pub(super) fn reopen(&mut self) {
         self.next_reopen = Instant::now() + REOPEN_INTERVAL;
+        self.shared.set_reopening(true);
+        self.open_again();
+        self.shared.set_reopening(false);
+    }
+
+    fn open_again(&mut self) {
         // One `Database` per file per process: the old one must be closed before the file is
         // opened again. Its close fails with the I/O error it latched, already logged, and
         // writes nothing then.
