@@ -65,7 +65,7 @@ fn generated() -> Vec<(PathBuf, Vec<u8>)> {
 }
 
 /// The main page's FILES and SEE ALSO sections: where the package puts the unit and where that
-/// unit looks for its secrets and keeps the database (pets.service, README "Debian package").
+/// unit looks for its secrets and keeps the database (pets.service, docs/packaging.md).
 /// No apostrophes: this text is appended after the page's apostrophe handling.
 fn installed_files() -> String {
     use clap_mangen::roff::{Roff, bold, italic, roman};
