@@ -173,15 +173,7 @@ mod tests {
 
     #[test]
     fn serving_needs_the_three_files_and_defaults_the_rest() {
-        let cli = Cli::try_parse_from([
-            "petstore",
-            "--tls-cert",
-            "c.pem",
-            "--tls-key",
-            "k.pem",
-            "--api-keys",
-            "keys",
-        ]);
+        let cli = Cli::try_parse_from(SERVE);
         let Ok(Action::Serve(config)) = cli.expect("parses").into_action() else {
             panic!("expected a serve action");
         };
