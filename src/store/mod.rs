@@ -101,7 +101,7 @@ impl Store {
                 cache_bytes,
                 shared,
             } => {
-                let (store, writer, pets) = redb::RedbStore::open(&path, cache_bytes, shared)?;
+                let (store, writer, pets) = redb::open(&path, cache_bytes, shared)?;
                 // redb blocks on the disk: its batches run on a thread of their own, and a
                 // write waits for its answer however long the disk takes.
                 let front = Front::start(

@@ -17,7 +17,31 @@ mod snapshot;
 mod tables;
 mod writer;
 
+use std::path::Path;
+use std::sync::Arc;
+
 pub(super) use handle::RedbStore;
+use handle::Shared;
+use open::{Opening, open_database};
+pub(super) use writer::Writer;
+
+use super::model::StoreError;
+
+/// Opens (or creates) the database at `path` with a page cache of at most `cache_bytes`,
+/// checks its schema version and returns the read side, the writer for the write front, and
+/// the number of pets. `shared`: whether other processes may open the file read-only while
+/// this one writes (see `Location::Redb`).
+pub(super) fn open(
+    path: &Path,
+    cache_bytes: usize,
+    shared: bool,
+) -> Result<(RedbStore, Writer, u64), StoreError> {
+    let opened = open_database(path, cache_bytes, shared, Opening::Start)?;
+    tracing::debug!(records = opened.index.len(), "idempotency records loaded");
+    let shared = Arc::new(Shared::new(opened.db, opened.index, path, shared));
+    let writer = Writer::new(Arc::clone(&shared), path, cache_bytes, opened.batch);
+    Ok((RedbStore { shared }, writer, opened.pets))
+}
 
 #[cfg(test)]
 mod tests {

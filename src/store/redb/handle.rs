@@ -12,10 +12,8 @@ use bytes::Bytes;
 use redb::{Database, ReadableDatabase, ReadableTableMetadata};
 
 use super::idempotency::Index;
-use super::open::{Opening, open_database};
 use super::snapshot::{PageKey, Snapshot, Snapshots};
 use super::tables::{META, META_NEXT_ID};
-use super::writer::Writer;
 use crate::pet::{PetId, PetStatus};
 use crate::store::model::{Page, PageBuilder, PageQuery, Record, StoreError, StoredPet};
 
@@ -52,6 +50,20 @@ pub(super) struct Shared {
 }
 
 impl Shared {
+    /// What the writer and the reads of the file at `path`, just opened, share.
+    pub(super) fn new(db: Database, index: Index, path: &Path, shared_file: bool) -> Shared {
+        Shared {
+            db: RwLock::new(Some(db)),
+            reopening: Mutex::new(false),
+            reopened: Condvar::new(),
+            snapshots: Snapshots::default(),
+            index,
+            path: path.to_owned(),
+            shared_file,
+            copying: AtomicUsize::new(0),
+        }
+    }
+
     pub(super) fn db(&self) -> RwLockReadGuard<'_, Option<Database>> {
         self.db.read().unwrap_or_else(PoisonError::into_inner)
     }
@@ -125,31 +137,6 @@ impl StoreError {
 }
 
 impl RedbStore {
-    /// Opens (or creates) the database at `path` with a page cache of at most `cache_bytes`,
-    /// checks its schema version and returns the read side, the writer for the write front,
-    /// and the number of pets. `shared`: whether other processes may open the file read-only
-    /// while this one writes (see `Location::Redb`).
-    pub(in crate::store) fn open(
-        path: &Path,
-        cache_bytes: usize,
-        shared: bool,
-    ) -> Result<(RedbStore, Writer, u64), StoreError> {
-        let opened = open_database(path, cache_bytes, shared, Opening::Start)?;
-        tracing::debug!(records = opened.index.len(), "idempotency records loaded");
-        let shared = Arc::new(Shared {
-            db: RwLock::new(Some(opened.db)),
-            reopening: Mutex::new(false),
-            reopened: Condvar::new(),
-            snapshots: Snapshots::default(),
-            index: opened.index,
-            path: path.to_owned(),
-            shared_file: shared,
-            copying: AtomicUsize::new(0),
-        });
-        let writer = Writer::new(Arc::clone(&shared), path, cache_bytes, opened.batch);
-        Ok((RedbStore { shared }, writer, opened.pets))
-    }
-
     /// The idempotency record of `scope`, if the committed file holds one.
     pub(in crate::store) fn record(&self, scope: &[u8; 32]) -> Option<Record> {
         self.shared.index.get(scope)

@@ -50,9 +50,7 @@ pub(super) fn replay_once(db: &Database, path: &Path) -> Result<(), StoreError> 
         )));
     };
     let (records, _) = scan(&bytes, epoch);
-    let mut txn = db.begin_write().map_err(StoreError::storage)?;
-    txn.set_two_phase_commit(true);
-    txn.set_quick_repair(true);
+    let txn = super::tables::begin(db, true)?;
     {
         let mut tables = Tables::open(&txn)?;
         for record in &records {

@@ -14,10 +14,9 @@ use super::file::Filled;
 use super::idempotency::{self, Index};
 use super::old_log;
 use super::tables::{
-    META, META_NEXT_ID, META_SCHEMA_VERSION, PETS, PETS_BY_STATUS, RECORDS, REVISIONS,
-    SCHEMA_VERSION,
+    META, META_BATCH, META_NEXT_ID, META_SCHEMA_VERSION, PETS, PETS_BY_STATUS, RECORDS, REVISIONS,
+    SCHEMA_VERSION, begin,
 };
-use super::writer::last_batch;
 use crate::clock::unix_now;
 use crate::store::model::StoreError;
 
@@ -144,8 +143,7 @@ fn count_pets(db: &Database) -> Result<u64, StoreError> {
 /// version (`found`) the tables it has are kept as they are, `next_id` included, except the
 /// idempotency records of version 2, which are moved to this version's table.
 fn create_tables(db: &Database, found: Option<u64>) -> Result<(), StoreError> {
-    let mut txn = db.begin_write().map_err(StoreError::storage)?;
-    txn.set_two_phase_commit(true);
+    let txn = begin(db, true)?;
     {
         use redb::ReadableTable;
         let mut meta = txn.open_table(META).map_err(StoreError::storage)?;
@@ -168,4 +166,14 @@ fn create_tables(db: &Database, found: Option<u64>) -> Result<(), StoreError> {
         }
     }
     txn.commit().map_err(StoreError::storage)
+}
+
+/// The number of the last batch committed to `db`.
+fn last_batch(db: &Database) -> Result<u64, StoreError> {
+    let txn = db.begin_read().map_err(StoreError::storage)?;
+    let meta = txn.open_table(META).map_err(StoreError::storage)?;
+    Ok(meta
+        .get(META_BATCH)
+        .map_err(StoreError::storage)?
+        .map_or(0, |v| v.value()))
 }

@@ -3,7 +3,7 @@
 //! check, copy, the old log's replay) names a table only through here. `Tables` opens every
 //! table a write transaction changes, so no write can reach one without the others.
 
-use redb::{Table, TableDefinition, WriteTransaction};
+use redb::{Database, Table, TableDefinition, WriteTransaction};
 
 use crate::store::model::{SHORT_DIGEST, StoreError};
 
@@ -56,6 +56,17 @@ pub(super) const SCHEMA_VERSION: u64 = 3;
 pub(super) const V2_RECORDS: TableDefinition<[u8; 32], &[u8]> = TableDefinition::new("idempotency");
 pub(super) const V2_EXPIRY: TableDefinition<(u64, [u8; 32]), ()> =
     TableDefinition::new("idempotency_expiry");
+
+/// Begins a write transaction of the engine: durable, in two phases always (the data is
+/// synced before the header that points at it, so a header the page cache holds but the disk
+/// refused never names pages the disk lacks), with quick-repair unless a snapshot is copying
+/// (`writer::Writer::commit_batch` says why).
+pub(super) fn begin(db: &Database, quick_repair: bool) -> Result<WriteTransaction, StoreError> {
+    let mut txn = db.begin_write().map_err(StoreError::storage)?;
+    txn.set_two_phase_commit(true);
+    txn.set_quick_repair(quick_repair);
+    Ok(txn)
+}
 
 /// Every table a write transaction may change, opened together.
 pub(super) struct Tables<'txn> {

@@ -12,12 +12,12 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use redb::{Database, ReadableDatabase, ReadableTable};
+use redb::{Database, ReadableTable};
 
 use super::handle::Shared;
 use super::idempotency::{self, Changes, Index};
 use super::open::{Opening, open_database};
-use super::tables::{META, META_BATCH, META_NEXT_ID, Tables};
+use super::tables::{META, META_BATCH, META_NEXT_ID, Tables, begin};
 use crate::clock::unix_now;
 use crate::pet::{NewPet, Pet, PetId, PetPatch};
 use crate::store::model::{Created, Precondition, StoreError, StoredPet};
@@ -202,21 +202,9 @@ impl Writer {
     }
 }
 
-/// The number of the last batch committed to `db`.
-pub(super) fn last_batch(db: &Database) -> Result<u64, StoreError> {
-    let txn = db.begin_read().map_err(StoreError::storage)?;
-    let meta = txn.open_table(META).map_err(StoreError::storage)?;
-    Ok(meta
-        .get(META_BATCH)
-        .map_err(StoreError::storage)?
-        .map_or(0, |v| v.value()))
-}
-
 /// A durable commit that only counts a batch: everything before it is durable once it returns.
 fn settle_durably(db: &Database, number: u64) -> Result<(), StoreError> {
-    let mut txn = db.begin_write().map_err(StoreError::storage)?;
-    txn.set_two_phase_commit(true);
-    txn.set_quick_repair(true);
+    let txn = begin(db, true)?;
     txn.open_table(META)
         .map_err(StoreError::storage)?
         .insert(META_BATCH, number)
