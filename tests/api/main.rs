@@ -11,6 +11,7 @@ mod copy;
 mod crash;
 mod create;
 mod errors;
+mod events;
 mod faults;
 mod get;
 mod haproxy;
