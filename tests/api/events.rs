@@ -1960,7 +1960,7 @@ async fn a_filtered_stream_gets_only_its_types_and_its_bookmarks_move_past_the_o
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_stream_s_400_and_410_are_json_answers_before_any_stream() {
+async fn a_stream_s_400s_are_json_answers_before_any_stream() {
     let server = Server::start();
     let mut client = server.h1().await;
     client.create(r#"{"name":"Rex","categoryId":1}"#).await;
@@ -2022,8 +2022,8 @@ async fn one_stream_more_than_max_subscribers_gets_503_unavailable_with_retry_af
         let events = sse.until(cursor(&feed[0])).await;
         assert_eq!(events[0]["pet"], rex);
     }
-    // One goes: its place is free again.
-    drop(first);
+    // One goes (its HTTP/2 connection closed): its place is free again.
+    drop(second);
     metric_reaches(
         metrics,
         r#"petstore_event_streams_closed_total{reason="client"}"#,
@@ -2043,6 +2043,45 @@ async fn one_stream_more_than_max_subscribers_gets_503_unavailable_with_retry_af
         }
     };
     third.start().await;
+    drop(first);
+    server.stop();
+}
+
+/// A stream is a request in flight: with `--idle-timeout 1` it outlives seconds without a
+/// byte, and with `--max-connections 2` taken by two streams a third connection waits for a
+/// place rather than closing one; once a stream ends, it gets that place.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stream_is_a_request_in_flight_never_closed_as_idle_and_holds_its_connection_place() {
+    let server = Server::start_with(with_args(&[
+        "--idle-timeout",
+        "1",
+        "--max-connections",
+        "2",
+    ]));
+    let mut kept = streaming(stream(server.addr, Protocol::Http1, "/v1/events", &[]).await);
+    kept.start().await;
+    let mut other = streaming(stream(server.addr, Protocol::Http2, "/v1/events", &[]).await);
+    other.start().await;
+    let addr = server.addr;
+    let waiting = tokio::spawn(async move {
+        let mut client = Client::connect(addr, Protocol::Http1).await;
+        client.create(r#"{"name":"Rex","categoryId":1}"#).await
+    });
+    // Time passes, with nothing to send: past the idle timeout, the third still waits.
+    assert!(
+        kept.item(Duration::from_millis(2500)).await.is_none(),
+        "the stream stays open, with nothing to send"
+    );
+    assert!(!waiting.is_finished(), "a stream's place was given away");
+    drop(other);
+    let pet = tokio::time::timeout(STREAM_WAIT, waiting)
+        .await
+        .expect("the third connection gets the freed place")
+        .expect("the create");
+    match kept.next().await {
+        Item::Event(event) => assert_eq!(event_value(&event)["pet"], pet),
+        other => panic!("the idle stream is still open: {other:?}"),
+    }
     server.stop();
 }
 
@@ -2224,6 +2263,85 @@ fn dechunk(mut body: &[u8]) -> (Vec<u8>, bool) {
     }
 }
 
+/// The feed's events without their cursors: what a backup keeps.
+fn without_cursors(feed: &[Value]) -> Vec<Value> {
+    feed.iter()
+        .map(|event| {
+            let mut event = event.clone();
+            event["cursor"] = Value::Null;
+            event
+        })
+        .collect()
+}
+
+/// `petstore backup` keeps every event under a new feed identity, `petstore copy` starts a
+/// new, empty feed: on both, the old store's cursors get 410 (never a wrong replay).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_backup_keeps_the_events_a_copy_starts_anew_and_old_cursors_get_410_on_both() {
+    let server = Server::start();
+    let mut writer = Writer::new(server.h2().await, "kept", Rng::seeded("backup and copy"));
+    for _ in 0..20 {
+        writer.step().await.expect("an answer");
+    }
+    let mut client = server.h1().await;
+    let feed = whole_feed(&mut client).await;
+    let (pets, position) = snapshot(&mut client).await;
+    drop((writer, client));
+    let stopped = server.stop();
+    let db = stopped.dir.path().join("pets.redb");
+    let (backup, copy) = (
+        stopped.dir.path().join("backup.redb"),
+        stopped.dir.path().join("copy.redb"),
+    );
+    for (command, flag, to) in [("backup", "--db", &backup), ("copy", "--from", &copy)] {
+        let args = [
+            command.as_ref(),
+            flag.as_ref(),
+            db.as_os_str(),
+            "--to".as_ref(),
+            to.as_os_str(),
+        ];
+        let (code, stdout, stderr) = run(&args);
+        assert_eq!(code, Some(0), "{command}:\n{stdout}\n{stderr}");
+    }
+    let old: Vec<&str> = [cursor(&feed[0]), cursor(&feed[10]), position.as_str()].into();
+    for (file, kept) in [(&backup, true), (&copy, false)] {
+        let server = Server::start_with(Options {
+            db: Some(file.display().to_string()),
+            ..Options::default()
+        });
+        let mut client = server.h1().await;
+        let (served, _) = snapshot(&mut client).await;
+        assert_eq!(served, pets, "{}", file.display());
+        let restored = whole_feed(&mut client).await;
+        if kept {
+            assert_eq!(
+                without_cursors(&restored),
+                without_cursors(&feed),
+                "every event"
+            );
+        } else {
+            assert!(
+                restored.is_empty(),
+                "a copy starts a new, empty feed: {restored:?}"
+            );
+        }
+        for gone in &old {
+            let path = format!("/v1/events?after={gone}");
+            assert_expired(&client.get(&path).await, &path);
+            let reply = refused(stream(server.addr, Protocol::Http2, &path, &[]).await);
+            assert_expired(&reply, "a stream after the old store's cursor");
+        }
+        // The new feed goes on from its own positions.
+        let (_, now) = snapshot(&mut client).await;
+        let pet = client.create(r#"{"name":"new","categoryId":1}"#).await;
+        let next = page(&mut client, &format!("/v1/events?after={now}")).await;
+        assert_eq!(next.events.len(), 1);
+        assert_eq!(next.events[0]["pet"], pet);
+        server.stop();
+    }
+}
+
 // ------------------------------------------------------------------------------------------
 // Crashes.
 
@@ -2348,14 +2466,14 @@ fn events_keep_refuses_0_and_durations_that_are_not_one() {
     }
 }
 
-/// With `--events-keep 1s`, the purge (every 60 s, so this test takes up to about a minute)
-/// removes the events older than a second: cursors from before it get 410 on pages and
+/// With `--events-keep 2s`, the purge (every 60 s, so this test takes up to about a minute)
+/// removes the events older than two seconds: cursors from before it get 410 on pages and
 /// streams, while the position just before the oldest event kept is still served.
 #[tokio::test(flavor = "multi_thread")]
 async fn events_past_events_keep_are_purged_and_their_cursors_get_410() {
     let server = Server::start_with(with_args(&[
         "--events-keep",
-        "1s",
+        "2s",
         "--metrics-listen",
         "127.0.0.1:0",
     ]));
