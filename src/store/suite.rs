@@ -16,6 +16,7 @@ use super::*;
 use crate::pet::PetPatch;
 
 const TUNING: Tuning = Tuning {
+    events_keep: crate::store::DEFAULT_EVENTS_KEEP,
     idempotency_ttl: Duration::from_secs(3600),
     max_write_batch: DEFAULT_MAX_WRITE_BATCH,
 };
@@ -561,7 +562,7 @@ fn a_version_1_postgres_database_is_upgraded_and_its_records_still_replay() {
         "\\connect upgrade_v1\nSELECT value, (SELECT octet_length(scope) FROM idempotency) \
          FROM petstore_meta WHERE name = 'schema_version'",
     );
-    assert_eq!(upgraded, "2|16");
+    assert_eq!(upgraded, "3|16");
 }
 
 /// The URL's own `options` reach the server beside our statement bound: here a search_path

@@ -369,6 +369,7 @@ mod tests {
 
     fn tuning() -> Tuning {
         Tuning {
+            events_keep: crate::store::DEFAULT_EVENTS_KEEP,
             idempotency_ttl: Duration::from_secs(3600),
             max_write_batch: 64,
         }
