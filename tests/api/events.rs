@@ -358,7 +358,12 @@ async fn page(client: &mut Client, path: &str) -> Page {
         }
     }
     match (events.last(), &after) {
-        (Some(last), _) => assert_eq!(next.after, cursor(last), "{path}: next after the last"),
+        (Some(last), _) if types.is_none() => {
+            assert_eq!(next.after, cursor(last), "{path}: next after the last");
+        }
+        // The contract says the last event's cursor here too; the type filter test checks
+        // that apart, so that it alone fails on it.
+        (Some(last), _) => assert!(next.after.as_str() >= cursor(last), "{path}: never back"),
         (None, Some(after)) if types.is_none() => {
             assert_eq!(
                 &next.after, after,
@@ -838,6 +843,9 @@ struct Sse {
     ended: Option<bool>,
     /// The id of the last event dispatched, which a browser sends back as Last-Event-ID.
     last_id: Option<String>,
+    /// What the next event must come after: the last event or later bookmark (the opening
+    /// bookmark's own position is checked where a test is about it).
+    order: Option<String>,
     /// The request sender, kept so that the connection is not closed under the stream.
     _sender: Box<dyn Any + Send>,
     connection: Option<Connection>,
@@ -912,6 +920,7 @@ async fn open(
         parser: SseParser::default(),
         ended: None,
         last_id: None,
+        order: None,
         _sender: sender,
         connection: Some(connection),
     })
@@ -989,13 +998,14 @@ impl Sse {
                         .id
                         .clone()
                         .unwrap_or_else(|| panic!("an event without an id: {event:?}"));
-                    if let Some(last) = &self.last_id {
+                    if let Some(last) = &self.order {
                         if event.event == "bookmark" {
                             assert!(id >= *last, "a bookmark went back: {event:?}");
                         } else {
                             assert!(id > *last, "an event out of order: {event:?}");
                         }
                     }
+                    self.order = Some(id.clone());
                     self.last_id = Some(id);
                 }
                 return Some(item);
@@ -1031,10 +1041,12 @@ impl Sse {
             Item::Retry(2000) => {}
             other => panic!("a stream begins with retry: 2000, not {other:?}"),
         }
-        match self.next().await {
+        let position = match self.next().await {
             Item::Event(event) => bookmark(&event),
             other => panic!("then a bookmark, not {other:?}"),
-        }
+        };
+        self.order = None;
+        position
     }
 
     /// Reads until the event whose cursor is `last` (bookmarks checked and skipped); returns
@@ -1420,6 +1432,32 @@ async fn the_type_filter_keeps_its_types_and_an_unknown_or_empty_type_is_400() {
             .await
             .assert_error_prefix(400, "invalid_parameter", "");
     }
+    // The contract: a page that returned events links on from the last one it returned.
+    let mut past = Vec::new();
+    for types in ["pet.deleted", "pet.created", "pet.created,pet.updated"] {
+        let mut path = format!("/v1/events?limit=2&type={types}");
+        loop {
+            let page = page(&mut client, &path).await;
+            match page.events.last() {
+                Some(last) if page.next.after != cursor(last) => past.push(format!(
+                    "{path} returned up to {} and links to {}",
+                    cursor(last),
+                    page.next.path
+                )),
+                Some(_) => {}
+                None if param(&path, "after").as_deref() == Some(page.next.after.as_str()) => {
+                    break;
+                }
+                None => {}
+            }
+            path = page.next.path;
+        }
+    }
+    assert!(
+        past.is_empty(),
+        "filtered pages link past the last event they returned:\n{}",
+        past.join("\n")
+    );
     server.stop();
 }
 
@@ -1734,7 +1772,7 @@ async fn a_stream_starts_with_retry_and_a_bookmark_then_sends_live_events_in_ord
         )
         .await,
     );
-    assert_eq!(resumed.start().await, nine);
+    resumed.start().await;
     assert_eq!(resumed.until(&last).await, feed[10..]);
     let mut from_after = streaming(
         stream(
@@ -1745,7 +1783,7 @@ async fn a_stream_starts_with_retry_and_a_bookmark_then_sends_live_events_in_ord
         )
         .await,
     );
-    assert_eq!(from_after.start().await, four);
+    from_after.start().await;
     assert_eq!(from_after.until(&last).await, feed[5..]);
     // A stream from the newest position is a live one: the next write is its next event.
     let mut at_end = streaming(
@@ -1779,12 +1817,94 @@ async fn a_stream_starts_with_retry_and_a_bookmark_then_sends_live_events_in_ord
         )
         .await;
     assert_eq!(reply.header("content-type"), Some("application/json"));
-    assert_eq!(events_of(&reply.body)[..], feed[5..]);
+    let feed = whole_feed(&mut client).await;
+    assert_eq!(events_of(&reply.body), after(&feed, &four));
+    server.stop();
+}
+
+/// The stream opens with a bookmark of its starting position. A browser takes a bookmark's
+/// `id:` as its Last-Event-ID like any other, so an opening bookmark past the events sent
+/// after it would make a client that reconnects right after it skip them: each way of
+/// opening a stream here is left just after its bookmark and resumed from it, and must get
+/// every event after its start.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stream_s_opening_bookmark_is_its_start_so_resuming_from_it_loses_nothing() {
+    let server = Server::start();
+    let mut client = server.h1().await;
+    let (_, start) = follow(&mut client, "/v1/events").await;
+    for n in 0..3 {
+        client
+            .create(&format!(r#"{{"name":"early-{n}","categoryId":1}}"#))
+            .await;
+    }
+    let first = cursor(&whole_feed(&mut client).await[0]).to_owned();
+    let mut wrong = Vec::new();
+    for (path, last_event_id, from) in [
+        ("/v1/events".to_owned(), "", &start),
+        (format!("/v1/events?after={start}"), "", &start),
+        ("/v1/events".to_owned(), start.as_str(), &start),
+        (format!("/v1/events?after={first}"), "", &first),
+    ] {
+        let what = format!("{path} with Last-Event-ID {last_event_id:?}");
+        let mut sse = streaming(
+            stream(
+                server.addr,
+                Protocol::Http1,
+                &path,
+                &[("last-event-id", last_event_id)],
+            )
+            .await,
+        );
+        let opening = sse.start().await;
+        drop(sse);
+        let mut resumed = streaming(
+            stream(
+                server.addr,
+                Protocol::Http2,
+                "/v1/events",
+                &[("last-event-id", opening.as_str())],
+            )
+            .await,
+        );
+        resumed.start().await;
+        client.create(r#"{"name":"marker","categoryId":1}"#).await;
+        let feed = whole_feed(&mut client).await;
+        let got = resumed.until(cursor(feed.last().expect("events"))).await;
+        let due = after(&feed, from);
+        if opening != *from {
+            wrong.push(format!(
+                "{what}: the opening bookmark is {opening}, not the start {from}"
+            ));
+        }
+        if got != due {
+            wrong.push(format!(
+                "{what}: resumed from that bookmark, {} events came of the {} after the start",
+                got.len(),
+                due.len()
+            ));
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
     server.stop();
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_stream_killed_at_random_points_and_resumed_by_last_event_id_sees_every_event_once() {
+    killed_and_resumed(true).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stream_killed_at_random_points_and_resumed_from_its_last_event_sees_every_event_once() {
+    killed_and_resumed(false).await;
+}
+
+/// Three writers create, patch and delete while a reader reads a stream in pieces: each piece
+/// (HTTP/1.1 and HTTP/2 in turn) is killed after a random number of items (its connection
+/// closed, or on HTTP/2 only its stream reset) and the next resumes with Last-Event-ID, and an
+/// `after` at the very start that it must lose to. Across the pieces: every event once, in
+/// order. As a browser (`browser`), the resume point is the id of the last event dispatched,
+/// bookmarks included; otherwise the cursor of the last feed event received.
+async fn killed_and_resumed(browser: bool) {
     let server = Server::start();
     let mut client = server.h1().await;
     let (_, start) = follow(&mut client, "/v1/events").await;
@@ -1824,22 +1944,33 @@ async fn a_stream_killed_at_random_points_and_resumed_by_last_event_id_sees_ever
             )
             .await,
         );
-        assert_eq!(
-            sse.start().await,
-            position,
-            "the bookmark is at Last-Event-ID"
-        );
+        let opening = sse.start().await;
+        if browser {
+            assert_eq!(
+                opening, position,
+                "the opening bookmark is at Last-Event-ID (else a client resuming from its id \
+                 skips the events sent after it)"
+            );
+        }
         for _ in 0..rng.below(12) {
             match sse.item(Duration::from_millis(300)).await {
                 None => break,
                 Some(Item::Event(event)) if event.event == "bookmark" => {
                     bookmark(&event);
                 }
-                Some(Item::Event(event)) => got.push(event_value(&event)),
+                Some(Item::Event(event)) => {
+                    let value = event_value(&event);
+                    if !browser {
+                        position = cursor(&value).to_owned();
+                    }
+                    got.push(value);
+                }
                 Some(other) => panic!("mid-stream: {other:?}"),
             }
         }
-        position = sse.last_id.clone().expect("a stream has a position");
+        if browser {
+            position = sse.last_id.clone().expect("a stream has a position");
+        }
         // Killed: the whole connection, or (HTTP/2) only the stream, the connection kept a
         // little longer.
         if protocol == Protocol::Http2 && rng.below(2) == 0 {
@@ -1936,6 +2067,8 @@ async fn a_filtered_stream_gets_only_its_types_and_its_bookmarks_move_past_the_o
         .await,
     );
     assert_eq!(resumed.start().await, moved);
+    // HTTP/1.1 connections idle that long may have been closed: a new one.
+    let mut client = server.h2().await;
     writer.own.push((
         client.create(r#"{"name":"gone","categoryId":1}"#).await["id"]
             .as_i64()
@@ -2233,7 +2366,7 @@ async fn a_reader_that_stops_reading_is_closed_and_resumes_without_loss() {
         )
         .await,
     );
-    assert_eq!(resumed.start().await, position);
+    resumed.start().await;
     got.extend(resumed.until(cursor(feed.last().expect("events"))).await);
     assert_eq!(got, feed, "nothing lost, nothing twice");
     server.stop();
@@ -2274,10 +2407,20 @@ fn without_cursors(feed: &[Value]) -> Vec<Value> {
         .collect()
 }
 
-/// `petstore backup` keeps every event under a new feed identity, `petstore copy` starts a
-/// new, empty feed: on both, the old store's cursors get 410 (never a wrong replay).
 #[tokio::test(flavor = "multi_thread")]
-async fn a_backup_keeps_the_events_a_copy_starts_anew_and_old_cursors_get_410_on_both() {
+async fn a_restored_backup_keeps_every_event_under_a_new_feed_where_old_cursors_get_410() {
+    backup_or_copy("backup").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_copied_store_starts_a_new_empty_feed_where_old_cursors_get_410() {
+    backup_or_copy("copy").await;
+}
+
+/// `petstore backup` keeps every event under a new feed identity, `petstore copy` starts a
+/// new, empty feed: on both, the old store's cursors get 410 (never a wrong replay), the pets
+/// are served as they were, and the new feed goes on.
+async fn backup_or_copy(command: &str) {
     let server = Server::start();
     let mut writer = Writer::new(server.h2().await, "kept", Rng::seeded("backup and copy"));
     for _ in 0..20 {
@@ -2289,57 +2432,56 @@ async fn a_backup_keeps_the_events_a_copy_starts_anew_and_old_cursors_get_410_on
     drop((writer, client));
     let stopped = server.stop();
     let db = stopped.dir.path().join("pets.redb");
-    let (backup, copy) = (
-        stopped.dir.path().join("backup.redb"),
-        stopped.dir.path().join("copy.redb"),
-    );
-    for (command, flag, to) in [("backup", "--db", &backup), ("copy", "--from", &copy)] {
-        let args = [
-            command.as_ref(),
-            flag.as_ref(),
-            db.as_os_str(),
-            "--to".as_ref(),
-            to.as_os_str(),
-        ];
-        let (code, stdout, stderr) = run(&args);
-        assert_eq!(code, Some(0), "{command}:\n{stdout}\n{stderr}");
-    }
+    let file = stopped.dir.path().join("made.redb");
+    let flag = if command == "backup" {
+        "--db"
+    } else {
+        "--from"
+    };
+    let args = [
+        command.as_ref(),
+        flag.as_ref(),
+        db.as_os_str(),
+        "--to".as_ref(),
+        file.as_os_str(),
+    ];
+    let (code, stdout, stderr) = run(&args);
+    assert_eq!(code, Some(0), "{command}:\n{stdout}\n{stderr}");
     let old: Vec<&str> = [cursor(&feed[0]), cursor(&feed[10]), position.as_str()].into();
-    for (file, kept) in [(&backup, true), (&copy, false)] {
-        let server = Server::start_with(Options {
-            db: Some(file.display().to_string()),
-            ..Options::default()
-        });
-        let mut client = server.h1().await;
-        let (served, _) = snapshot(&mut client).await;
-        assert_eq!(served, pets, "{}", file.display());
-        let restored = whole_feed(&mut client).await;
-        if kept {
-            assert_eq!(
-                without_cursors(&restored),
-                without_cursors(&feed),
-                "every event"
-            );
-        } else {
-            assert!(
-                restored.is_empty(),
-                "a copy starts a new, empty feed: {restored:?}"
-            );
-        }
-        for gone in &old {
-            let path = format!("/v1/events?after={gone}");
-            assert_expired(&client.get(&path).await, &path);
-            let reply = refused(stream(server.addr, Protocol::Http2, &path, &[]).await);
-            assert_expired(&reply, "a stream after the old store's cursor");
-        }
-        // The new feed goes on from its own positions.
-        let (_, now) = snapshot(&mut client).await;
-        let pet = client.create(r#"{"name":"new","categoryId":1}"#).await;
-        let next = page(&mut client, &format!("/v1/events?after={now}")).await;
-        assert_eq!(next.events.len(), 1);
-        assert_eq!(next.events[0]["pet"], pet);
-        server.stop();
+    let kept = command == "backup";
+    let server = Server::start_with(Options {
+        db: Some(file.display().to_string()),
+        ..Options::default()
+    });
+    let mut client = server.h1().await;
+    let (served, _) = snapshot(&mut client).await;
+    assert_eq!(served, pets, "{command}: the pets");
+    let restored = whole_feed(&mut client).await;
+    if kept {
+        assert_eq!(
+            without_cursors(&restored),
+            without_cursors(&feed),
+            "every event"
+        );
+    } else {
+        assert!(
+            restored.is_empty(),
+            "a copy starts a new, empty feed: {restored:?}"
+        );
     }
+    for gone in &old {
+        let path = format!("/v1/events?after={gone}");
+        assert_expired(&client.get(&path).await, &path);
+        let reply = refused(stream(server.addr, Protocol::Http2, &path, &[]).await);
+        assert_expired(&reply, "a stream after the old store's cursor");
+    }
+    // The new feed goes on from its own positions.
+    let (_, now) = snapshot(&mut client).await;
+    let pet = client.create(r#"{"name":"new","categoryId":1}"#).await;
+    let next = page(&mut client, &format!("/v1/events?after={now}")).await;
+    assert_eq!(next.events.len(), 1);
+    assert_eq!(next.events[0]["pet"], pet);
+    server.stop();
 }
 
 // ------------------------------------------------------------------------------------------
@@ -2466,9 +2608,10 @@ fn events_keep_refuses_0_and_durations_that_are_not_one() {
     }
 }
 
-/// With `--events-keep 2s`, the purge (every 60 s, so this test takes up to about a minute)
-/// removes the events older than two seconds: cursors from before it get 410 on pages and
-/// streams, while the position just before the oldest event kept is still served.
+/// With `--events-keep 2s`, the purge (every 60 s by the contract, so this test may take about
+/// a minute) removes the events older than two seconds while one is created every quarter
+/// second: cursors from before the oldest kept get 410 on pages and streams, while the
+/// position just before the oldest event kept is still served.
 #[tokio::test(flavor = "multi_thread")]
 async fn events_past_events_keep_are_purged_and_their_cursors_get_410() {
     let server = Server::start_with(with_args(&[
@@ -2503,16 +2646,54 @@ async fn events_past_events_keep_are_purged_and_their_cursors_get_410() {
         assert!(Instant::now() < deadline, "no purge within 75 s");
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
-    let kept = whole_feed(&mut client).await;
-    let first = all
-        .iter()
-        .position(|event| cursor(event) == cursor(&kept[0]))
-        .expect("the oldest kept is one we read");
-    assert!(first >= 2, "only {first} purged");
-    assert_eq!(kept[..], all[first..], "the newer events are all kept");
-    let age = value(&scrape(metrics).await, "petstore_events_oldest_age_seconds");
-    assert!((0.0..10.0).contains(&age), "the oldest kept is {age} s old");
-
+    // The oldest event kept, and the position just before it, which loses nothing and so is
+    // served, on a page and as a stream. A purge may run again between two requests (this
+    // server purges a short retention every quarter of it): then the oldest kept has moved,
+    // and the check starts again from the new one.
+    let mut first = 0;
+    for attempt in 1.. {
+        assert!(attempt <= 5, "the oldest kept moved under every check");
+        // A new event, so that something is kept whatever the purges did meanwhile.
+        client
+            .create(&format!(r#"{{"name":"check-{attempt}","categoryId":1}}"#))
+            .await;
+        let (events, end) = follow(
+            &mut client,
+            &format!("/v1/events?after={position}&limit=1000"),
+        )
+        .await;
+        all.extend(events);
+        position = end;
+        let kept = whole_feed(&mut client).await;
+        first = all
+            .iter()
+            .position(|event| cursor(event) == cursor(&kept[0]))
+            .expect("the oldest kept is one we read");
+        assert!(first >= 2, "only {first} purged");
+        assert_eq!(kept[..], all[first..], "the newer events are all kept");
+        let just_before = cursor(&all[first - 1]).to_owned();
+        let path = format!("/v1/events?after={just_before}&limit=1000");
+        let reply = client.get(&path).await;
+        if reply.status == 410 && cursor(&whole_feed(&mut client).await[0]) != cursor(&kept[0]) {
+            continue;
+        }
+        assert_eq!(reply.status, 200, "{path}: {:?}", reply.body);
+        assert_eq!(events_of(&reply.body), kept, "{path}");
+        let mut sse = match stream(server.addr, Protocol::Http1, &path, &[]).await {
+            Ok(sse) => sse,
+            Err(reply) => {
+                let moved = cursor(&whole_feed(&mut client).await[0]) != cursor(&kept[0]);
+                if reply.status == 410 && moved {
+                    continue;
+                }
+                panic!("{path} as a stream: {} {:?}", reply.status, reply.body);
+            }
+        };
+        sse.start().await;
+        assert_eq!(sse.until(cursor(kept.last().expect("kept"))).await, kept);
+        break;
+    }
+    // Older positions stay gone.
     for gone in [start.as_str(), cursor(&all[0]), cursor(&all[first - 2])] {
         let path = format!("/v1/events?after={gone}");
         assert_expired(&client.get(&path).await, &path);
@@ -2529,13 +2710,25 @@ async fn events_past_events_keep_are_purged_and_their_cursors_get_410() {
         );
         assert_expired(&reply, "a stream resuming at a purged cursor");
     }
-    // Resuming just before the oldest kept loses nothing, so it is served.
-    let just_before = cursor(&all[first - 1]).to_owned();
-    let path = format!("/v1/events?after={just_before}&limit=1000");
-    assert_eq!(page(&mut client, &path).await.events, kept);
-    let mut sse = streaming(stream(server.addr, Protocol::Http1, &path, &[]).await);
-    assert_eq!(sse.start().await, just_before);
-    assert_eq!(sse.until(cursor(kept.last().expect("kept"))).await, kept);
+    // The metric follows (it is read every 10 s): the oldest kept is young.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let page = scrape(metrics).await;
+        let series = "petstore_events_oldest_age_seconds";
+        assert!(
+            page.contains(&format!("\n{series} ")),
+            "no {series}:\n{page}"
+        );
+        let age = value(&page, series);
+        if age < 10.0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the oldest kept is still {age} s old"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
     server.stop();
 }
 
