@@ -1550,6 +1550,54 @@ async fn a_cursor_of_another_store_s_feed_is_410_cursor_expired_on_pages_and_str
     theirs.stop();
 }
 
+/// A position beyond the newest this store has gets 410, never a silent wait for (or replay
+/// of) other events: as after a store file is put back from an older copy of itself.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_position_beyond_the_newest_of_the_store_gets_410_as_after_an_older_file_is_restored() {
+    let server = Server::start();
+    let mut client = server.h1().await;
+    for n in 0..3 {
+        client
+            .create(&format!(r#"{{"name":"old-{n}","categoryId":1}}"#))
+            .await;
+    }
+    let (_, then) = snapshot(&mut client).await;
+    drop(client);
+    let stopped = server.stop();
+    let older = stopped.dir.path().join("older.redb");
+    std::fs::copy(stopped.dir.path().join("pets.redb"), &older).expect("a copy of the file");
+    let server = Server::start_on(stopped);
+    let mut client = server.h1().await;
+    for n in 0..3 {
+        client
+            .create(&format!(r#"{{"name":"new-{n}","categoryId":1}}"#))
+            .await;
+    }
+    let (_, newer) = snapshot(&mut client).await;
+    assert!(newer > then);
+    drop(client);
+    let stopped = server.stop();
+    let server = Server::start_with(Options {
+        db: Some(older.display().to_string()),
+        ..Options::default()
+    });
+    let mut client = server.h2().await;
+    let (_, here) = snapshot(&mut client).await;
+    assert_eq!(here, then, "the older file's own position");
+    let path = format!("/v1/events?after={newer}");
+    assert_expired(&client.get(&path).await, &path);
+    let reply = refused(stream(server.addr, Protocol::Http1, &path, &[]).await);
+    assert_expired(&reply, "a stream from beyond the newest position");
+    assert!(
+        page(&mut client, &format!("/v1/events?after={then}"))
+            .await
+            .events
+            .is_empty()
+    );
+    server.stop();
+    drop(stopped);
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_read_only_key_reads_the_feed_and_no_key_gets_401() {
     let dir = tempfile::tempdir().expect("temp dir");
@@ -2177,6 +2225,14 @@ async fn one_stream_more_than_max_subscribers_gets_503_unavailable_with_retry_af
     };
     third.start().await;
     drop(first);
+    // The feed's metrics on a page promtool finds nothing wrong with.
+    let page = scrape(metrics).await;
+    assert_eq!(
+        value(&page, "petstore_events_appended_total"),
+        1.0,
+        "one create"
+    );
+    crate::metrics::promtool_check(&page);
     server.stop();
 }
 
