@@ -323,7 +323,19 @@ impl Stream {
             Err(Ended::Closed(reason)) => reason,
         };
         metrics::stream_closed(reason);
-        tracing::debug!(reason = ?reason, "event stream ended");
+        match reason {
+            // The ordinary ends: a client leaving, the server stopping.
+            StreamClosed::Client | StreamClosed::Shutdown => {
+                tracing::debug!(?reason, "event stream ended");
+            }
+            StreamClosed::Slow | StreamClosed::Expired | StreamClosed::Error => {
+                tracing::info!(
+                    ?reason,
+                    position = self.position,
+                    "event stream ended; its client resumes from its last id"
+                );
+            }
+        }
     }
 
     async fn serve(&mut self, first: EventPage) -> Result<(), Ended> {

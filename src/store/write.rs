@@ -323,6 +323,12 @@ impl Front {
         purge_once(&self.queue, Write::Purge, now).await
     }
 
+    /// Removes up to `PURGE_BATCH` of the oldest events, from before `before_ms`.
+    #[cfg(test)]
+    pub(super) async fn trim(&self, before_ms: u64) -> Result<usize, StoreError> {
+        purge_once(&self.queue, Write::Trim, before_ms).await
+    }
+
     /// Finishes the writes already queued and stops the engine; later writes get `Closed`.
     pub(super) async fn close(&self) {
         let (done, closed) = oneshot::channel();
