@@ -1432,8 +1432,26 @@ async fn the_type_filter_keeps_its_types_and_an_unknown_or_empty_type_is_400() {
             .await
             .assert_error_prefix(400, "invalid_parameter", "");
     }
-    // The contract: a page that returned events links on from the last one it returned.
+    // The contract: a page that returned events links on from the last one it returned. At
+    // the end of the feed for certain: a create, then two patches, read for creates only.
+    let (_, before) = snapshot(&mut client).await;
+    let rex = client.create(r#"{"name":"Rex","categoryId":1}"#).await;
+    for patch in [r#"{"status":"sold"}"#, r#"{"categoryId":2}"#] {
+        let path = format!("/v1/pets/{}", rex["id"]);
+        assert_eq!(client.patch_json(&path, patch).await.status, 200);
+    }
     let mut past = Vec::new();
+    let path = format!("/v1/events?after={before}&limit=2&type=pet.created");
+    let created = page(&mut client, &path).await;
+    assert_eq!(created.events.len(), 1);
+    assert_eq!(created.events[0]["pet"], rex);
+    if created.next.after != cursor(&created.events[0]) {
+        past.push(format!(
+            "{path} returned only {} and links to {}",
+            cursor(&created.events[0]),
+            created.next.path
+        ));
+    }
     for types in ["pet.deleted", "pet.created", "pet.created,pet.updated"] {
         let mut path = format!("/v1/events?limit=2&type={types}");
         loop {
