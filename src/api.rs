@@ -7,21 +7,23 @@
 use std::time::Duration;
 
 use bytes::Bytes;
+use bytes::{BufMut, BytesMut};
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 use hyper::StatusCode;
 use hyper::body::Incoming;
 use hyper::header::{
-    CONTENT_LENGTH, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue, IF_MATCH, IF_NONE_MATCH,
-    LINK, LOCATION,
+    ACCEPT, CACHE_CONTROL, CONTENT_LENGTH, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue,
+    IF_MATCH, IF_NONE_MATCH, LINK, LOCATION,
 };
 use sha2::{Digest, Sha256};
 
 use crate::auth::Caller;
 use crate::conditional::{self, IfMatch};
 use crate::error::Error;
+use crate::feed::Feed;
 use crate::pet::{NewPet, PetId, PetPatch};
-use crate::query::{self, InvalidQuery, ListQuery};
-use crate::store::{Precondition, Store, StoredPet};
+use crate::query::{self, EventsQuery, InvalidQuery, ListQuery};
+use crate::store::{EventQuery, Precondition, ReadError, Store, StoredPet};
 
 /// Bodies larger than this are refused with 413.
 pub const MAX_BODY_BYTES: usize = 64 * 1024;
@@ -33,6 +35,13 @@ const IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("idempotency-key");
 /// Tells a client that a 201 answers an earlier request with its Idempotency-Key, as Stripe's
 /// `Idempotent-Replayed` does.
 const IDEMPOTENT_REPLAYED: HeaderName = HeaderName::from_static("idempotent-replayed");
+/// On every listPets answer: the event feed's position at the page's read snapshot.
+const EVENTS_CURSOR: HeaderName = HeaderName::from_static("events-cursor");
+/// WHATWG HTML 9.2: what an EventSource sends when it reconnects.
+const LAST_EVENT_ID: HeaderName = HeaderName::from_static("last-event-id");
+const X_ACCEL_BUFFERING: HeaderName = HeaderName::from_static("x-accel-buffering");
+const NO_STORE: HeaderValue = HeaderValue::from_static("no-store");
+const EVENT_STREAM: HeaderValue = HeaderValue::from_static("text/event-stream");
 
 /// A successful answer: status, JSON body and the operation's extra headers.
 #[derive(Debug)]
@@ -44,6 +53,8 @@ pub struct Reply {
     /// place in the fields an answer starts with.
     pub etag: Option<HeaderValue>,
     pub headers: Vec<(HeaderName, HeaderValue)>,
+    /// An event stream's frames, sent as the body in place of `body` while they come.
+    pub stream: Option<tokio::sync::mpsc::Receiver<Bytes>>,
 }
 
 impl Reply {
@@ -53,6 +64,7 @@ impl Reply {
             body,
             etag: None,
             headers: Vec::new(),
+            stream: None,
         }
     }
 
@@ -63,6 +75,7 @@ impl Reply {
             etag: Some(etag(&pet)),
             headers: Vec::new(),
             body: pet.json,
+            stream: None,
         }
     }
 
@@ -73,6 +86,7 @@ impl Reply {
             body: Bytes::new(),
             etag,
             headers: Vec::new(),
+            stream: None,
         }
     }
 }
@@ -85,6 +99,9 @@ pub async fn list_pets(store: &Store, query: Option<&str>) -> Result<Reply, Erro
     })?;
     let page = store.list(query.status, query.after, query.limit).await?;
     let mut reply = Reply::ok(page.json);
+    let events = HeaderValue::try_from(page.events.cursor())
+        .expect("a cursor of hex digits is a valid header value");
+    reply.headers.push((EVENTS_CURSOR, events));
     if page.more
         && let Some(last_id) = page.last_id
     {
@@ -98,6 +115,89 @@ pub async fn list_pets(store: &Store, query: Option<&str>) -> Result<Reply, Erro
         reply.headers.push((LINK, link));
     }
     Ok(reply)
+}
+
+/// `GET /v1/events` (listEvents): a page of the feed as a JSON array, with a `Link` to the
+/// position after it, always; or, when the client accepts `text/event-stream` (and did not
+/// send HEAD), the feed live from that position.
+pub async fn list_events(
+    store: &Store,
+    feed: &Feed,
+    query: Option<&str>,
+    headers: &HeaderMap,
+    head: bool,
+) -> Result<Reply, Error> {
+    let streaming = !head && accepts_event_stream(headers);
+    // A browser's EventSource reconnects to the URL it first opened, with the id it last got.
+    let last_event_id = streaming
+        .then(|| headers.get(LAST_EVENT_ID).and_then(|v| v.to_str().ok()))
+        .flatten();
+    let query =
+        EventsQuery::parse(query.unwrap_or_default(), last_event_id).map_err(|e| match e {
+            InvalidQuery::Parameter(e) => Error::InvalidParameter(e.0),
+            InvalidQuery::Cursor(problem) => Error::InvalidCursor(problem),
+        })?;
+    let place = match streaming {
+        true => Some(feed.place().ok_or(Error::SubscribersFull {
+            max: feed.max_subscribers(),
+        })?),
+        false => None,
+    };
+    let read = EventQuery {
+        after: query.after,
+        types: query.types,
+        limit: query.limit,
+        // A filtered page looks at this many events at most, so that a rare type never makes
+        // one request scan the whole feed; its next link goes on from where it stopped.
+        scan: query.limit.saturating_mul(10).max(10_000),
+    };
+    let page = store.events(read).await.map_err(|e| match e {
+        ReadError::Gone => Error::CursorExpired,
+        ReadError::Store(e) => e.into(),
+    })?;
+    let mut reply = Reply::ok(Bytes::new());
+    reply.headers.push((CACHE_CONTROL, NO_STORE));
+    if let Some(place) = place {
+        reply.headers.push((CONTENT_TYPE, EVENT_STREAM));
+        // nginx buffers a proxied answer unless told not to: events would wait in it.
+        reply
+            .headers
+            .push((X_ACCEL_BUFFERING, HeaderValue::from_static("no")));
+        reply.stream = Some(feed.stream(place, page, query.types));
+        return Ok(reply);
+    }
+    let mut array =
+        BytesMut::with_capacity(64 + page.events.iter().map(|e| e.body.len() + 48).sum::<usize>());
+    array.put_u8(b'[');
+    for (n, event) in page.events.iter().enumerate() {
+        if n > 0 {
+            array.put_u8(b',');
+        }
+        event.json_into(page.state.feed, &mut array);
+    }
+    array.put_u8(b']');
+    reply.body = array.freeze();
+    let mut link = String::with_capacity(120);
+    link.push_str("</v1/events?");
+    query.next_into(page.reached_position(), &mut link);
+    link.push_str(">; rel=\"next\"");
+    let link = HeaderValue::try_from(link)
+        .expect("a link of hex digits, digits and type names is a valid header value");
+    reply.headers.push((LINK, link));
+    Ok(reply)
+}
+
+/// Whether `Accept` lists `text/event-stream` (with any parameters, in any case).
+fn accepts_event_stream(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|range| {
+            let essence = range.split(';').next().unwrap_or_default().trim();
+            essence.eq_ignore_ascii_case("text/event-stream")
+        })
 }
 
 /// `POST /v1/pets` (createPet): 201 with the stored pet, once it is durably committed; with
@@ -341,6 +441,7 @@ mod tests {
                 shared: true,
             };
             let tuning = crate::store::Tuning {
+                events_keep: crate::store::DEFAULT_EVENTS_KEEP,
                 idempotency_ttl: Duration::from_secs(60),
                 max_write_batch: crate::store::DEFAULT_MAX_WRITE_BATCH,
             };

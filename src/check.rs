@@ -53,6 +53,7 @@ pub fn run(path: &Path) -> anyhow::Result<()> {
         "idempotency records: {} ({} live)",
         report.records, report.live_records
     );
+    println!("events: {}", report.events);
     if report.pending_log_batches > 0 {
         println!(
             "log: {} batch(es) in the write-ahead log beside the file are not in it yet (a \

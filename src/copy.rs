@@ -253,6 +253,8 @@ async fn open(config: &CopyConfig, db: &Database, flag: &str) -> anyhow::Result<
     };
     // Neither side serves creates, so these only have to be valid.
     let tuning = Tuning {
+        // A copy runs no purge long enough to matter; the target's server keeps its own.
+        events_keep: crate::store::DEFAULT_EVENTS_KEEP,
         idempotency_ttl: Duration::from_secs(24 * 3600),
         max_write_batch: store::DEFAULT_MAX_WRITE_BATCH,
     };

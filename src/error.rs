@@ -68,6 +68,13 @@ pub enum Error {
     /// The write's commit failed and whether it was stored is unknown (whole, if it was); the
     /// cause is for the log.
     OutcomeUnknown(String),
+    /// An event feed cursor this feed cannot continue from: purged, of another store or of an
+    /// earlier feed of this one.
+    CursorExpired,
+    /// `--max-subscribers` event streams are open.
+    SubscribersFull {
+        max: usize,
+    },
 }
 
 /// The spec's Error object (section 2).
@@ -105,7 +112,10 @@ impl Error {
             Error::IdempotencyKeyReused => StatusCode::UNPROCESSABLE_ENTITY,
             Error::RateLimited(_) => StatusCode::TOO_MANY_REQUESTS,
             Error::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
-            Error::Unavailable(_) | Error::OutcomeUnknown(_) => StatusCode::SERVICE_UNAVAILABLE,
+            Error::Unavailable(_) | Error::OutcomeUnknown(_) | Error::SubscribersFull { .. } => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
+            Error::CursorExpired => StatusCode::GONE,
         }
     }
 
@@ -129,8 +139,9 @@ impl Error {
             Error::IdempotencyKeyReused => "idempotency_key_reused",
             Error::RateLimited(_) => "rate_limited",
             Error::Internal(_) => "internal_error",
-            Error::Unavailable(_) => "unavailable",
+            Error::Unavailable(_) | Error::SubscribersFull { .. } => "unavailable",
             Error::OutcomeUnknown(_) => "outcome_unknown",
+            Error::CursorExpired => "cursor_expired",
         }
     }
 
@@ -201,6 +212,15 @@ impl Error {
                 failed; retry it (a create with the same Idempotency-Key) or read it back to \
                 learn which"
                 .into(),
+            Error::CursorExpired => "this cursor is gone: its events were purged, or it belongs \
+                to another store or an earlier copy of this one; list the pets again (GET \
+                /v1/pets) and follow the feed from that answer's Events-Cursor"
+                .into(),
+            Error::SubscribersFull { max } => format!(
+                "{max} event streams are open, the most this server takes (--max-subscribers); \
+                 retry later, or poll GET /v1/events as JSON pages"
+            )
+            .into(),
         }
     }
 
@@ -235,6 +255,8 @@ impl Error {
                 one(RETRY_AFTER, "1")
             }
             Error::RateLimited(refusal) => rate_limit_headers(refusal),
+            // A place frees when a stream ends; clients reconnect about that often anyway.
+            Error::SubscribersFull { .. } => one(RETRY_AFTER, "5"),
             _ => Vec::new(),
         }
     }

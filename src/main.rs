@@ -15,6 +15,8 @@ mod copy;
 mod cursor;
 mod durable;
 mod error;
+mod event;
+mod feed;
 mod keys;
 mod lifecycle;
 mod log;
@@ -169,6 +171,7 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     };
     let tuning = store::Tuning {
         idempotency_ttl: config.idempotency_ttl,
+        events_keep: config.events_keep,
         max_write_batch: config.max_write_batch,
     };
     let (store, pets) = store::Store::open(location, tuning)
@@ -244,17 +247,21 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     let certificate_health = acme
         .is_some()
         .then_some(acme::health as api::CertificateHealth);
+    let feed = feed::Feed::start(store.clone(), config.max_subscribers);
     let app = service::App::new(
         store.clone(),
         keys,
         limits,
         config.body_timeout,
         certificate_health,
+        feed.clone(),
     );
     let stopping = async move {
         let signal = stop.stopped().await;
         lifecycle::notify(lifecycle::State::Stopping);
         tracing::info!(signal, "stopping");
+        // Streams never end by themselves: ended now, the drain waits only for answers.
+        feed.stop();
     };
     let limits = server::Limits {
         max_connections: config.max_connections,

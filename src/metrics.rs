@@ -45,15 +45,17 @@ pub enum Route {
     Pet,
     OpenApi,
     Health,
+    Events,
     /// Any path no route matched (and `/v1` paths refused before routing, without a key).
     Unmatched,
 }
 
-const ROUTES: [&str; 5] = [
+const ROUTES: [&str; 6] = [
     "/v1/pets",
     "/v1/pets/{petId}",
     "/v1/openapi.json",
     "/healthz",
+    "/v1/events",
     "unmatched",
 ];
 
@@ -61,12 +63,13 @@ const ROUTES: [&str; 5] = [
 const METHODS: [&str; 6] = ["GET", "HEAD", "POST", "PATCH", "DELETE", "_OTHER"];
 
 /// Every status the server answers with; anything else would be counted as `other`.
-const STATUSES: [u16; 19] = [
-    200, 201, 204, 304, 400, 401, 403, 404, 405, 408, 409, 412, 413, 415, 422, 429, 431, 500, 503,
+const STATUSES: [u16; 20] = [
+    200, 201, 204, 304, 400, 401, 403, 404, 405, 408, 409, 410, 412, 413, 415, 422, 429, 431, 500,
+    503,
 ];
-const STATUS_LABELS: [&str; 20] = [
-    "200", "201", "204", "304", "400", "401", "403", "404", "405", "408", "409", "412", "413",
-    "415", "422", "429", "431", "500", "503", "other",
+const STATUS_LABELS: [&str; 21] = [
+    "200", "201", "204", "304", "400", "401", "403", "404", "405", "408", "409", "410", "412",
+    "413", "415", "422", "429", "431", "500", "503", "other",
 ];
 
 const SERIES: usize = ROUTES.len() * METHODS.len() * STATUS_LABELS.len();
@@ -211,6 +214,29 @@ static ACME_ISSUED: AtomicU64 = AtomicU64::new(0);
 static ACME_FAILED: AtomicU64 = AtomicU64::new(0);
 static ACME_FAILING: AtomicI64 = AtomicI64::new(0);
 static STARTED: AtomicU64 = AtomicU64::new(0);
+static EVENTS_APPENDED: AtomicU64 = AtomicU64::new(0);
+static EVENT_SUBSCRIBERS: AtomicI64 = AtomicI64::new(0);
+static STREAMS_CLOSED: [AtomicU64; STREAM_CLOSE_REASONS.len()] =
+    [const { AtomicU64::new(0) }; STREAM_CLOSE_REASONS.len()];
+/// When the oldest event kept was appended, in Unix milliseconds; 0 while the feed is empty.
+static EVENTS_OLDEST_MS: AtomicU64 = AtomicU64::new(0);
+
+/// Why an event stream ended, as the metric labels it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StreamClosed {
+    /// The client went away.
+    Client,
+    /// Its send buffer stayed full too long: a reader that stopped reading.
+    Slow,
+    /// The server is stopping.
+    Shutdown,
+    /// It fell behind the feed's retention while catching up.
+    Expired,
+    /// The store failed while the stream read it.
+    Error,
+}
+
+const STREAM_CLOSE_REASONS: [&str; 5] = ["client", "slow", "shutdown", "expired", "error"];
 
 /// Counts one answered request, `status` being the one sent.
 pub fn request(route: Route, method: &Method, status: u16, duration: Duration) {
@@ -269,6 +295,44 @@ pub fn handshake_failed(reason: HandshakeFailure) {
 pub fn store_committed(duration: Duration, writes: usize) {
     COMMIT_DURATION.observe(u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX));
     COMMIT_WRITES.observe(writes as u64);
+}
+
+/// A committed transaction appended `count` events to the feed.
+pub fn events_appended(count: usize) {
+    EVENTS_APPENDED.fetch_add(count as u64, Ordering::Relaxed);
+}
+
+/// An open event stream, counted while it lives.
+pub struct Subscriber(());
+
+impl Subscriber {
+    pub fn enter() -> Subscriber {
+        EVENT_SUBSCRIBERS.fetch_add(1, Ordering::Relaxed);
+        Subscriber(())
+    }
+}
+
+impl Drop for Subscriber {
+    fn drop(&mut self) {
+        EVENT_SUBSCRIBERS.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+pub fn stream_closed(reason: StreamClosed) {
+    let index = match reason {
+        StreamClosed::Client => 0,
+        StreamClosed::Slow => 1,
+        StreamClosed::Shutdown => 2,
+        StreamClosed::Expired => 3,
+        StreamClosed::Error => 4,
+    };
+    STREAMS_CLOSED[index].fetch_add(1, Ordering::Relaxed);
+}
+
+/// When the oldest event the feed keeps was appended (Unix milliseconds), `None` when it keeps
+/// none.
+pub fn events_oldest(at_ms: Option<u64>) {
+    EVENTS_OLDEST_MS.store(at_ms.unwrap_or(0), Ordering::Relaxed);
 }
 
 /// A store transaction that failed: its writes got 503.
@@ -621,6 +685,46 @@ impl Scrape {
             "petstore_store_commit_failures",
             "Store write transactions that failed; their writes were answered 503.",
             COMMIT_FAILURES.load(Ordering::Relaxed),
+        )?;
+        counter(
+            e,
+            "petstore_events_appended",
+            "Events this instance appended to the feed (one per change it committed).",
+            EVENTS_APPENDED.load(Ordering::Relaxed),
+        )?;
+        gauge(
+            e,
+            "petstore_event_subscribers",
+            "Event streams open (GET /v1/events as text/event-stream).",
+            None,
+            EVENT_SUBSCRIBERS.load(Ordering::Relaxed),
+        )?;
+        let mut closed = e.encode_descriptor(
+            "petstore_event_streams_closed",
+            "Event streams ended, by reason.",
+            None,
+            MetricType::Counter,
+        )?;
+        for (reason, count) in STREAM_CLOSE_REASONS.iter().zip(&STREAMS_CLOSED) {
+            closed
+                .encode_family(&[("reason", *reason)])?
+                .encode_counter::<NoLabelSet, _, u64>(&count.load(Ordering::Relaxed), None)?;
+        }
+        let oldest = EVENTS_OLDEST_MS.load(Ordering::Relaxed);
+        let now_ms = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+        let age = if oldest == 0 {
+            0
+        } else {
+            now_ms.saturating_sub(oldest) / 1000
+        };
+        gauge(
+            e,
+            "petstore_events_oldest_age",
+            "Age of the oldest event the feed keeps (0: none kept); --events-keep bounds it.",
+            Some(&Unit::Seconds),
+            i64::try_from(age).unwrap_or(i64::MAX),
         )?;
         if let Some(pets) = &self.pets {
             let mut family = e.encode_descriptor(

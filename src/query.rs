@@ -7,6 +7,7 @@ use std::borrow::Cow;
 use std::fmt;
 
 use crate::cursor::Cursor;
+use crate::event::{EventType, Position, Types};
 use crate::pet::{PetId, PetStatus};
 
 /// spec 4.1: limit defaults to 20 and ranges over 1..=100.
@@ -132,14 +133,116 @@ fn set_once<T>(
 }
 
 fn parse_limit(text: &str) -> Result<usize, InvalidParameter> {
-    let invalid = || InvalidParameter(format!("limit must be an integer from 1 to {MAX_LIMIT}"));
+    parse_limit_up_to(text, MAX_LIMIT)
+}
+
+fn parse_limit_up_to(text: &str, max: usize) -> Result<usize, InvalidParameter> {
+    let invalid = || InvalidParameter(format!("limit must be an integer from 1 to {max}"));
     if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
         return Err(invalid());
     }
     text.parse::<usize>()
         .ok()
-        .filter(|n| (1..=MAX_LIMIT).contains(n))
+        .filter(|n| (1..=max).contains(n))
         .ok_or_else(invalid)
+}
+
+/// listEvents: limit defaults to 100 and ranges over 1..=1000.
+const DEFAULT_EVENTS_LIMIT: usize = 100;
+const MAX_EVENTS_LIMIT: usize = 1000;
+
+/// listEvents's query after its rules: where to start (a cursor, kept as sent for the 410
+/// check), how many, which types.
+#[derive(Debug, PartialEq, Eq)]
+pub struct EventsQuery {
+    pub after: Option<Position>,
+    pub limit: usize,
+    pub types: Types,
+    /// The types as asked, for the next link: `None` for all.
+    pub type_names: Option<Vec<EventType>>,
+}
+
+impl EventsQuery {
+    /// Reads a query string; `last_event_id`, a stream's Last-Event-ID, wins over `after`.
+    pub fn parse(query: &str, last_event_id: Option<&str>) -> Result<EventsQuery, InvalidQuery> {
+        let mut limit = None;
+        let mut types: Option<Vec<EventType>> = None;
+        let mut after: Option<Result<Position, &'static str>> = None;
+        for pair in query.split('&').filter(|pair| !pair.is_empty()) {
+            let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+            match &*decode_component(name) {
+                "limit" => set_once(
+                    &mut limit,
+                    "limit",
+                    parse_limit_up_to(&decode_component(value), MAX_EVENTS_LIMIT),
+                )?,
+                "type" => set_once(&mut types, "type", parse_types(&decode_component(value)))?,
+                "after" => {
+                    after = Some(match after {
+                        Some(_) => Err("after must be given at most once"),
+                        None => parse_event_cursor(&decode_component(value)),
+                    });
+                }
+                _ => {}
+            }
+        }
+        let after = match last_event_id.filter(|id| !id.is_empty()) {
+            Some(id) => Some(parse_event_cursor(id).map_err(|_| {
+                InvalidQuery::Cursor(
+                    "Last-Event-ID is not a cursor of this feed: pass the id of an event unchanged",
+                )
+            })?),
+            None => after.transpose().map_err(InvalidQuery::Cursor)?,
+        };
+        Ok(EventsQuery {
+            after,
+            limit: limit.unwrap_or(DEFAULT_EVENTS_LIMIT),
+            types: types
+                .as_ref()
+                .map_or(Types::ALL, |types| Types::only(types.iter().copied())),
+            type_names: types,
+        })
+    }
+
+    /// Appends the query of the page from `position` on: the same limit and types.
+    pub fn next_into(&self, position: Position, out: &mut String) {
+        out.push_str("after=");
+        out.push_str(&position.cursor());
+        out.push_str("&limit=");
+        out.push_str(itoa::Buffer::new().format(self.limit));
+        if let Some(types) = &self.type_names {
+            out.push_str("&type=");
+            for (n, kind) in types.iter().enumerate() {
+                if n > 0 {
+                    out.push(',');
+                }
+                out.push_str(kind.name());
+            }
+        }
+    }
+}
+
+fn parse_event_cursor(text: &str) -> Result<Position, &'static str> {
+    Position::parse(text).ok_or("after is not a cursor of this feed: pass a cursor unchanged")
+}
+
+/// A comma-separated list of event types, each known, at least one.
+fn parse_types(text: &str) -> Result<Vec<EventType>, InvalidParameter> {
+    let known: Vec<&str> = EventType::ALL.iter().map(|t| t.name()).collect();
+    let invalid = || {
+        InvalidParameter(format!(
+            "type must be a comma-separated list of event types: {}",
+            known.join(", ")
+        ))
+    };
+    let mut types = Vec::new();
+    for name in text.split(',') {
+        let kind = EventType::from_name(name.trim()).ok_or_else(invalid)?;
+        if !types.contains(&kind) {
+            types.push(kind);
+        }
+    }
+    Ok(types)
 }
 
 fn parse_status(text: &str) -> Result<PetStatus, InvalidParameter> {

@@ -370,8 +370,9 @@ impl Connection {
             let peer = Arc::clone(&peer_name);
             let in_flight = InFlight::enter(&counted);
             async move {
-                let response = app.handle(request, &peer).await;
-                drop(in_flight);
+                let mut response = app.handle(request, &peer).await;
+                // A stream is in flight until its body ends, not when its head is sent.
+                response.body_mut().hold(in_flight);
                 Ok::<_, std::convert::Infallible>(response)
             }
         });

@@ -18,10 +18,12 @@ use hyper::header::{
 };
 use hyper::http::request::Parts;
 use hyper::{Method, Request, Response, StatusCode, Version};
+use tokio::sync::mpsc;
 
 use crate::api::{self, Reply};
 use crate::auth::{AuthFailure, Keys};
 use crate::error::Error;
+use crate::feed::Feed;
 use crate::metrics;
 use crate::ratelimit::RateLimits;
 use crate::store::Store;
@@ -107,6 +109,8 @@ struct Shared {
     body_timeout: Duration,
     /// The certificate's part of `/healthz`, when it comes from ACME.
     certificate_health: Option<api::CertificateHealth>,
+    /// The event feed's live streams.
+    feed: Feed,
 }
 
 /// An operation, chosen by method and path.
@@ -116,6 +120,7 @@ enum Route<'a> {
     GetPet(&'a str),
     PatchPet(&'a str),
     DeletePet(&'a str),
+    ListEvents,
     OpenApi,
     Health,
 }
@@ -127,8 +132,10 @@ impl App {
         limits: RateLimits,
         body_timeout: Duration,
         certificate_health: Option<api::CertificateHealth>,
+        feed: Feed,
     ) -> App {
         App(Arc::new(Shared {
+            feed,
             store,
             keys,
             limits,
@@ -139,7 +146,7 @@ impl App {
     }
 
     /// Answers one request; never fails, since every failure is itself an answer.
-    pub async fn handle(&self, request: Request<Incoming>, peer: &str) -> Response<Full<Bytes>> {
+    pub async fn handle(&self, request: Request<Incoming>, peer: &str) -> Response<Body> {
         let started = Instant::now();
         let (parts, body) = request.into_parts();
         let (method, version, path) = (&parts.method, parts.version, parts.uri.path());
@@ -168,7 +175,7 @@ impl App {
             // hyper drops the body of an HTTP/1.1 HEAD answer but sends it over HTTP/2.
             let length = HeaderValue::from(response.body().size_hint().exact().unwrap_or(0));
             response.headers_mut().insert(CONTENT_LENGTH, length);
-            *response.body_mut() = Full::new(Bytes::new());
+            *response.body_mut() = Body::Whole(Full::new(Bytes::new()));
         }
 
         let status = response.status().as_u16();
@@ -316,6 +323,18 @@ impl App {
                 .await
             }
             Route::DeletePet(id) => Box::pin(api::delete_pet(&self.0.store, id, headers)).await,
+            Route::ListEvents => {
+                let head = parts.method == Method::HEAD;
+                let (store, feed) = (&self.0.store, &self.0.feed);
+                Box::pin(api::list_events(
+                    store,
+                    feed,
+                    parts.uri.query(),
+                    headers,
+                    head,
+                ))
+                .await
+            }
             Route::OpenApi => Ok(api::openapi()),
             Route::Health => api::healthz(&self.0.store, self.0.certificate_health).await,
         }
@@ -365,6 +384,7 @@ fn route<'a>(method: &Method, path: &'a str) -> Result<Route<'a>, Error> {
         "/v1/pets" if *method == Method::POST => Ok(Route::CreatePet),
         "/v1/pets" if readable => Ok(Route::ListPets),
         "/v1/pets" => not_allowed("GET, HEAD, POST"),
+        "/v1/events" => read_only(Route::ListEvents),
         _ => match path.strip_prefix("/v1/pets/") {
             Some(id) if !id.is_empty() && !id.contains('/') => match *method {
                 Method::PATCH => Ok(Route::PatchPet(id)),
@@ -382,6 +402,7 @@ fn route<'a>(method: &Method, path: &'a str) -> Result<Route<'a>, Error> {
 fn route_template(path: &str) -> metrics::Route {
     match path {
         "/v1/pets" => metrics::Route::Pets,
+        "/v1/events" => metrics::Route::Events,
         OPENAPI_PATH => metrics::Route::OpenApi,
         HEALTH_PATH => metrics::Route::Health,
         _ => match path.strip_prefix("/v1/pets/") {
@@ -395,7 +416,7 @@ fn into_response(
     result: Result<Reply, Error>,
     deprecated: bool,
     version: Version,
-) -> Response<Full<Bytes>> {
+) -> Response<Body> {
     // HTTP/2 has no Connection header (RFC 9113 8.2.2): each stream stands alone.
     let close = matches!(&result, Err(e) if e.closes_connection()) && version < Version::HTTP_2;
     let reply = result.unwrap_or_else(|error| Reply {
@@ -403,23 +424,86 @@ fn into_response(
         body: Bytes::from(error.json()),
         etag: None,
         headers: error.headers(),
+        stream: None,
     });
     let has_content = !matches!(
         reply.status,
         StatusCode::NO_CONTENT | StatusCode::NOT_MODIFIED
     );
-    let mut response = Response::new(Full::new(reply.body));
+    let body = match reply.stream {
+        None => Body::Whole(Full::new(reply.body)),
+        Some(frames) => Body::Stream { frames, held: None },
+    };
+    let mut response = Response::new(body);
     *response.status_mut() = reply.status;
     let headers = response.headers_mut();
     *headers = starting_fields(has_content, deprecated, reply.etag.is_some());
     if let Some(etag) = reply.etag {
         headers.insert(ETAG, etag);
     }
-    headers.extend(reply.headers);
+    for (name, value) in reply.headers {
+        // An operation's own Content-Type (an event stream's) replaces the JSON one.
+        if name == CONTENT_TYPE {
+            headers.insert(name, value);
+        } else {
+            headers.append(name, value);
+        }
+    }
     if close {
         headers.insert(CONNECTION, HeaderValue::from_static("close"));
     }
     response
+}
+
+/// An answer's body: whole, or an event stream's frames as they come.
+pub enum Body {
+    Whole(Full<Bytes>),
+    Stream {
+        frames: mpsc::Receiver<Bytes>,
+        /// What must live as long as the stream: the connection's count of requests in
+        /// flight, so that a connection with an open stream is never taken for idle.
+        held: Option<Box<dyn Send + Sync>>,
+    },
+}
+
+impl Body {
+    /// Keeps `guard` until the body ends, if it is a stream; drops it now otherwise.
+    pub fn hold(&mut self, guard: impl Send + Sync + 'static) {
+        if let Body::Stream { held, .. } = self {
+            *held = Some(Box::new(guard));
+        }
+    }
+}
+
+impl hyper::body::Body for Body {
+    type Data = Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Bytes>, Self::Error>>> {
+        match self.get_mut() {
+            Body::Whole(whole) => std::pin::Pin::new(whole).poll_frame(cx),
+            Body::Stream { frames, .. } => frames
+                .poll_recv(cx)
+                .map(|frame| frame.map(|bytes| Ok(hyper::body::Frame::data(bytes)))),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            Body::Whole(whole) => whole.is_end_stream(),
+            Body::Stream { .. } => false,
+        }
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        match self {
+            Body::Whole(whole) => whole.size_hint(),
+            Body::Stream { .. } => hyper::body::SizeHint::default(),
+        }
+    }
 }
 
 /// HTTP's own rules for a request hyper parsed, checked before anything else reads it: RFC
@@ -558,6 +642,7 @@ mod tests {
             body: Bytes::from_static(b"{}"),
             etag: Some(HeaderValue::from_static("\"1.1\"")),
             headers: Vec::new(),
+            stream: None,
         };
         let common = "strict-transport-security x-content-type-options";
         let deprecation = "deprecation sunset link";
@@ -574,6 +659,7 @@ mod tests {
             body: Bytes::new(),
             etag: None,
             headers: Vec::new(),
+            stream: None,
         };
         assert_eq!(names(Ok(no_content(StatusCode::NO_CONTENT)), false), common);
         assert_eq!(

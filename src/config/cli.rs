@@ -203,6 +203,19 @@ pub struct Cli {
     )]
     pub(super) idempotency_ttl: Duration,
 
+    /// How long the event feed (`GET /v1/events`) keeps an event, e.g. `12h`, `7d`, `30d`.
+    ///
+    /// Older events are purged; a client whose cursor is older gets 410 and lists again.
+    #[arg(
+        long,
+        env = "PETSTORE_EVENTS_KEEP",
+        default_value = "7d",
+        value_name = "DURATION",
+        value_parser = parse_ttl,
+        help_heading = STORE
+    )]
+    pub(super) events_keep: Duration,
+
     /// PostgreSQL only: file holding the database password (a trailing line break is
     /// ignored), e.g. `$CREDENTIALS_DIRECTORY/db-password` with systemd's LoadCredential=.
     #[arg(
@@ -256,6 +269,19 @@ pub struct Cli {
         help_heading = LIMITS
     )]
     pub(super) max_connections: u32,
+
+    /// Event streams (`GET /v1/events` as text/event-stream) open at once; one more gets 503.
+    ///
+    /// Each stream also holds one of the --max-connections places while it is open.
+    #[arg(
+        long,
+        env = "PETSTORE_MAX_SUBSCRIBERS",
+        default_value_t = 1000,
+        value_name = "N",
+        value_parser = clap::value_parser!(u32).range(1..),
+        help_heading = LIMITS
+    )]
+    pub(super) max_subscribers: u32,
 
     /// Time a client has to finish its TLS handshake, e.g. `10s`, `1m`.
     ///

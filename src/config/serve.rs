@@ -47,6 +47,10 @@ pub struct Config {
     pub cache_bytes: usize,
     /// How long an idempotency record answers its key.
     pub idempotency_ttl: Duration,
+    /// How long the event feed keeps an event.
+    pub events_keep: Duration,
+    /// Event streams open at once.
+    pub max_subscribers: usize,
     /// Most writes one transaction takes.
     pub max_write_batch: usize,
     /// Other processes may read the redb file meanwhile (redb's shared mode).
@@ -143,6 +147,8 @@ impl Cli {
             idle_timeout: self.idle_timeout,
             cache_bytes: self.cache_size.saturating_mul(1 << 20),
             idempotency_ttl: self.idempotency_ttl,
+            events_keep: self.events_keep,
+            max_subscribers: self.max_subscribers as usize,
             max_write_batch: self.max_write_batch as usize,
             shared_reads: self.shared_reads,
             rate_limit,

@@ -15,6 +15,7 @@ use std::time::Duration;
 use crate::pet::{NewPet, PetId, PetPatch, PetStatus};
 
 mod claims;
+pub(crate) mod events;
 pub(crate) mod model;
 #[cfg(test)]
 mod pg_cluster;
@@ -25,9 +26,10 @@ mod suite;
 mod write;
 
 pub use claims::{IdempotencyKey, KeyClaim};
+pub use events::{EventPage, EventQuery, ReadError, StoredEvent};
 pub use model::{Chunk, Created, Page, Precondition, Settled, StoreError, StoredPet};
 pub use postgres::connect::{PgTarget, parse as parse_postgres};
-pub use write::DEFAULT_MAX_WRITE_BATCH;
+pub use write::{DEFAULT_EVENTS_KEEP, DEFAULT_MAX_WRITE_BATCH};
 use write::{Front, Runs};
 
 /// What only the redb file has, for the `backup` and `check` subcommands: PostgreSQL has its
@@ -72,6 +74,8 @@ pub struct Tuning {
     pub idempotency_ttl: Duration,
     /// Most queued writes one transaction takes (1: group commit off, for measurements).
     pub max_write_batch: usize,
+    /// How long the event feed keeps an event.
+    pub events_keep: Duration,
 }
 
 /// Runs the same future on whichever backend the store has.
@@ -94,6 +98,7 @@ impl Store {
         let Tuning {
             idempotency_ttl,
             max_write_batch,
+            events_keep,
         } = tuning;
         match location {
             Location::Redb {
@@ -108,6 +113,7 @@ impl Store {
                     writer,
                     max_write_batch,
                     idempotency_ttl,
+                    events_keep,
                     None,
                     Runs::OnThread("petstore-writer"),
                 )?;
@@ -120,6 +126,7 @@ impl Store {
                     writer,
                     max_write_batch,
                     idempotency_ttl,
+                    events_keep,
                     Some(postgres::ANSWER_WITHIN),
                     Runs::OnRuntime,
                 )?;
@@ -177,10 +184,6 @@ impl Store {
     /// Every batch this process commits from now on, in commit order, with each pet's
     /// revision after the change. A listener that falls `SETTLED_BACKLOG` batches behind is
     /// told how many it missed.
-    #[cfg_attr(
-        not(test),
-        expect(dead_code, reason = "the hook the event feed and webhooks listen on")
-    )]
     pub fn subscribe(&self) -> tokio::sync::broadcast::Receiver<Settled> {
         self.front.subscribe()
     }
@@ -214,6 +217,25 @@ impl Store {
             Backend::Postgres(store) => Box::pin(store.list(query)).await,
         };
         listed.map_err(|e| self.closed_or(e))
+    }
+
+    /// Up to `query.limit` events of the feed after `query.after`, as one read snapshot sees
+    /// the feed; `Gone` for a cursor of another feed, or from before the oldest event kept.
+    pub async fn events(&self, query: EventQuery) -> Result<EventPage, ReadError> {
+        let read = match &self.backend {
+            Backend::Redb(store) => store.events(query).await,
+            Backend::Postgres(store) => Box::pin(store.events(query)).await,
+        };
+        read.map_err(|e| match e {
+            ReadError::Store(e) => ReadError::Store(self.closed_or(e)),
+            gone => gone,
+        })
+    }
+
+    /// Whether another instance may commit to this store: then the feed must be read again
+    /// from time to time, since this process hears only of its own commits.
+    pub fn shared_by_instances(&self) -> bool {
+        matches!(self.backend, Backend::Postgres(_))
     }
 
     /// Pets per status (`None`: pets without one). Reads every pet's index entry: for the

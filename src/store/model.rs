@@ -8,6 +8,7 @@ use std::fmt;
 use bytes::{BufMut, Bytes, BytesMut};
 
 use super::claims::IdempotencyKey;
+use crate::event::Position;
 use crate::pet::{NewPet, PetId, PetStatus};
 
 /// A pet as the store keeps it: its id, its revision (1 at creation, one more with every
@@ -34,6 +35,9 @@ pub struct Page {
     pub json: Bytes,
     pub last_id: Option<PetId>,
     pub more: bool,
+    /// The event feed's newest position in the same read snapshot: following the feed from
+    /// here sees every change the page does not.
+    pub events: Position,
 }
 
 /// Which page of a list: up to `limit` pets with ids above `after`, in ascending id order,
@@ -224,6 +228,7 @@ impl PageBuilder {
             json: self.array.freeze(),
             last_id: self.last_id,
             more: self.more,
+            events: Position { feed: 0, seq: 0 },
         }
     }
 }
@@ -231,6 +236,12 @@ impl PageBuilder {
 impl Page {
     pub(crate) fn empty() -> Page {
         PageBuilder::new(0).finish()
+    }
+
+    /// The page, read at the feed's position `events`.
+    pub(crate) fn at(mut self, events: Position) -> Page {
+        self.events = events;
+        self
     }
 }
 

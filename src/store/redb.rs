@@ -71,6 +71,7 @@ mod tests {
     const TEST_CACHE_BYTES: usize = 1 << 20;
     const TTL: Duration = Duration::from_secs(3600);
     const TUNING: Tuning = Tuning {
+        events_keep: crate::store::DEFAULT_EVENTS_KEEP,
         idempotency_ttl: TTL,
         max_write_batch: crate::store::DEFAULT_MAX_WRITE_BATCH,
     };
@@ -484,6 +485,7 @@ mod tests {
     /// A store whose records answer for one second only.
     async fn open_short_lived(path: &Path) -> Store {
         let tuning = Tuning {
+            events_keep: crate::store::DEFAULT_EVENTS_KEEP,
             idempotency_ttl: Duration::from_secs(1),
             ..TUNING
         };

@@ -13,9 +13,11 @@ use bytes::Bytes;
 use super::model::{Change, IdempotencyRecord, SHORT_DIGEST};
 use super::pg_cluster::Cluster;
 use super::*;
+use crate::event::{EventType, Position, Types};
 use crate::pet::PetPatch;
 
 const TUNING: Tuning = Tuning {
+    events_keep: crate::store::DEFAULT_EVENTS_KEEP,
     idempotency_ttl: Duration::from_secs(3600),
     max_write_batch: DEFAULT_MAX_WRITE_BATCH,
 };
@@ -409,6 +411,178 @@ pub(super) async fn an_export_reads_every_pet_in_id_order_with_its_revision_the_
     ));
 }
 
+/// The feed from its oldest event kept, all of it: (type, pet id, etag, pet) of each event.
+async fn feed(store: &Store, after: Option<Position>) -> (Vec<serde_json::Value>, EventPage) {
+    let query = EventQuery {
+        after,
+        types: Types::ALL,
+        limit: 1000,
+        scan: 1000,
+    };
+    let page = store.events(query).await.expect("a page of the feed");
+    let events = page
+        .events
+        .iter()
+        .map(|event| {
+            let mut json = bytes::BytesMut::new();
+            event.json_into(page.state.feed, &mut json);
+            serde_json::from_slice(&json).expect("an event is JSON")
+        })
+        .collect();
+    (events, page)
+}
+
+pub(super) async fn every_change_appends_one_event_in_commit_order_in_its_transaction(
+    store: Store,
+) {
+    let store = &store;
+    let (events, empty) = feed(store, None).await;
+    assert!(events.is_empty());
+    let listed = store.list(None, None, 20).await.expect("list");
+    assert_eq!(
+        listed.events,
+        empty.reached_position(),
+        "an empty feed's position"
+    );
+    let first = add(store, new_pet("a", None)).await.expect("create");
+    let second = add(store, new_pet("b", Some(PetStatus::Pending)))
+        .await
+        .expect("create");
+    let keyed = store
+        .create(new_pet("k", None), Some(key(store, 1, 1)))
+        .await
+        .expect("create");
+    let replayed = store
+        .create(new_pet("k", None), Some(key(store, 1, 1)))
+        .await
+        .expect("replay");
+    assert!(replayed.replayed);
+    let patched = store
+        .patch(first.id, sold(), Precondition::None)
+        .await
+        .expect("patch");
+    // A write that changes nothing makes no event.
+    let refused = store
+        .patch(first.id, sold(), Precondition::RevisionIn(vec![1]))
+        .await;
+    assert!(matches!(refused, Err(StoreError::PreconditionFailed)));
+    store
+        .delete(second.id, Precondition::None)
+        .await
+        .expect("delete");
+    let (events, page) = feed(store, None).await;
+    let summary: Vec<(&str, i64, &str)> = events
+        .iter()
+        .map(|e| {
+            (
+                e["type"].as_str().expect("type"),
+                e["petId"].as_i64().expect("petId"),
+                e["etag"].as_str().expect("etag"),
+            )
+        })
+        .collect();
+    assert_eq!(
+        summary,
+        [
+            ("pet.created", 1, "\"1.1\""),
+            ("pet.created", 2, "\"2.1\""),
+            ("pet.created", keyed.pet.id, "\"3.1\""),
+            ("pet.updated", 1, "\"1.2\""),
+            ("pet.deleted", 2, "\"2.1\""),
+        ]
+    );
+    let pet = |json: &Bytes| serde_json::from_slice::<serde_json::Value>(json).expect("JSON");
+    assert_eq!(events[3]["pet"], pet(&patched.json));
+    assert_eq!(events[4]["pet"], serde_json::Value::Null);
+    let cursors: Vec<&str> = events
+        .iter()
+        .map(|e| e["cursor"].as_str().expect("cursor"))
+        .collect();
+    assert!(
+        cursors.windows(2).all(|pair| pair[0] < pair[1]),
+        "{cursors:?}"
+    );
+    // The list's position is the feed's newest in the same snapshot.
+    let listed = store.list(None, None, 20).await.expect("list");
+    assert_eq!(listed.events, page.reached_position());
+    let (after, _) = feed(store, Position::parse(cursors[2])).await;
+    assert_eq!(after, events[3..]);
+    let (none, end) = feed(store, Some(page.reached_position())).await;
+    assert!(none.is_empty());
+    assert_eq!(
+        end.reached, page.reached,
+        "an empty page stays where it was"
+    );
+    // A filter looks past other types and reaches as far as it looked.
+    let deletes = EventQuery {
+        after: None,
+        types: Types::only([EventType::PetDeleted]),
+        limit: 10,
+        scan: 3,
+    };
+    let scanned = store.events(deletes).await.expect("filtered");
+    assert_eq!((scanned.events.len(), scanned.reached), (0, 3));
+    let deletes = EventQuery {
+        scan: 100,
+        ..deletes
+    };
+    let found = store.events(deletes).await.expect("filtered");
+    assert_eq!((found.events.len(), found.reached), (1, 5));
+    let elsewhere = Position {
+        feed: page.state.feed ^ 1,
+        seq: 1,
+    };
+    let beyond = Position {
+        seq: page.state.newest + 1,
+        ..page.reached_position()
+    };
+    for gone in [elsewhere, beyond] {
+        let query = EventQuery {
+            after: Some(gone),
+            types: Types::ALL,
+            limit: 10,
+            scan: 10,
+        };
+        assert!(matches!(store.events(query).await, Err(ReadError::Gone)));
+    }
+}
+
+pub(super) async fn trimmed_events_are_gone_and_a_cursor_before_them_expires(store: Store) {
+    let store = &store;
+    for name in ["a", "b", "c"] {
+        add(store, new_pet(name, None)).await.expect("create");
+    }
+    let (events, page) = feed(store, None).await;
+    assert_eq!(events.len(), 3);
+    let start = Position {
+        seq: 0,
+        ..page.reached_position()
+    };
+    assert_eq!(store.front.trim(0).await.expect("trim nothing"), 0);
+    let now = crate::store::events::now_ms() + 1;
+    assert_eq!(store.front.trim(now).await.expect("trim"), 3);
+    let query = EventQuery {
+        after: Some(start),
+        types: Types::ALL,
+        limit: 10,
+        scan: 10,
+    };
+    assert!(matches!(store.events(query).await, Err(ReadError::Gone)));
+    let (kept, from_oldest) = feed(store, None).await;
+    assert!(kept.is_empty());
+    assert_eq!(
+        from_oldest.reached, 3,
+        "the oldest kept position is after the last trimmed"
+    );
+    add(store, new_pet("d", None)).await.expect("create");
+    let (kept, _) = feed(store, Some(page.reached_position())).await;
+    assert_eq!(
+        kept.len(),
+        1,
+        "the last position before the trim still follows on"
+    );
+}
+
 /// A throwaway cluster shared by the PostgreSQL tests that run at the same time; it stops when
 /// the last of them ends.
 fn shared_cluster() -> Arc<Cluster> {
@@ -490,6 +664,8 @@ mod on_both_backends {
         a_key_in_flight_is_refused_and_released_when_its_create_ends,
         an_export_reads_every_pet_in_id_order_with_its_revision_the_counter_and_live_records,
         every_committed_change_is_published_in_commit_order_with_its_revision,
+        every_change_appends_one_event_in_commit_order_in_its_transaction,
+        trimmed_events_are_gone_and_a_cursor_before_them_expires,
     );
 }
 
@@ -561,7 +737,7 @@ fn a_version_1_postgres_database_is_upgraded_and_its_records_still_replay() {
         "\\connect upgrade_v1\nSELECT value, (SELECT octet_length(scope) FROM idempotency) \
          FROM petstore_meta WHERE name = 'schema_version'",
     );
-    assert_eq!(upgraded, "2|16");
+    assert_eq!(upgraded, "3|16");
 }
 
 /// The URL's own `options` reach the server beside our statement bound: here a search_path

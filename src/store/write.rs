@@ -13,10 +13,13 @@ use std::time::{Duration, Instant};
 use tokio::sync::{broadcast, mpsc, oneshot};
 
 use super::claims::{Claims, IdempotencyKey, KeyClaim};
+use super::events::now_ms;
 use super::model::{Change, Created, Precondition, Record, Settled, StoreError, StoredPet};
 use crate::clock::unix_now;
 use crate::pet::{NewPet, PetId, PetPatch};
 
+/// How long the event feed keeps an event unless told otherwise (`--events-keep`).
+pub const DEFAULT_EVENTS_KEEP: Duration = Duration::from_secs(7 * 24 * 3600);
 /// How many queued writes one transaction takes by default; bounds the latency of a batch.
 pub const DEFAULT_MAX_WRITE_BATCH: usize = 1024;
 /// Writes waiting for the engine before callers wait to enqueue.
@@ -50,6 +53,9 @@ pub(crate) enum Write {
     Delete(PetId, Precondition, Pending<u64>),
     /// Remove up to `PURGE_BATCH` records that expired by this Unix time; answers how many.
     Purge(u64, Pending<usize>),
+    /// Remove up to `PURGE_BATCH` of the oldest events, those from before this Unix time in
+    /// milliseconds; answers how many.
+    Trim(u64, Pending<usize>),
 }
 
 /// A caller waiting for one write, and that write's outcome once the transaction has run it.
@@ -93,7 +99,7 @@ impl Write {
             }
             Write::Patch(.., pending) => pending.answer(failure),
             Write::Delete(.., pending) => pending.answer(failure),
-            Write::Purge(_, pending) => pending.answer(failure),
+            Write::Purge(_, pending) | Write::Trim(_, pending) => pending.answer(failure),
         }
     }
 
@@ -103,7 +109,7 @@ impl Write {
             Write::Create(.., pending) => pending.abandoned(),
             Write::Patch(.., pending) => pending.abandoned(),
             Write::Delete(.., pending) => pending.abandoned(),
-            Write::Purge(_, pending) => pending.abandoned(),
+            Write::Purge(_, pending) | Write::Trim(_, pending) => pending.abandoned(),
         }
     }
 
@@ -115,12 +121,14 @@ impl Write {
             }
             Write::Patch(.., pending) => matches!(pending.outcome, Some(Ok(_))),
             Write::Delete(.., pending) => matches!(pending.outcome, Some(Ok(_))),
-            Write::Purge(_, pending) => matches!(pending.outcome, Some(Ok(n)) if n > 0),
+            Write::Purge(_, pending) | Write::Trim(_, pending) => {
+                matches!(pending.outcome, Some(Ok(n)) if n > 0)
+            }
         }
     }
 
-    /// What this write changed in a pet, once its batch committed.
-    fn change(&self) -> Option<Change> {
+    /// What this write changed in a pet, once it ran: what its event tells.
+    pub(super) fn change(&self) -> Option<Change> {
         match self {
             Write::Create(_, _, pending) => match &pending.outcome {
                 Some(Ok(created)) if !created.replayed => Some(Change {
@@ -146,7 +154,7 @@ impl Write {
                 }),
                 _ => None,
             },
-            Write::Purge(..) => None,
+            Write::Purge(..) | Write::Trim(..) => None,
         }
     }
 }
@@ -197,6 +205,7 @@ impl Front {
         engine: E,
         max_write_batch: usize,
         idempotency_ttl: Duration,
+        events_keep: Duration,
         answer_within: Option<Duration>,
         runs: Runs,
     ) -> Result<Front, StoreError> {
@@ -223,7 +232,8 @@ impl Front {
             }
         }
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            runtime.spawn(purge_loop(queue.downgrade()));
+            runtime.spawn(purge_loop(queue.downgrade(), Purging::Records));
+            runtime.spawn(purge_loop(queue.downgrade(), Purging::Events(events_keep)));
         }
         Ok(Front {
             queue,
@@ -310,7 +320,13 @@ impl Front {
     /// Removes up to `PURGE_BATCH` records expired by `now`; answers how many.
     #[cfg(test)]
     pub(super) async fn purge(&self, now: u64) -> Result<usize, StoreError> {
-        purge_once(&self.queue, now).await
+        purge_once(&self.queue, Write::Purge, now).await
+    }
+
+    /// Removes up to `PURGE_BATCH` of the oldest events, from before `before_ms`.
+    #[cfg(test)]
+    pub(super) async fn trim(&self, before_ms: u64) -> Result<usize, StoreError> {
+        purge_once(&self.queue, Write::Trim, before_ms).await
     }
 
     /// Finishes the writes already queued and stops the engine; later writes get `Closed`.
@@ -410,12 +426,12 @@ async fn settle<E: Engine>(
             let changed = batch.iter().filter(|write| write.changed()).count() as u64;
             if committed {
                 crate::metrics::store_committed(began.elapsed(), batch.len());
-                if settled.receiver_count() > 0 {
-                    let changes: Settled = batch.iter().filter_map(Write::change).collect();
-                    if !changes.is_empty() {
-                        // No listener left since the count: nothing to tell.
-                        let _ = settled.send(changes);
-                    }
+                // Each change appended one event, in the same transaction.
+                let changes: Settled = batch.iter().filter_map(Write::change).collect();
+                crate::metrics::events_appended(changes.len());
+                if !changes.is_empty() && settled.receiver_count() > 0 {
+                    // No listener left since the count: nothing to tell.
+                    let _ = settled.send(changes);
                 }
             }
             for write in batch.drain(..) {
@@ -484,21 +500,65 @@ impl WriteStats {
     }
 }
 
-/// One purge transaction through the queue.
-async fn purge_once(queue: &mpsc::Sender<Command>, now: u64) -> Result<usize, StoreError> {
+/// A purge's write, made from the time it purges before and its caller.
+type PurgeWrite = fn(u64, Pending<usize>) -> Write;
+
+/// One purge transaction through the queue: `make` names what it purges.
+async fn purge_once(
+    queue: &mpsc::Sender<Command>,
+    make: PurgeWrite,
+    before: u64,
+) -> Result<usize, StoreError> {
     let (reply, answer) = oneshot::channel();
     queue
-        .send(Command::Write(Write::Purge(now, Pending::new(reply))))
+        .send(Command::Write(make(before, Pending::new(reply))))
         .await
         .map_err(|_| StoreError::Closed)?;
     answer.await.map_err(|_| StoreError::Closed)?
 }
 
-/// Purges expired idempotency records every `PURGE_INTERVAL`, one batch a transaction, until
-/// none are left; each batch queues behind the writes already waiting, so a large purge never
-/// holds creates back for more than one batch. Ends with the store.
-async fn purge_loop(queue: mpsc::WeakSender<Command>) {
-    let mut ticks = tokio::time::interval(PURGE_INTERVAL);
+/// What a purge loop removes, and from when.
+#[derive(Clone, Copy)]
+enum Purging {
+    /// Idempotency records expired by now.
+    Records,
+    /// Events older than this.
+    Events(Duration),
+}
+
+impl Purging {
+    fn what(self) -> &'static str {
+        match self {
+            Purging::Records => "expired idempotency records",
+            Purging::Events(_) => "events past --events-keep",
+        }
+    }
+
+    fn interval(self) -> Duration {
+        match self {
+            Purging::Records => PURGE_INTERVAL,
+            // A short retention is kept to within a quarter of itself.
+            Purging::Events(keep) => (keep / 4).clamp(Duration::from_secs(1), PURGE_INTERVAL),
+        }
+    }
+
+    /// The write that purges up to `PURGE_BATCH`, and the time it purges before.
+    fn write(self) -> (PurgeWrite, u64) {
+        match self {
+            Purging::Records => (Write::Purge, unix_now()),
+            Purging::Events(keep) => {
+                let keep = u64::try_from(keep.as_millis()).unwrap_or(u64::MAX);
+                (Write::Trim, now_ms().saturating_sub(keep))
+            }
+        }
+    }
+}
+
+/// Purges every `interval`, one batch a transaction, until nothing is left to purge; each
+/// batch queues behind the writes already waiting, so a large purge never holds creates back
+/// for more than one batch. Ends with the store.
+async fn purge_loop(queue: mpsc::WeakSender<Command>, purging: Purging) {
+    let mut ticks = tokio::time::interval(purging.interval());
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         ticks.tick().await;
@@ -507,7 +567,8 @@ async fn purge_loop(queue: mpsc::WeakSender<Command>) {
             let Some(sender) = queue.upgrade() else {
                 return;
             };
-            match purge_once(&sender, unix_now()).await {
+            let (make, before) = purging.write();
+            match purge_once(&sender, make, before).await {
                 Ok(count) => {
                     purged += count;
                     if count < PURGE_BATCH {
@@ -516,13 +577,13 @@ async fn purge_loop(queue: mpsc::WeakSender<Command>) {
                 }
                 Err(StoreError::Closed) => return,
                 Err(e) => {
-                    tracing::warn!(error = %e, "purging expired idempotency records failed; retrying later");
+                    tracing::warn!(error = %e, what = purging.what(), "purging failed; retrying later");
                     break;
                 }
             }
         }
         if purged > 0 {
-            tracing::debug!(purged, "expired idempotency records purged");
+            tracing::debug!(purged, what = purging.what(), "purged");
         }
     }
 }
@@ -563,6 +624,7 @@ mod tests {
             let front = Front::start(
                 recorder.clone(),
                 16,
+                Duration::from_secs(60),
                 Duration::from_secs(60),
                 None,
                 Runs::OnRuntime,

@@ -92,7 +92,7 @@ _petstore() {
 
     case "${cmd}" in
         petstore)
-            opts="-h -V --listen --tls-cert --tls-key --api-keys --acme-domain --acme-directory --acme-email --acme-ca-root --acme-eab-kid --acme-eab-hmac-key-file --acme-state-dir --db --cache-size --max-write-batch --shared-reads --idempotency-ttl --db-password-file --db-ca --db-pool-size --db-statement-timeout --max-connections --handshake-timeout --header-timeout --body-timeout --idle-timeout --shutdown-timeout --rate-limit --rate-burst --auth-failure-limit --auth-failure-burst --backup-dir --backup-keep --backup-every --metrics-listen --log-format --log-level --help --version new-key keys copy check backup help"
+            opts="-h -V --listen --tls-cert --tls-key --api-keys --acme-domain --acme-directory --acme-email --acme-ca-root --acme-eab-kid --acme-eab-hmac-key-file --acme-state-dir --db --cache-size --max-write-batch --shared-reads --idempotency-ttl --events-keep --db-password-file --db-ca --db-pool-size --db-statement-timeout --max-connections --max-subscribers --handshake-timeout --header-timeout --body-timeout --idle-timeout --shutdown-timeout --rate-limit --rate-burst --auth-failure-limit --auth-failure-burst --backup-dir --backup-keep --backup-every --metrics-listen --log-format --log-level --help --version new-key keys copy check backup help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -158,6 +158,10 @@ _petstore() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --events-keep)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --db-password-file)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -175,6 +179,10 @@ _petstore() {
                     return 0
                     ;;
                 --max-connections)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --max-subscribers)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

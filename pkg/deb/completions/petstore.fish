@@ -1,6 +1,6 @@
 # Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
 function __fish_petstore_global_optspecs
-    string join \n listen= tls-cert= tls-key= api-keys= acme-domain= acme-directory= acme-email= acme-ca-root= acme-eab-kid= acme-eab-hmac-key-file= acme-state-dir= db= cache-size= max-write-batch= shared-reads idempotency-ttl= db-password-file= db-ca= db-pool-size= db-statement-timeout= max-connections= handshake-timeout= header-timeout= body-timeout= idle-timeout= shutdown-timeout= rate-limit= rate-burst= auth-failure-limit= auth-failure-burst= backup-dir= backup-keep= backup-every= metrics-listen= log-format= log-level= h/help V/version
+    string join \n listen= tls-cert= tls-key= api-keys= acme-domain= acme-directory= acme-email= acme-ca-root= acme-eab-kid= acme-eab-hmac-key-file= acme-state-dir= db= cache-size= max-write-batch= shared-reads idempotency-ttl= events-keep= db-password-file= db-ca= db-pool-size= db-statement-timeout= max-connections= max-subscribers= handshake-timeout= header-timeout= body-timeout= idle-timeout= shutdown-timeout= rate-limit= rate-burst= auth-failure-limit= auth-failure-burst= backup-dir= backup-keep= backup-every= metrics-listen= log-format= log-level= h/help V/version
 end
 
 function __fish_petstore_needs_command
@@ -39,11 +39,13 @@ complete -c petstore -n "__fish_petstore_needs_command" -l db -d 'Where the pets
 complete -c petstore -n "__fish_petstore_needs_command" -l cache-size -d 'Most memory, in MiB, redb\'s page cache may hold' -r
 complete -c petstore -n "__fish_petstore_needs_command" -l max-write-batch -d 'Most queued writes one transaction takes (group commit)' -r
 complete -c petstore -n "__fish_petstore_needs_command" -l idempotency-ttl -d 'How long a create\'s Idempotency-Key is remembered and answers retries, e.g. `90s`, `15m`, `24h`, `7d`' -r
+complete -c petstore -n "__fish_petstore_needs_command" -l events-keep -d 'How long the event feed (`GET /v1/events`) keeps an event, e.g. `12h`, `7d`, `30d`' -r
 complete -c petstore -n "__fish_petstore_needs_command" -l db-password-file -d 'PostgreSQL only: file holding the database password (a trailing line break is ignored), e.g. `$CREDENTIALS_DIRECTORY/db-password` with systemd\'s LoadCredential=' -r -F
 complete -c petstore -n "__fish_petstore_needs_command" -l db-ca -d 'PostgreSQL only: PEM file with the CA certificates that sign the server\'s certificate; without it, sslmode=verify-ca and verify-full use the system\'s roots' -r -F
 complete -c petstore -n "__fish_petstore_needs_command" -l db-pool-size -d 'PostgreSQL only: connections the pool keeps at most [default: 16]' -r
 complete -c petstore -n "__fish_petstore_needs_command" -l db-statement-timeout -d 'PostgreSQL only: the longest one statement may run, e.g. `500ms`, `5s`, `1m` [default: 5s]' -r
 complete -c petstore -n "__fish_petstore_needs_command" -l max-connections -d 'Connections served at once; beyond it the connection idle longest is closed to make room' -r
+complete -c petstore -n "__fish_petstore_needs_command" -l max-subscribers -d 'Event streams (`GET /v1/events` as text/event-stream) open at once; one more gets 503' -r
 complete -c petstore -n "__fish_petstore_needs_command" -l handshake-timeout -d 'Time a client has to finish its TLS handshake, e.g. `10s`, `1m`' -r
 complete -c petstore -n "__fish_petstore_needs_command" -l header-timeout -d 'Time a client has to send a whole HTTP/1.1 request head (slowloris), e.g. `10s`' -r
 complete -c petstore -n "__fish_petstore_needs_command" -l body-timeout -d 'Time a client has to send a whole request body, e.g. `10s`, `1m`' -r

@@ -14,6 +14,7 @@ use super::pool::Connections;
 use super::rows::{READ_RECORD, record_of, revision, status_code};
 use crate::clock::unix_now;
 use crate::pet::{NewPet, Pet, PetId, PetPatch};
+use crate::store::events::{NewEvent, now_ms};
 use crate::store::model::{Created, Precondition, StoreError, StoredPet, short};
 use crate::store::write::{Engine, Keyed, PURGE_BATCH, Write};
 
@@ -128,6 +129,9 @@ async fn run_batch(
                     .map_err(pg_error)?;
                 pending.outcome = Some(Ok(usize::try_from(purged).unwrap_or(usize::MAX)));
             }
+            Write::Trim(before_ms, pending) => {
+                pending.outcome = Some(Ok(trim_events(&txn, *before_ms).await?));
+            }
         }
     }
     if !new_pets.ids.is_empty() {
@@ -143,11 +147,91 @@ async fn run_batch(
     if !batch.iter().any(Write::changed) {
         return txn.rollback().await.map_err(pg_error);
     }
+    append_events(&txn, batch).await?;
     committing.store(true, Ordering::Relaxed);
     txn.commit().await.map_err(|e| match pg_error(e) {
         StoreError::Io(e) => StoreError::InDoubt(e),
         other => other,
     })
+}
+
+/// Appends the batch's events, last before the commit. Their numbers come from the counter row,
+/// which stays locked to the commit: every other writing transaction, of any instance, waits
+/// for it here, so events become visible in the order of their numbers and a reader that
+/// reads past a number never finds a smaller one committed later (the trap of a bare sequence).
+/// Taken last, after the pet rows and the id counter, so no two transactions wait on each
+/// other in a cycle, and the lock is held for the least time.
+async fn append_events(
+    txn: &deadpool_postgres::Transaction<'_>,
+    batch: &[Write],
+) -> Result<(), StoreError> {
+    let at_ms = now_ms();
+    let mut types: Vec<i16> = Vec::new();
+    let mut bodies: Vec<String> = Vec::new();
+    for change in batch.iter().filter_map(Write::change) {
+        let event = NewEvent::of(&change, at_ms);
+        types.push(i16::from(event.code));
+        bodies.push(
+            String::from_utf8(event.body.to_vec())
+                .map_err(|e| StoreError::Corrupt(format!("an event is not UTF-8: {e}")))?,
+        );
+    }
+    if types.is_empty() {
+        return Ok(());
+    }
+    let count = i64::try_from(types.len()).unwrap_or(i64::MAX);
+    let at_ms = i64::try_from(at_ms).unwrap_or(i64::MAX);
+    let statement = txn
+        .prepare_cached(
+            "WITH taken AS (
+                 UPDATE petstore_meta SET value = value + $1 WHERE name = 'event_seq'
+                 RETURNING value - $1 AS base)
+             INSERT INTO events (seq, type, at_ms, body)
+             SELECT taken.base + new.n, new.type, $2, new.body
+             FROM taken, UNNEST($3::smallint[], $4::text[]) WITH ORDINALITY AS new(type, body, n)",
+        )
+        .await
+        .map_err(pg_error)?;
+    txn.execute(&statement, &[&count, &at_ms, &types, &bodies])
+        .await
+        .map_err(pg_error)?;
+    Ok(())
+}
+
+/// Removes up to `PURGE_BATCH` of the oldest events, those from before `before_ms`: only from
+/// the front, so what is left is whole from the first kept event on, and records the last one
+/// removed (a cursor before it is gone). Instances trimming at once remove each row once.
+async fn trim_events(
+    txn: &deadpool_postgres::Transaction<'_>,
+    before_ms: u64,
+) -> Result<usize, StoreError> {
+    let before_ms = i64::try_from(before_ms).unwrap_or(i64::MAX);
+    let oldest = txn
+        .query(
+            "SELECT seq, at_ms FROM events ORDER BY seq LIMIT $1",
+            &[&i64::try_from(PURGE_BATCH).unwrap_or(i64::MAX)],
+        )
+        .await
+        .map_err(pg_error)?;
+    let last = oldest
+        .iter()
+        .take_while(|row| row.get::<_, i64>(1) < before_ms)
+        .map(|row| row.get::<_, i64>(0))
+        .last();
+    let Some(last) = last else {
+        return Ok(0);
+    };
+    let removed = txn
+        .execute("DELETE FROM events WHERE seq <= $1", &[&last])
+        .await
+        .map_err(pg_error)?;
+    txn.execute(
+        "UPDATE petstore_meta SET value = GREATEST(value, $1) WHERE name = 'events_trimmed'",
+        &[&last],
+    )
+    .await
+    .map_err(pg_error)?;
+    Ok(usize::try_from(removed).unwrap_or(usize::MAX))
 }
 
 /// The pets a batch creates, inserted with one statement.

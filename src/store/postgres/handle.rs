@@ -11,7 +11,9 @@ use super::errors::pg_error;
 use super::pool::Connections;
 use super::rows::{READ_RECORD, record_of, revision, status_code};
 use super::schema::migrate;
+use crate::event::Position;
 use crate::pet::{PetId, PetStatus};
+use crate::store::events::{EventPage, EventQuery, FeedState, ReadError, StoredEvent};
 use crate::store::model::{Page, PageBuilder, PageQuery, Record, StoreError, StoredPet, short};
 
 /// The longest a request waits on the database, whatever it waits for (a connection, a
@@ -19,6 +21,28 @@ use crate::store::model::{Page, PageBuilder, PageQuery, Record, StoreError, Stor
 /// then may yet commit; its client got 503, never a 201, and a retry with the same
 /// Idempotency-Key finds out which.
 pub(in crate::store) const ANSWER_WITHIN: Duration = Duration::from_secs(5);
+
+/// The feed's identity, newest number and last number purged, as one row `f` of three columns
+/// that a query joins its rows to, so both come from the statement's one snapshot.
+const FEED_NOW: &str = "SELECT f.feed, f.newest, f.trimmed, p.* FROM (
+    SELECT max(value) FILTER (WHERE name = 'feed') AS feed,
+        max(value) FILTER (WHERE name = 'event_seq') AS newest,
+        max(value) FILTER (WHERE name = 'events_trimmed') AS trimmed
+    FROM petstore_meta WHERE name IN ('feed', 'event_seq', 'events_trimmed')) f";
+
+/// The feed's state from a row of a query that starts with `FEED_NOW`.
+fn feed_state(row: &tokio_postgres::Row) -> Result<FeedState, StoreError> {
+    let value = |n| {
+        row.get::<_, Option<i64>>(n)
+            .ok_or_else(|| StoreError::Corrupt("the feed's counters are missing".into()))
+    };
+    Ok(FeedState {
+        // The identity is a u64 kept in a bigint: the same bits.
+        feed: value(0)? as u64,
+        newest: value(1)?.unsigned_abs(),
+        trimmed: value(2)?.unsigned_abs(),
+    })
+}
 
 /// The read side of the PostgreSQL store; cheap to clone.
 #[derive(Clone)]
@@ -93,42 +117,117 @@ impl PgStore {
             .await
     }
 
+    /// A page of pets and the feed's newest position, in one statement: one snapshot.
     pub(in crate::store) async fn list(&self, query: PageQuery) -> Result<Page, StoreError> {
         let (status, after, limit) = (query.status, query.after, query.limit);
         let after = after.unwrap_or(i64::MIN);
         // One more than the page, to tell whether another follows.
         let fetch = i64::try_from(limit + 1).unwrap_or(i64::MAX);
-        self.pool.run(async |client| {
-            let rows = match status {
-                None => {
-                    let statement = client
-                        .prepare_cached(
-                            "SELECT id, json FROM pets WHERE id > $1 ORDER BY id LIMIT $2",
-                        )
-                        .await
-                        .map_err(pg_error)?;
-                    client.query(&statement, &[&after, &fetch]).await
+        self.pool
+            .run(async |client| {
+                let rows = match status {
+                    None => {
+                        let statement = client
+                            .prepare_cached(&format!(
+                                "{FEED_NOW} LEFT JOIN LATERAL (
+                                 SELECT id, json FROM pets WHERE id > $1 ORDER BY id LIMIT $2
+                             ) p ON true ORDER BY p.id"
+                            ))
+                            .await
+                            .map_err(pg_error)?;
+                        client.query(&statement, &[&after, &fetch]).await
+                    }
+                    Some(status) => {
+                        let statement = client
+                            .prepare_cached(&format!(
+                                "{FEED_NOW} LEFT JOIN LATERAL (
+                                 SELECT id, json FROM pets WHERE status = $1 AND id > $2
+                                 ORDER BY id LIMIT $3
+                             ) p ON true ORDER BY p.id"
+                            ))
+                            .await
+                            .map_err(pg_error)?;
+                        client
+                            .query(&statement, &[&status_code(Some(status)), &after, &fetch])
+                            .await
+                    }
                 }
-                Some(status) => {
-                    let statement = client
-                        .prepare_cached(
-                            "SELECT id, json FROM pets WHERE status = $1 AND id > $2 ORDER BY id LIMIT $3",
-                        )
-                        .await
-                        .map_err(pg_error)?;
-                    client
-                        .query(&statement, &[&status_code(Some(status)), &after, &fetch])
-                        .await
+                .map_err(pg_error)?;
+                let mut page = PageBuilder::new(limit);
+                let mut events = Position { feed: 0, seq: 0 };
+                for row in &rows {
+                    events = feed_state(row)?.newest_position();
+                    if let Some(id) = row.get::<_, Option<i64>>(3) {
+                        page.push(id, row.get::<_, &str>(4).as_bytes());
+                    }
                 }
-            }
-            .map_err(pg_error)?;
-            let mut page = PageBuilder::new(limit);
-            for row in &rows {
-                page.push(row.get(0), row.get::<_, &str>(1).as_bytes());
-            }
-            Ok(page.finish())
+                Ok(page.finish().at(events))
+            })
+            .await
+    }
+
+    /// A page of the event feed and the feed's state, in one statement: one snapshot. Sequence
+    /// numbers have no gaps (`batch.rs`), so a filtered scan of `scan` events is a range.
+    pub(in crate::store) async fn events(&self, query: EventQuery) -> Result<EventPage, ReadError> {
+        let after = query
+            .after
+            .map(|after| i64::try_from(after.seq).unwrap_or(i64::MAX));
+        let limit = i64::try_from(query.limit).unwrap_or(i64::MAX);
+        let scan = i64::try_from(query.scan).unwrap_or(i64::MAX);
+        let types = if query.types.is_all() {
+            None
+        } else {
+            Some(query.types.codes())
+        };
+        let rows = self
+            .pool
+            .run(async |client| {
+                let statement = client
+                    .prepare_cached(&format!(
+                        "{FEED_NOW} LEFT JOIN LATERAL (
+                             SELECT seq, type, at_ms, body FROM events
+                             WHERE seq > COALESCE($1, f.trimmed)
+                                 AND seq <= COALESCE($1, f.trimmed) + $3
+                                 AND ($4::smallint[] IS NULL OR type = ANY($4))
+                             ORDER BY seq LIMIT $2
+                         ) p ON true ORDER BY p.seq"
+                    ))
+                    .await
+                    .map_err(pg_error)?;
+                client
+                    .query(&statement, &[&after, &limit, &scan, &types])
+                    .await
+                    .map_err(pg_error)
+            })
+            .await?;
+        let Some(first) = rows.first() else {
+            return Err(StoreError::Corrupt("the feed's counters are missing".into()).into());
+        };
+        let state = feed_state(first)?;
+        let start = state.start(query.after).map_err(|_| ReadError::Gone)?;
+        let mut events = Vec::with_capacity(rows.len());
+        for row in &rows {
+            let Some(seq) = row.get::<_, Option<i64>>(3) else {
+                continue;
+            };
+            let code = u8::try_from(row.get::<_, i16>(4))
+                .map_err(|_| StoreError::Corrupt(format!("event {seq} has no type")))?;
+            events.push(StoredEvent {
+                seq: seq.unsigned_abs(),
+                code,
+                at_ms: row.get::<_, i64>(5).unsigned_abs(),
+                body: Bytes::from(row.get::<_, String>(6)),
+            });
+        }
+        let reached = match events.last() {
+            Some(last) if events.len() == query.limit => last.seq,
+            _ => start.saturating_add(query.scan as u64).min(state.newest),
+        };
+        Ok(EventPage {
+            events,
+            reached,
+            state,
         })
-        .await
     }
 
     /// Pets per status (`None`: without one): one scan of the status index, so its caller

@@ -5,10 +5,11 @@
 use deadpool_postgres::ClientWrapper;
 
 use super::errors::pg_error;
+use crate::store::events::new_feed_id;
 use crate::store::model::StoreError;
 
 /// The schema this binary writes; a database at a newer one is refused, naming both.
-pub(super) const SCHEMA_VERSION: i64 = 2;
+pub(super) const SCHEMA_VERSION: i64 = 3;
 /// `pg_advisory_xact_lock` key for migrations: "petstore" in ASCII.
 const MIGRATION_LOCK: i64 = 0x7065_7473_746f_7265;
 
@@ -40,6 +41,19 @@ const MIGRATION_2: &str = "
     UPDATE idempotency SET scope = substring(scope from 1 for 16),
         fingerprint = substring(fingerprint from 1 for 16);
     ALTER TABLE idempotency DROP COLUMN json;
+";
+
+/// Version 3: the event feed (`store/events.rs`): one row an event, its sequence number given
+/// at the end of the transaction that made the change (`batch.rs`), and the feed's counters
+/// beside `next_id`. The feed's identity is set by `migrate`, at random.
+const MIGRATION_3: &str = "
+    CREATE TABLE events (
+        seq bigint PRIMARY KEY,
+        type smallint NOT NULL,
+        at_ms bigint NOT NULL,
+        body text NOT NULL
+    );
+    INSERT INTO petstore_meta (name, value) VALUES ('event_seq', 0), ('events_trimmed', 0);
 ";
 
 /// Creates or upgrades the schema. The transaction holds an advisory lock, so instances that
@@ -75,6 +89,17 @@ pub(super) async fn migrate(client: &mut ClientWrapper) -> Result<u64, StoreErro
     if version < 2 {
         txn.batch_execute(MIGRATION_2).await.map_err(pg_error)?;
         tracing::info!(version = 2, "database schema upgraded");
+    }
+    if version < 3 {
+        txn.batch_execute(MIGRATION_3).await.map_err(pg_error)?;
+        // The identity is a u64 kept in a bigint: the same bits.
+        txn.execute(
+            "INSERT INTO petstore_meta (name, value) VALUES ('feed', $1)",
+            &[&(new_feed_id() as i64)],
+        )
+        .await
+        .map_err(pg_error)?;
+        tracing::info!(version = 3, "database schema upgraded");
     }
     txn.execute(
         "INSERT INTO petstore_meta (name, value) VALUES ('schema_version', $1)

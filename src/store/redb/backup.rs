@@ -15,7 +15,10 @@ use redb::{
 };
 
 use super::handle::RedbStore;
-use super::tables::{META, META_LOG_EPOCH, NAMES, PETS, PETS_BY_STATUS, RECORDS, REVISIONS};
+use super::tables::{
+    EVENTS, META, META_FEED, META_LOG_EPOCH, NAMES, PETS, PETS_BY_STATUS, RECORDS, REVISIONS,
+};
+use crate::store::events::new_feed_id;
 use crate::store::model::StoreError;
 
 /// Entries copied between two looks at the cancel flag, and between two rests: after each
@@ -124,13 +127,18 @@ fn write_copy(txn: &ReadTransaction, to: &Path, cancel: &AtomicBool) -> Result<u
     copy_table(txn, &write, REVISIONS, cancel)?;
     copy_table(txn, &write, META, cancel)?;
     copy_table(txn, &write, RECORDS, cancel)?;
-    // A copy never expects a write-ahead log of an earlier petstore: restored beside one,
-    // it takes none of the live file's later writes from it.
-    write
-        .open_table(META)
-        .map_err(StoreError::storage)?
-        .remove(META_LOG_EPOCH)
-        .map_err(StoreError::storage)?;
+    copy_table(txn, &write, EVENTS, cancel)?;
+    {
+        let mut meta = write.open_table(META).map_err(StoreError::storage)?;
+        // A copy never expects a write-ahead log of an earlier petstore: restored beside one,
+        // it takes none of the live file's later writes from it.
+        meta.remove(META_LOG_EPOCH).map_err(StoreError::storage)?;
+        // A copy keeps the events but is a feed of its own: restored, it will number new
+        // events as the live file already did, so a client's cursor from the live server gets
+        // 410 there, never a replay of other events under the same numbers.
+        meta.insert(META_FEED, new_feed_id())
+            .map_err(StoreError::storage)?;
+    }
     // The commit writes and syncs the whole copy: not begun for a stop that is waiting.
     if cancel.load(Ordering::Relaxed) {
         return Err(StoreError::Closed);

@@ -16,10 +16,12 @@ use redb::{Database, ReadTransaction, ReadableDatabase, ReadableTable, ReadableT
 
 use super::old_log;
 use super::tables::{
-    META, META_NEXT_ID, META_SCHEMA_VERSION, PETS, PETS_BY_STATUS, RECORDS, REVISIONS,
-    SCHEMA_VERSION,
+    EVENTS, META, META_EVENT_SEQ, META_EVENTS_TRIMMED, META_FEED, META_NEXT_ID,
+    META_SCHEMA_VERSION, PETS, PETS_BY_STATUS, RECORDS, REVISIONS, SCHEMA_VERSION, event_parts,
+    meta_value,
 };
 use crate::clock::unix_now;
+use crate::event::EventType;
 use crate::pet::{Pet, PetStatus};
 use crate::store::model::StoreError;
 
@@ -45,6 +47,8 @@ pub struct CheckReport {
     pub revisions: u64,
     pub records: u64,
     pub live_records: u64,
+    /// Events the feed keeps.
+    pub events: u64,
     pub next_id: u64,
     pub schema_version: u64,
     /// The first `LISTED` disagreements, in words.
@@ -341,11 +345,69 @@ fn check_tables(txn: &ReadTransaction, report: &mut CheckReport) -> Result<(), S
             ));
         }
     }
+    check_events(txn, &meta, report, &given_out)?;
     let counted = pets.len().map_err(StoreError::storage)?;
     if counted != report.pets {
         report.problem(format!(
             "pets: the table says {counted} entries, {} read",
             report.pets
+        ));
+    }
+    Ok(())
+}
+
+/// The feed: numbers in a row from just above the last purged to the newest, each event of a
+/// known type, its JSON an object that names a pet id given out.
+fn check_events(
+    txn: &ReadTransaction,
+    meta: &redb::ReadOnlyTable<&'static str, u64>,
+    report: &mut CheckReport,
+    given_out: &dyn Fn(i64) -> bool,
+) -> Result<(), StoreError> {
+    if meta_value(meta, META_FEED)? == 0 {
+        report.problem("the feed's identity (meta feed) is missing".into());
+    }
+    let newest = meta_value(meta, META_EVENT_SEQ)?;
+    let trimmed = meta_value(meta, META_EVENTS_TRIMMED)?;
+    let events = txn.open_table(EVENTS).map_err(StoreError::storage)?;
+    let mut expected = trimmed + 1;
+    for entry in events.iter().map_err(StoreError::storage)? {
+        let (seq, value) = entry.map_err(StoreError::storage)?;
+        let seq = seq.value();
+        report.events += 1;
+        if seq != expected {
+            report.problem(format!(
+                "events: {seq} follows {} (numbers run on from the last purged, {trimmed}, \
+                 without a gap)",
+                expected - 1
+            ));
+        }
+        expected = seq + 1;
+        let (code, _, body) = match event_parts(value.value()) {
+            Ok(parts) => parts,
+            Err(e) => {
+                report.problem(format!("event {seq}: {e}"));
+                continue;
+            }
+        };
+        if EventType::from_code(code).is_none() {
+            report.problem(format!("event {seq}: unknown type code {code}"));
+        }
+        let pet_id = serde_json::from_slice::<serde_json::Value>(body)
+            .ok()
+            .and_then(|json| json.get("petId").and_then(serde_json::Value::as_i64));
+        match pet_id {
+            None => report.problem(format!("event {seq}: its JSON does not read back")),
+            Some(id) if !given_out(id) => {
+                report.problem(format!("event {seq}: pet {id} was never given out"));
+            }
+            Some(_) => {}
+        }
+    }
+    if expected - 1 != newest.max(trimmed) {
+        report.problem(format!(
+            "events: the newest is {}, the counter (meta event_seq) says {newest}",
+            expected - 1
         ));
     }
     Ok(())
@@ -369,6 +431,7 @@ mod tests {
 
     fn tuning() -> Tuning {
         Tuning {
+            events_keep: crate::store::DEFAULT_EVENTS_KEEP,
             idempotency_ttl: Duration::from_secs(3600),
             max_write_batch: 64,
         }

@@ -13,8 +13,9 @@ use redb::{Database, ReadableDatabase, ReadableTableMetadata};
 
 use super::idempotency::Index;
 use super::snapshot::{PageKey, Snapshot, Snapshots};
-use super::tables::{META, META_NEXT_ID};
+use super::tables::{META, META_NEXT_ID, event_parts};
 use crate::pet::{PetId, PetStatus};
+use crate::store::events::{EventPage, EventQuery, PageScan, ReadError};
 use crate::store::model::{Page, PageBuilder, PageQuery, Record, StoreError, StoredPet};
 
 /// The longest a read waits for the writer's reopen of the file before it gets 503.
@@ -171,7 +172,10 @@ impl RedbStore {
             None => i64::MIN,
             Some(after) => match after.checked_add(1) {
                 Some(first) => first,
-                None => return Ok(Page::empty()),
+                None => {
+                    return self
+                        .read(|snapshot| Ok(Page::empty().at(snapshot.feed.newest_position())));
+                }
             },
         };
         let key = PageKey {
@@ -202,9 +206,37 @@ impl RedbStore {
                         }
                     }
                 }
-                Ok(page.finish())
+                Ok(page.finish().at(snapshot.feed.newest_position()))
             })
         })
+    }
+
+    /// A page of the event feed, from the snapshot every read shares.
+    pub(in crate::store) async fn events(&self, query: EventQuery) -> Result<EventPage, ReadError> {
+        let page = self.read(|snapshot| {
+            let state = snapshot.feed;
+            let Ok(start) = state.start(query.after) else {
+                return Ok(None);
+            };
+            let mut scan = PageScan::new(query, state, start);
+            let mut exhausted = true;
+            if start < state.newest {
+                let entries = snapshot
+                    .events
+                    .range(start + 1..)
+                    .map_err(StoreError::storage)?;
+                for entry in entries {
+                    let (seq, value) = entry.map_err(StoreError::storage)?;
+                    let (code, at_ms, body) = event_parts(value.value())?;
+                    if !scan.push(seq.value(), code, at_ms, || Bytes::copy_from_slice(body)) {
+                        exhausted = false;
+                        break;
+                    }
+                }
+            }
+            Ok(Some(scan.finish(exhausted)))
+        })?;
+        page.ok_or(ReadError::Gone)
     }
 
     /// Pets per status (`None`: without one), from one snapshot, on a blocking thread: it

@@ -14,10 +14,11 @@ use super::file::Filled;
 use super::idempotency::{self, Index};
 use super::old_log;
 use super::tables::{
-    META, META_BATCH, META_NEXT_ID, META_SCHEMA_VERSION, PETS, PETS_BY_STATUS, RECORDS, REVISIONS,
-    SCHEMA_VERSION, begin,
+    EVENTS, META, META_BATCH, META_FEED, META_NEXT_ID, META_SCHEMA_VERSION, PETS, PETS_BY_STATUS,
+    RECORDS, REVISIONS, SCHEMA_VERSION, begin, meta_value,
 };
 use crate::clock::unix_now;
+use crate::store::events::new_feed_id;
 use crate::store::model::StoreError;
 
 /// Why the file is being opened.
@@ -156,6 +157,12 @@ fn create_tables(db: &Database, found: Option<u64>) -> Result<(), StoreError> {
         }
         meta.insert(META_SCHEMA_VERSION, SCHEMA_VERSION)
             .map_err(StoreError::storage)?;
+        // A file older than the feed starts one: its changes so far have no events.
+        if meta_value(&meta, META_FEED)? == 0 {
+            meta.insert(META_FEED, new_feed_id())
+                .map_err(StoreError::storage)?;
+        }
+        txn.open_table(EVENTS).map_err(StoreError::storage)?;
         txn.open_table(PETS_BY_STATUS)
             .map_err(StoreError::storage)?;
         txn.open_table(PETS).map_err(StoreError::storage)?;

@@ -9,8 +9,12 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use redb::{Database, ReadOnlyTable, ReadableDatabase};
 
-use super::tables::{PETS, PETS_BY_STATUS, REVISIONS};
+use super::tables::{
+    EVENTS, META, META_EVENT_SEQ, META_EVENTS_TRIMMED, META_FEED, PETS, PETS_BY_STATUS, REVISIONS,
+    meta_value,
+};
 use crate::pet::{PetId, PetStatus};
+use crate::store::events::FeedState;
 use crate::store::model::Page;
 use crate::store::model::StoreError;
 
@@ -24,6 +28,9 @@ pub(super) struct Snapshot {
     pub(super) pets: ReadOnlyTable<i64, &'static [u8]>,
     pub(super) by_status: ReadOnlyTable<(u8, i64), &'static [u8]>,
     pub(super) revisions: ReadOnlyTable<i64, u64>,
+    pub(super) events: ReadOnlyTable<u64, &'static [u8]>,
+    /// The event feed as of this transaction.
+    pub(super) feed: FeedState,
     /// Pages already listed from these tables. A page of 20 cost about 10,000 instructions to
     /// read from redb and join (callgrind), a fifth of the request; the same page read again
     /// from the same snapshot is the same bytes, so it is kept until the next commit.
@@ -102,7 +109,15 @@ impl Snapshots {
         }
         // Begun after `commits` was read, so it holds at least those commits.
         let txn = db.begin_read().map_err(StoreError::storage)?;
+        let meta = txn.open_table(META).map_err(StoreError::storage)?;
+        let feed = FeedState {
+            feed: meta_value(&meta, META_FEED)?,
+            newest: meta_value(&meta, META_EVENT_SEQ)?,
+            trimmed: meta_value(&meta, META_EVENTS_TRIMMED)?,
+        };
         let snapshot = Arc::new(Snapshot {
+            events: txn.open_table(EVENTS).map_err(StoreError::storage)?,
+            feed,
             pets: txn.open_table(PETS).map_err(StoreError::storage)?,
             by_status: txn
                 .open_table(PETS_BY_STATUS)

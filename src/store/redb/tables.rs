@@ -25,14 +25,19 @@ pub(super) const RECORDS: TableDefinition<(u64, i64), [u8; 2 * SHORT_DIGEST]> =
     TableDefinition::new("idempotency_records");
 /// Counters and format facts, keyed by the names below.
 pub(super) const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
+/// The event feed: sequence number to the event's type code (1 byte), its time in Unix
+/// milliseconds (8 bytes, big-endian) and its JSON object without the cursor
+/// (`store/events.rs`). Appended by the batch that made the change; purged from the front.
+pub(super) const EVENTS: TableDefinition<u64, &[u8]> = TableDefinition::new("events");
 
 /// Every table of the current layout, by name: what a snapshot copies and a check expects.
-pub(super) const NAMES: [&str; 5] = [
+pub(super) const NAMES: [&str; 6] = [
     "pets",
     "pets_by_status",
     "revisions",
     "meta",
     "idempotency_records",
+    "events",
 ];
 
 pub(super) const META_SCHEMA_VERSION: &str = "schema_version";
@@ -45,11 +50,19 @@ pub(super) const META_BATCH: &str = "batch";
 /// once and removes the key (`redb/old_log.rs`).
 pub(super) const META_LOG_EPOCH: &str = "log_epoch";
 
+/// The feed's identity (`store/events.rs`): random, made with the file, made anew in a backup.
+pub(super) const META_FEED: &str = "feed";
+/// The sequence number of the newest event.
+pub(super) const META_EVENT_SEQ: &str = "event_seq";
+/// The highest sequence number purged: every event at or below it is gone.
+pub(super) const META_EVENTS_TRIMMED: &str = "events_trimmed";
+
 /// The layout of the tables; a file from a newer layout is refused, not misread. Version 1
 /// had no `REVISIONS` and no idempotency tables; opening one adds them. Version 2 kept
 /// idempotency records by scope, with a copy of the answer; opening one moves its live
-/// records to the table of version 3 (`redb/idempotency.rs`).
-pub(super) const SCHEMA_VERSION: u64 = 3;
+/// records to the table of version 3 (`redb/idempotency.rs`). Version 4 adds the event feed;
+/// an older petstore must not write to it, since its changes would have no events.
+pub(super) const SCHEMA_VERSION: u64 = 4;
 
 /// Version 2's idempotency records: scope (32 bytes) to fingerprint (32 bytes), expiry (u64),
 /// pet id (i64) and the pet's JSON as first answered; and (expiry, scope) for the purge.
@@ -75,6 +88,7 @@ pub(super) struct Tables<'txn> {
     pub(super) revisions: Table<'txn, i64, u64>,
     pub(super) records: Table<'txn, (u64, i64), [u8; 2 * SHORT_DIGEST]>,
     pub(super) meta: Table<'txn, &'static str, u64>,
+    pub(super) events: Table<'txn, u64, &'static [u8]>,
 }
 
 impl<'txn> Tables<'txn> {
@@ -87,7 +101,42 @@ impl<'txn> Tables<'txn> {
             revisions: txn.open_table(REVISIONS).map_err(StoreError::storage)?,
             records: txn.open_table(RECORDS).map_err(StoreError::storage)?,
             meta: txn.open_table(META).map_err(StoreError::storage)?,
+            events: txn.open_table(EVENTS).map_err(StoreError::storage)?,
         })
+    }
+}
+
+/// Reads one `META` counter; 0 when absent.
+pub(super) fn meta_value(
+    meta: &impl redb::ReadableTable<&'static str, u64>,
+    key: &str,
+) -> Result<u64, StoreError> {
+    Ok(meta
+        .get(key)
+        .map_err(StoreError::storage)?
+        .map_or(0, |v| v.value()))
+}
+
+/// An event as `EVENTS` keeps it.
+pub(super) fn event_value(code: u8, at_ms: u64, body: &[u8]) -> Vec<u8> {
+    let mut value = Vec::with_capacity(9 + body.len());
+    value.push(code);
+    value.extend_from_slice(&at_ms.to_be_bytes());
+    value.extend_from_slice(body);
+    value
+}
+
+/// The type code, time and JSON object of a value of `EVENTS`.
+pub(super) fn event_parts(value: &[u8]) -> Result<(u8, u64, &[u8]), StoreError> {
+    match value {
+        [code, rest @ ..] if rest.len() >= 8 => {
+            let (at, body) = rest.split_at(8);
+            let at = u64::from_be_bytes(at.try_into().unwrap_or_default());
+            Ok((*code, at, body))
+        }
+        _ => Err(StoreError::Corrupt(
+            "an event is shorter than its header".into(),
+        )),
     }
 }
 
@@ -105,6 +154,7 @@ mod tests {
             REVISIONS.name().to_owned(),
             META.name().to_owned(),
             RECORDS.name().to_owned(),
+            EVENTS.name().to_owned(),
         ];
         assert_eq!(defined, NAMES.map(str::to_owned));
     }

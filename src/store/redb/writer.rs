@@ -17,11 +17,15 @@ use redb::{Database, ReadableTable};
 use super::handle::Shared;
 use super::idempotency::{self, Changes, Index};
 use super::open::{Opening, open_database};
-use super::tables::{META, META_BATCH, META_NEXT_ID, Tables, begin};
+use super::tables::{
+    META, META_BATCH, META_EVENT_SEQ, META_EVENTS_TRIMMED, META_NEXT_ID, Tables, begin,
+    event_parts, event_value, meta_value,
+};
 use crate::clock::unix_now;
 use crate::pet::{NewPet, Pet, PetId, PetPatch};
+use crate::store::events::{NewEvent, now_ms};
 use crate::store::model::{Created, Precondition, StoreError, StoredPet};
-use crate::store::write::{Engine, Keyed, Write};
+use crate::store::write::{Engine, Keyed, PURGE_BATCH, Write};
 
 /// After a reopen, the next waits this long. A disk that stays full fails every batch, and
 /// each reopen repairs the file and starts its cache cold: between reopens, writes fail at
@@ -259,6 +263,7 @@ fn write_batch(
                 .meta
                 .insert(META_BATCH, number)
                 .map_err(StoreError::storage)?;
+            append_events(&mut run.tables, batch)?;
         }
         changed
     };
@@ -271,6 +276,30 @@ fn write_batch(
         other => other,
     })?;
     Ok(true)
+}
+
+/// Appends the batch's events, in the order its writes ran, in its own transaction: a change
+/// and its event commit together or not at all.
+fn append_events(tables: &mut Tables<'_>, batch: &[Write]) -> Result<(), StoreError> {
+    let mut seq = meta_value(&tables.meta, META_EVENT_SEQ)?;
+    let at_ms = now_ms();
+    let mut appended = 0;
+    for change in batch.iter().filter_map(Write::change) {
+        let event = NewEvent::of(&change, at_ms);
+        seq += 1;
+        tables
+            .events
+            .insert(seq, event_value(event.code, at_ms, &event.body).as_slice())
+            .map_err(StoreError::storage)?;
+        appended += 1;
+    }
+    if appended > 0 {
+        tables
+            .meta
+            .insert(META_EVENT_SEQ, seq)
+            .map_err(StoreError::storage)?;
+    }
+    Ok(())
 }
 
 /// A batch being run: its tables, the idempotency records it sees, the next id.
@@ -303,8 +332,41 @@ impl Run<'_> {
                 let purged = idempotency::purge(&mut self.tables.records, self.changes, *now)?;
                 pending.outcome = Some(Ok(purged));
             }
+            Write::Trim(before_ms, pending) => {
+                pending.outcome = Some(Ok(self.trim(*before_ms)?));
+            }
         }
         Ok(())
+    }
+
+    /// Removes up to `PURGE_BATCH` of the oldest events, those from before `before_ms`, and
+    /// records the last one removed: a cursor before it is gone.
+    fn trim(&mut self, before_ms: u64) -> Result<usize, StoreError> {
+        let mut removed = 0;
+        let mut last = None;
+        while removed < PURGE_BATCH {
+            let oldest = match self.tables.events.first().map_err(StoreError::storage)? {
+                Some((seq, value)) => (seq.value(), event_parts(value.value())?.1),
+                None => break,
+            };
+            let (seq, at_ms) = oldest;
+            if at_ms >= before_ms {
+                break;
+            }
+            self.tables
+                .events
+                .remove(seq)
+                .map_err(StoreError::storage)?;
+            last = Some(seq);
+            removed += 1;
+        }
+        if let Some(seq) = last {
+            self.tables
+                .meta
+                .insert(META_EVENTS_TRIMMED, seq)
+                .map_err(StoreError::storage)?;
+        }
+        Ok(removed)
     }
 
     fn create(

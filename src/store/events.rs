@@ -1,0 +1,256 @@
+//! The event feed as the store keeps it, shared by the write front and both engines: the event
+//! a change appends (encoded once, when its batch commits, by the domain's `event`), the
+//! feed's state in one snapshot, and what a read of the feed asks and answers. Invariants: sequence numbers
+//! are given in commit order, one more per event, never twice in one feed; a stored event
+//! never holds its cursor, so a copy that starts a new feed identity keeps its events valid.
+
+use std::time::UNIX_EPOCH;
+
+use bytes::{Bytes, BytesMut};
+
+use super::model::Change;
+use crate::event::{self, EventType, Position, Types};
+
+/// What the feed holds now, as one read snapshot sees it: its identity, the newest sequence
+/// number, and the highest one purged (every event at or below it is gone).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FeedState {
+    pub feed: u64,
+    pub newest: u64,
+    pub trimmed: u64,
+}
+
+impl FeedState {
+    pub fn newest_position(self) -> Position {
+        Position {
+            feed: self.feed,
+            seq: self.newest,
+        }
+    }
+
+    /// Where a read from `after` starts, or why it cannot: a position of another feed, one
+    /// whose next event was purged, or one past the newest (a store rolled back) is gone.
+    pub fn start(self, after: Option<Position>) -> Result<u64, Gone> {
+        let Some(after) = after else {
+            return Ok(self.trimmed);
+        };
+        if after.feed != self.feed || after.seq < self.trimmed || after.seq > self.newest {
+            return Err(Gone);
+        }
+        Ok(after.seq)
+    }
+}
+
+/// A cursor this feed can no longer (or never could) continue from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Gone;
+
+/// A read of the feed: up to `limit` events of `types` after `after` (`None`: from the oldest
+/// kept), looking at no more than `scan` events.
+#[derive(Clone, Copy, Debug)]
+pub struct EventQuery {
+    pub after: Option<Position>,
+    pub types: Types,
+    pub limit: usize,
+    pub scan: usize,
+}
+
+/// An event as the engines keep it: its number, type code, and JSON object without the cursor.
+#[derive(Clone, Debug)]
+pub struct StoredEvent {
+    pub seq: u64,
+    pub code: u8,
+    /// When its batch committed, in Unix milliseconds.
+    pub at_ms: u64,
+    pub body: Bytes,
+}
+
+impl StoredEvent {
+    /// The event's JSON object as a client reads it: the cursor first, then the stored members.
+    pub fn json_into(&self, feed: u64, out: &mut BytesMut) {
+        let cursor = Position {
+            feed,
+            seq: self.seq,
+        };
+        event::with_cursor(cursor, &self.body, out);
+    }
+}
+
+/// One read of the feed: the events found, in order, the position the read reached (after the
+/// last event returned, or as far as a filtered scan looked), and the feed it read.
+#[derive(Clone, Debug)]
+pub struct EventPage {
+    pub events: Vec<StoredEvent>,
+    pub reached: u64,
+    pub state: FeedState,
+}
+
+impl EventPage {
+    pub fn reached_position(&self) -> Position {
+        Position {
+            feed: self.state.feed,
+            seq: self.reached,
+        }
+    }
+}
+
+/// Why a read of the feed failed.
+#[derive(Debug)]
+pub enum ReadError {
+    /// The cursor is of another feed, purged, or past the newest.
+    Gone,
+    Store(super::model::StoreError),
+}
+
+impl From<super::model::StoreError> for ReadError {
+    fn from(e: super::model::StoreError) -> ReadError {
+        ReadError::Store(e)
+    }
+}
+
+/// Collects a page from events read in sequence order after `start`: keeps those of `types`,
+/// up to `limit`, having looked at no more than `scan`.
+pub(crate) struct PageScan {
+    query: EventQuery,
+    scanned: usize,
+    pub(crate) page: EventPage,
+}
+
+impl PageScan {
+    pub(crate) fn new(query: EventQuery, state: FeedState, start: u64) -> PageScan {
+        PageScan {
+            query,
+            scanned: 0,
+            page: EventPage {
+                events: Vec::new(),
+                reached: start,
+                state,
+            },
+        }
+    }
+
+    /// Takes the next event in order; `false` once the page is full or the scan is done.
+    pub(crate) fn push(
+        &mut self,
+        seq: u64,
+        code: u8,
+        at_ms: u64,
+        body: impl FnOnce() -> Bytes,
+    ) -> bool {
+        if seq > self.page.state.newest
+            || self.page.events.len() >= self.query.limit
+            || self.scanned >= self.query.scan
+        {
+            return false;
+        }
+        self.scanned += 1;
+        self.page.reached = seq;
+        if self.query.types.contains(code) {
+            self.page.events.push(StoredEvent {
+                seq,
+                code,
+                at_ms,
+                body: body(),
+            });
+        }
+        true
+    }
+
+    /// The page; a scan that ran out of events reached the newest.
+    pub(crate) fn finish(mut self, exhausted: bool) -> EventPage {
+        if exhausted {
+            self.page.reached = self.page.reached.max(self.page.state.newest);
+        }
+        self.page
+    }
+}
+
+/// A new event as a batch appends it: its type code and JSON object without the cursor.
+pub(crate) struct NewEvent {
+    pub(crate) code: u8,
+    pub(crate) body: Bytes,
+}
+
+impl NewEvent {
+    /// The event for one change of a batch committed at `at_ms` (Unix milliseconds).
+    pub(crate) fn of(change: &Change, at_ms: u64) -> NewEvent {
+        let kind = match (&change.pet, change.revision) {
+            (None, _) => EventType::PetDeleted,
+            (Some(_), 1) => EventType::PetCreated,
+            (Some(_), _) => EventType::PetUpdated,
+        };
+        NewEvent {
+            code: kind.code(),
+            body: event::encode(
+                kind,
+                at_ms,
+                change.id,
+                change.revision,
+                change.pet.as_deref(),
+            ),
+        }
+    }
+}
+
+/// Unix milliseconds now; 0 on a clock set before 1970.
+pub(crate) fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// A new feed identity, random; never 0, so a zeroed field is never mistaken for one.
+pub(crate) fn new_feed_id() -> u64 {
+    let mut bytes = [0; 8];
+    // Without the OS's randomness, the clock still makes two stores' identities differ.
+    if getrandom::fill(&mut bytes).is_err() {
+        bytes = now_ms().to_le_bytes();
+    }
+    u64::from_le_bytes(bytes).max(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_start_outside_the_kept_feed_is_gone() {
+        let state = FeedState {
+            feed: 3,
+            newest: 10,
+            trimmed: 4,
+        };
+        let at = |seq| Some(Position { feed: 3, seq });
+        assert_eq!(state.start(None), Ok(4));
+        assert_eq!(state.start(at(4)), Ok(4));
+        assert_eq!(state.start(at(10)), Ok(10));
+        assert_eq!(state.start(at(3)), Err(Gone));
+        assert_eq!(state.start(at(11)), Err(Gone));
+        assert_eq!(state.start(Some(Position { feed: 2, seq: 5 })), Err(Gone));
+    }
+
+    #[test]
+    fn a_filtered_scan_reaches_as_far_as_it_looked() {
+        let state = FeedState {
+            feed: 1,
+            newest: 10,
+            trimmed: 0,
+        };
+        let query = EventQuery {
+            after: None,
+            types: Types::only([EventType::PetDeleted]),
+            limit: 2,
+            scan: 4,
+        };
+        let mut scan = PageScan::new(query, state, 0);
+        let mut more = true;
+        for seq in 1..=10 {
+            if !scan.push(seq, EventType::PetCreated.code(), 0, Bytes::new) {
+                more = false;
+                break;
+            }
+        }
+        let page = scan.finish(more);
+        assert_eq!((page.events.len(), page.reached), (0, 4));
+    }
+}
