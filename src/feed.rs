@@ -224,7 +224,12 @@ async fn follow(feed: std::sync::Weak<Inner>) {
         let wake = Arc::clone(&inner.wake);
         drop(inner);
         tokio::select! {
-            _ = settled.recv() => {}
+            heard = settled.recv() => {
+                // Lagging behind the broadcast is only a wake; its end is the store's.
+                if let Err(tokio::sync::broadcast::error::RecvError::Closed) = heard {
+                    return;
+                }
+            }
             _ = ticks.tick() => {}
             () = wake.notified() => {}
         }
@@ -341,7 +346,9 @@ impl Stream {
     async fn serve(&mut self, first: EventPage) -> Result<(), Ended> {
         let mut opening = BytesMut::new();
         opening.put_slice(format!("retry: {RETRY_MS}\n\n").as_bytes());
-        opening.put_slice(&self.bookmark());
+        // The position the stream starts after, before any event: a client that loses the
+        // connection at once resumes from there, and ids only ever grow.
+        opening.put_slice(&bookmark(self.feed_id, first.start));
         for event in &first.events {
             opening.put_slice(&event_frame(first.state.feed, event));
         }
@@ -422,14 +429,7 @@ impl Stream {
     }
 
     fn bookmark(&self) -> Bytes {
-        let cursor = Position {
-            feed: self.feed_id,
-            seq: self.position,
-        }
-        .cursor();
-        Bytes::from(format!(
-            "id: {cursor}\nevent: bookmark\ndata: {{\"cursor\":\"{cursor}\"}}\n\n"
-        ))
+        bookmark(self.feed_id, self.position)
     }
 
     /// Sends one frame, waiting for room at most `STALL_LIMIT`.
@@ -440,6 +440,14 @@ impl Stream {
             Err(_) => Err(Ended::Closed(StreamClosed::Slow)),
         }
     }
+}
+
+/// A bookmark frame: the position as `id:` (what a client resumes from) and as its data.
+fn bookmark(feed: u64, seq: u64) -> Bytes {
+    let cursor = Position { feed, seq }.cursor();
+    Bytes::from(format!(
+        "id: {cursor}\nevent: bookmark\ndata: {{\"cursor\":\"{cursor}\"}}\n\n"
+    ))
 }
 
 /// An event as a server-sent-events frame (WHATWG HTML 9.2): its cursor as `id:`, its type as

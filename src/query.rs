@@ -237,7 +237,7 @@ fn parse_types(text: &str) -> Result<Vec<EventType>, InvalidParameter> {
     };
     let mut types = Vec::new();
     for name in text.split(',') {
-        let kind = EventType::from_name(name.trim()).ok_or_else(invalid)?;
+        let kind = EventType::from_name(name).ok_or_else(invalid)?;
         if !types.contains(&kind) {
             types.push(kind);
         }

@@ -80,6 +80,8 @@ impl StoredEvent {
 /// last event returned, or as far as a filtered scan looked), and the feed it read.
 #[derive(Clone, Debug)]
 pub struct EventPage {
+    /// The position the read started after.
+    pub start: u64,
     pub events: Vec<StoredEvent>,
     pub reached: u64,
     pub state: FeedState,
@@ -122,6 +124,7 @@ impl PageScan {
             query,
             scanned: 0,
             page: EventPage {
+                start,
                 events: Vec::new(),
                 reached: start,
                 state,

@@ -39,14 +39,15 @@ fn the_document_describes_the_operations_and_bearer_security() {
         ("/pets/{petId}", "get", "getPet"),
         ("/pets/{petId}", "patch", "patchPet"),
         ("/pets/{petId}", "delete", "deletePet"),
+        ("/events", "get", "listEvents"),
     ] {
         let operation = &doc["paths"][path][method];
         assert_eq!(operation["operationId"], id, "{method} {path}");
         // Only getPet is deprecated.
         let deprecated = operation.get("deprecated") == Some(&Value::Bool(true));
         assert_eq!(deprecated, id == "getPet", "{id} deprecated");
-        // The two new operations are beta; the spec's three carry no stability marker.
-        let beta = id == "patchPet" || id == "deletePet";
+        // The new operations are beta; the spec's three carry no stability marker.
+        let beta = ["patchPet", "deletePet", "listEvents"].contains(&id);
         let stability = operation.get("x-stability");
         if beta {
             assert_eq!(stability, Some(&"beta".into()), "{id}");
@@ -55,7 +56,13 @@ fn the_document_describes_the_operations_and_bearer_security() {
         }
     }
     let description = doc["info"]["description"].as_str().expect("a description");
-    for named in ["patchPet", "deletePet", "beta"] {
+    for named in [
+        "patchPet",
+        "deletePet",
+        "listEvents",
+        "beta",
+        "Events-Cursor",
+    ] {
         assert!(
             description.contains(named),
             "info.description names {named}"
@@ -111,6 +118,11 @@ fn every_status_the_server_answers_is_documented_for_its_operation() {
                 "204", "400", "401", "403", "404", "412", "429", "431", "500", "503",
             ][..],
         ),
+        (
+            "/events",
+            "get",
+            &["200", "400", "401", "410", "429", "431", "500", "503"][..],
+        ),
     ] {
         for status in statuses {
             assert!(documented(path, method, status), "{method} {path} {status}");
@@ -142,6 +154,7 @@ fn every_status_the_server_answers_is_documented_for_its_operation() {
         "unavailable",
         "outcome_unknown",
         "invalid_cursor",
+        "cursor_expired",
         "precondition_failed",
         "idempotency_key_reused",
         "idempotency_key_in_flight",
@@ -282,13 +295,131 @@ fn paging_versions_and_retries_are_documented() {
     }
 }
 
+#[test]
+fn the_event_feed_is_documented_as_pages_and_as_a_stream() {
+    let doc = source();
+    let events = &doc["paths"]["/events"]["get"];
+    let list = &doc["paths"]["/pets"]["get"];
+
+    // Parameters: a position, a page size of 1 to 1000, a comma-separated type filter, and the
+    // header an EventSource resumes with.
+    let after = parameter(&doc, events, "query", "after");
+    assert_eq!(after["required"], false);
+    let cursor = resolve(&doc, &after["schema"]);
+    assert_eq!(cursor["type"], "string");
+    assert_eq!(cursor["pattern"], "^[0-9a-f]{32}$");
+    let limit = &parameter(&doc, events, "query", "limit")["schema"];
+    assert_eq!(limit["minimum"], 1);
+    assert_eq!(limit["maximum"], 1000);
+    assert_eq!(limit["default"], 100);
+    let filter = parameter(&doc, events, "query", "type");
+    assert_eq!(filter["style"], "form");
+    assert_eq!(filter["explode"], false);
+    let types = &resolve(&doc, &filter["schema"]["items"])["enum"];
+    assert_eq!(
+        types,
+        &serde_json::json!(["pet.created", "pet.updated", "pet.deleted"])
+    );
+    assert_eq!(
+        parameter(&doc, events, "header", "Last-Event-ID")["required"],
+        false
+    );
+
+    // One 200, two media types: a JSON page of events, or the live stream.
+    let ok = resolve(&doc, &events["responses"]["200"]);
+    let mut media: Vec<&str> = ok["content"]
+        .as_object()
+        .expect("200 content")
+        .keys()
+        .map(String::as_str)
+        .collect();
+    media.sort_unstable();
+    assert_eq!(media, ["application/json", "text/event-stream"]);
+    let page = resolve(&doc, &ok["content"]["application/json"]["schema"]);
+    assert_eq!(page["type"], "array");
+    let event = resolve(&doc, &page["items"]);
+    assert_eq!(
+        event["required"],
+        serde_json::json!(["cursor", "type", "at", "petId", "etag", "pet"])
+    );
+    assert_eq!(event["additionalProperties"], false);
+    assert_eq!(event["properties"].as_object().expect("members").len(), 6);
+    assert_eq!(event["properties"]["at"]["format"], "date-time");
+    assert_eq!(event["properties"]["petId"]["format"], "int64");
+    assert_eq!(event["properties"]["pet"]["nullable"], true);
+    assert_eq!(
+        event["properties"]["pet"]["allOf"][0]["$ref"],
+        "#/components/schemas/Pet"
+    );
+    let stream = &ok["content"]["text/event-stream"]["schema"];
+    assert_eq!(stream["type"], "string");
+    let frames = stream["description"]
+        .as_str()
+        .expect("the stream described");
+    for named in [
+        "retry: 2000",
+        "bookmark",
+        "id:",
+        "event:",
+        "data:",
+        "Last-Event-ID",
+    ] {
+        assert!(
+            frames.contains(named),
+            "the stream's description names {named}"
+        );
+    }
+    assert_eq!(header(&doc, events, "200", "Link")["required"], false);
+    assert_eq!(
+        header(&doc, events, "200", "Cache-Control")["schema"]["enum"],
+        serde_json::json!(["no-store"])
+    );
+
+    // A position the store no longer has is 410 cursor_expired; a refused stream says when
+    // to come back.
+    let gone = resolve(&doc, &events["responses"]["410"]);
+    assert!(
+        gone["description"]
+            .as_str()
+            .expect("410")
+            .contains("cursor_expired")
+    );
+    assert_eq!(
+        gone["content"]["application/json"]["schema"]["$ref"],
+        "#/components/schemas/Error"
+    );
+    assert_eq!(
+        header(&doc, events, "503", "Retry-After")["required"],
+        false
+    );
+    for name in ["Retry-After", "RateLimit-Policy", "RateLimit"] {
+        assert_eq!(
+            header(&doc, events, "429", name)["required"],
+            true,
+            "{name}"
+        );
+    }
+
+    // listPets: every page says where the feed stood in its snapshot.
+    let position = header(&doc, list, "200", "Events-Cursor");
+    assert_eq!(position["required"], true);
+    assert_eq!(
+        resolve(&doc, &position["schema"])["pattern"],
+        "^[0-9a-f]{32}$"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn the_allow_header_lists_the_documented_methods() {
     // A 405 names exactly the methods the document has for the path, plus HEAD wherever GET is.
     let doc = source();
     let server = Server::start();
     let mut client = server.h1().await;
-    for (path, probe) in [("/pets", "/v1/pets"), ("/pets/{petId}", "/v1/pets/1")] {
+    for (path, probe) in [
+        ("/pets", "/v1/pets"),
+        ("/pets/{petId}", "/v1/pets/1"),
+        ("/events", "/v1/events"),
+    ] {
         let mut methods: Vec<String> = doc["paths"][path]
             .as_object()
             .expect("a path item")

@@ -224,6 +224,7 @@ impl PgStore {
             _ => start.saturating_add(query.scan as u64).min(state.newest),
         };
         Ok(EventPage {
+            start,
             events,
             reached,
             state,
