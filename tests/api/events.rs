@@ -1,13 +1,16 @@
 //! The event feed (issue 28; every assertion follows `notes/events-contract.md`): JSON pages
 //! (member order and values against each write's own answer, `limit`, the next link as a poll
-//! loop, the `type` filter, 400 for a malformed cursor, 410 for another feed's or a purged one,
-//! read-only keys, 401, no-store), `Events-Cursor` on every list (list, then follow, under
-//! concurrent writes: every later change once, in order, and the replay gives the final list),
-//! server-sent events over HTTP/1.1 and HTTP/2 (retry and a bookmark first, live events in
-//! order, streams killed at random points and resumed by `Last-Event-ID` with nothing lost or
-//! repeated, filters, errors before a stream, `--max-subscribers`, SIGTERM, a reader that stops
-//! reading), SIGKILLs between writes (the whole feed replays to exactly the stored pets),
-//! retention (`--events-keep`), and two instances on one PostgreSQL database.
+//! loop, the `type` filter, 400 for a malformed cursor, 410 for another feed's, a purged or a
+//! future one, read-only keys, 401, no-store), `Events-Cursor` on every list (list, then
+//! follow, under concurrent writes: every later change once, in order, and the replay gives the
+//! final list), server-sent events over HTTP/1.1 and HTTP/2 (retry and a bookmark of the start
+//! first, live events in order, streams killed at random points and resumed by `Last-Event-ID`
+//! with nothing lost or repeated, filters and their bookmarks, errors before a stream,
+//! `--max-subscribers`, streams as requests in flight, SIGTERM, a reader that stops reading),
+//! SIGKILLs between writes (the whole feed replays to exactly the stored pets), backups and
+//! copies (new feeds), retention (`--events-keep`), and two instances on one PostgreSQL
+//! database. Writers pick their writes at random: a failing run prints `EVENTS_SEED=N`, and
+//! setting it repeats the run.
 
 use std::any::Any;
 use std::collections::{BTreeMap, VecDeque};
