@@ -179,7 +179,7 @@ pub async fn list_events(
     reply.body = array.freeze();
     let mut link = String::with_capacity(120);
     link.push_str("</v1/events?");
-    query.next_into(page.reached_position(), &mut link);
+    query.next_into(page.next_position(), &mut link);
     link.push_str(">; rel=\"next\"");
     let link = HeaderValue::try_from(link)
         .expect("a link of hex digits, digits and type names is a valid header value");

@@ -25,6 +25,10 @@ use redb::{Builder, ConcurrencyMode, Database, Durability, TableDefinition};
 const PETS: TableDefinition<i64, &[u8]> = TableDefinition::new("pets");
 const PETS_BY_STATUS: TableDefinition<(u8, i64), &[u8]> = TableDefinition::new("pets_by_status");
 const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
+const EVENTS: TableDefinition<u64, &[u8]> = TableDefinition::new("events");
+/// An event as the server keeps it: type code and time (9 bytes), and its JSON around the
+/// pet's (type, time, id and ETag: about 86 bytes).
+const EVENT_EXTRA: usize = 9 + 86;
 
 /// The server's mean batch at 64 clients (benches/load, create-64).
 const BATCH: i64 = 25;
@@ -43,16 +47,28 @@ enum Commit {
     OnePhase,
     /// The old log: the batch's log record made durable, then a non-durable redb commit.
     Log,
+    /// The server's commit with the event feed's outbox: an entry a create in `events`.
+    Events,
+    /// The same outbox, one entry a batch holding its events one after another.
+    EventsBatched,
 }
 
 impl Commit {
-    const ALL: [Commit; 3] = [Commit::QuickRepair, Commit::OnePhase, Commit::Log];
+    const ALL: [Commit; 5] = [
+        Commit::QuickRepair,
+        Commit::OnePhase,
+        Commit::Log,
+        Commit::Events,
+        Commit::EventsBatched,
+    ];
 
     fn name(self) -> &'static str {
         match self {
             Commit::QuickRepair => "redb two-phase quick-repair commit (the server's)",
             Commit::OnePhase => "redb one-phase Durability::Immediate",
             Commit::Log => "log append + fdatasync, non-durable redb commit",
+            Commit::Events => "the server's, with an event entry a create",
+            Commit::EventsBatched => "the server's, with one event entry a batch",
         }
     }
 }
@@ -119,7 +135,7 @@ fn round(path: Commit) -> (f64, f64, f64, f64) {
     for commit in 1..=COMMITS {
         let mut txn = db.begin_write().expect("begin");
         match path {
-            Commit::QuickRepair => {
+            Commit::QuickRepair | Commit::Events | Commit::EventsBatched => {
                 txn.set_two_phase_commit(true);
                 txn.set_quick_repair(true);
             }
@@ -132,18 +148,38 @@ fn round(path: Commit) -> (f64, f64, f64, f64) {
                 .expect("non-durable in ExclusiveWriter"),
         }
         record.clear();
+        let mut event = Vec::with_capacity(PET.len() + EVENT_EXTRA);
+        event.resize(EVENT_EXTRA, b'e');
+        event.extend_from_slice(PET);
+        let mut batched = Vec::with_capacity(event.len() * BATCH as usize);
         {
             let mut pets = txn.open_table(PETS).expect("pets");
             let mut by_status = txn.open_table(PETS_BY_STATUS).expect("by status");
             let mut meta = txn.open_table(META).expect("meta");
+            let mut events = txn.open_table(EVENTS).expect("events");
             for _ in 0..BATCH {
                 id += 1;
                 pets.insert(id, PET).expect("insert");
                 by_status.insert((0, id), PET).expect("insert");
                 record.extend_from_slice(&id.to_le_bytes());
                 record.extend_from_slice(PET);
+                match path {
+                    Commit::Events => {
+                        events.insert(id as u64, event.as_slice()).expect("event");
+                    }
+                    Commit::EventsBatched => batched.extend_from_slice(&event),
+                    _ => {}
+                }
             }
             meta.insert("next_id", id as u64 + 1).expect("meta");
+            if path == Commit::EventsBatched {
+                events
+                    .insert(id as u64, batched.as_slice())
+                    .expect("events");
+            }
+            if matches!(path, Commit::Events | Commit::EventsBatched) {
+                meta.insert("event_seq", id as u64).expect("meta");
+            }
         }
         if path == Commit::Log {
             if tail + record.len() as u64 > LOG_BYTES {
@@ -182,8 +218,8 @@ fn main() {
     println!(
         "writer thread, {COMMITS} commits of {BATCH} creates a round, {ROUNDS} alternating rounds"
     );
-    let mut cpu = [const { Vec::new() }; 3];
-    let mut bytes = [const { Vec::new() }; 3];
+    let mut cpu = [const { Vec::new() }; Commit::ALL.len()];
+    let mut bytes = [const { Vec::new() }; Commit::ALL.len()];
     for _ in 0..ROUNDS {
         for (slot, path) in Commit::ALL.into_iter().enumerate() {
             let (user, kernel, wall, written) = round(path);

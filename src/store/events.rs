@@ -88,10 +88,21 @@ pub struct EventPage {
 }
 
 impl EventPage {
+    #[cfg(test)]
     pub fn reached_position(&self) -> Position {
         Position {
             feed: self.state.feed,
             seq: self.reached,
+        }
+    }
+
+    /// Where the next page starts: after the last event returned; after as far as this one
+    /// looked when it returned none (a filtered page moves past events of other types, so a
+    /// poll loop never reads them again).
+    pub fn next_position(&self) -> Position {
+        Position {
+            feed: self.state.feed,
+            seq: self.events.last().map_or(self.reached, |event| event.seq),
         }
     }
 }
