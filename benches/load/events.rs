@@ -10,8 +10,10 @@
 //! each stream keeps, for each `pet.created` event, the pet's id and the instant the read that
 //! brought it returned. The check: every stream got every create's event exactly once, with
 //! increasing cursors, all in one order; the figure: the delay from a create's 201 to its event
-//! on a stream, over all streams and the window's creates. The same run without the streams,
-//! on a fresh store, gives the memory the streams cost.
+//! on a stream, over all streams and the window's creates (and, beside it, from the create's
+//! request). The same run without the streams, on a fresh store, gives the memory the streams
+//! cost; on redb, a third run holds as many keep-alive connections without a stream, to tell
+//! what of that is the connections' (TLS, HTTP) and what the streams' own.
 //!
 //! The streams are read without hyper: one task a stream owns its TLS connection, parses the
 //! response head, the chunked coding and the SSE lines itself, and keeps 16 bytes an event,
@@ -64,6 +66,10 @@ const DRAIN_POLL: Duration = Duration::from_millis(5);
 const HEAD_LIMIT: usize = 8 * 1024;
 /// A stream's read buffer: one read takes what the socket holds, a few events at most here.
 const READ_BUFFER: usize = 8 * 1024;
+/// An idle connection sends a request (`GET /healthz`) this often: HTTP/1.1 keep-alive
+/// connections with none close after `--header-timeout` (10 s), hyper's head timer running
+/// while they wait (docs/api.md).
+const IDLE_REQUEST_EVERY: Duration = Duration::from_secs(4);
 /// A stream's count once its task has ended (an error, the server's end): the drain does not
 /// wait for it.
 const ENDED: u32 = u32::MAX;
@@ -99,8 +105,9 @@ pub struct Memory {
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Held {
     Nothing,
-    /// Keep-alive TLS connections that made one request (`GET /healthz`) and wait: what a
-    /// connection costs the server without a stream, to tell the stream's own share.
+    /// Keep-alive TLS connections that make a request (`GET /healthz`) every few seconds and
+    /// otherwise wait: what a connection costs the server without a stream, to tell the
+    /// stream's own share.
     IdleConnections,
     Streams,
 }
@@ -503,11 +510,12 @@ async fn open(shared: &Shared, buf: &mut [u8]) -> Result<(TlsStream, usize, usiz
     }
 }
 
-/// An idle connection's task: one request, its whole answer, then nothing until `stop`.
+/// An idle connection's task: a request and its whole answer every `IDLE_REQUEST_EVERY`,
+/// nothing else, until `stop`.
 async fn hold(shared: Arc<Shared>, index: usize, mut stop: watch::Receiver<bool>) -> StreamLog {
     let mut log = StreamLog::new(index, 0);
     let mut ready = false;
-    if let Err(why) = idle(&shared, &mut stop, &mut ready).await {
+    if let Err(why) = idle(&shared, index, &mut stop, &mut ready).await {
         log.ended = Some(why);
     }
     shared.counts[index].store(ENDED, Ordering::Relaxed);
@@ -519,38 +527,18 @@ async fn hold(shared: Arc<Shared>, index: usize, mut stop: watch::Receiver<bool>
 
 async fn idle(
     shared: &Shared,
+    index: usize,
     stop: &mut watch::Receiver<bool>,
     ready: &mut bool,
 ) -> Result<(), String> {
     let mut buf = vec![0u8; HEAD_LIMIT];
-    let (mut tls, head_end, mut filled) = open(shared, &mut buf).await?;
-    let text = String::from_utf8_lossy(&buf[..head_end]).into_owned();
-    if !text.starts_with("HTTP/1.1 200") {
-        return Err(format!("answered {}", text.trim_end()));
-    }
-    let length: usize = text
-        .split("\r\n")
-        .find_map(|line| {
-            let (name, value) = line.split_once(':')?;
-            name.eq_ignore_ascii_case("content-length")
-                .then(|| value.trim().parse().ok())?
-        })
-        .ok_or("an answer without Content-Length")?;
-    while filled < head_end + length {
-        if filled == buf.len() {
-            return Err("an answer longer than 8 KiB".to_owned());
-        }
-        let n = tls
-            .read(&mut buf[filled..])
-            .await
-            .map_err(|e| format!("read the answer: {e}"))?;
-        if n == 0 {
-            return Err("closed before the answer ended".to_owned());
-        }
-        filled += n;
-    }
+    let (mut tls, _, filled) = open(shared, &mut buf).await?;
+    whole_answer(&mut tls, &mut buf, filled).await?;
     *ready = true;
     shared.settle();
+    // Spread over the interval, so the requests do not come all at once.
+    let spread = IDLE_REQUEST_EVERY.mul_f64(index as f64 / shared.counts.len().max(1) as f64);
+    let mut next = Instant::now() + spread;
     loop {
         tokio::select! {
             changed = stop.changed() => {
@@ -558,12 +546,66 @@ async fn idle(
                     return Ok(());
                 }
             }
+            () = sleep_until(next) => {
+                next += IDLE_REQUEST_EVERY;
+                tls.write_all(&shared.request)
+                    .await
+                    .map_err(|e| format!("send a request: {e}"))?;
+                timeout_at(Instant::now() + OPEN_LIMIT, whole_answer(&mut tls, &mut buf, 0))
+                    .await
+                    .map_err(|_| "no answer within the open limit".to_owned())??;
+            }
             n = tls.read(&mut buf) => match n {
                 Ok(0) => return Err("the server closed an idle connection".to_owned()),
-                Ok(_) => {}
+                Ok(_) => return Err("bytes on an idle connection".to_owned()),
                 Err(e) => return Err(format!("an idle connection failed: {e}")),
             },
         }
+    }
+}
+
+/// Reads a whole 200 answer with a Content-Length into `buf`, which holds `filled` bytes of it.
+async fn whole_answer(
+    tls: &mut TlsStream,
+    buf: &mut [u8],
+    mut filled: usize,
+) -> Result<(), String> {
+    let (head_end, length) = loop {
+        if let Some(end) = find(&buf[..filled], b"\r\n\r\n") {
+            let text = String::from_utf8_lossy(&buf[..end]);
+            if !text.starts_with("HTTP/1.1 200") {
+                return Err(format!("answered {}", text.trim_end()));
+            }
+            let length: usize = text
+                .split("\r\n")
+                .find_map(|line| {
+                    let (name, value) = line.split_once(':')?;
+                    name.eq_ignore_ascii_case("content-length")
+                        .then(|| value.trim().parse().ok())?
+                })
+                .ok_or("an answer without Content-Length")?;
+            break (end + 4, length);
+        }
+        filled += read_more(tls, buf, filled).await?;
+    };
+    while filled < head_end + length {
+        filled += read_more(tls, buf, filled).await?;
+    }
+    if filled > head_end + length {
+        return Err("bytes after the answer".to_owned());
+    }
+    Ok(())
+}
+
+/// Reads into `buf` after its first `filled` bytes; how many came.
+async fn read_more(tls: &mut TlsStream, buf: &mut [u8], filled: usize) -> Result<usize, String> {
+    if filled == buf.len() {
+        return Err("an answer longer than 8 KiB".to_owned());
+    }
+    match tls.read(&mut buf[filled..]).await {
+        Ok(0) => Err("closed before the answer ended".to_owned()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(format!("read the answer: {e}")),
     }
 }
 
