@@ -659,7 +659,9 @@ async fn read_stream(
                 }
                 continue;
             }
-            n = tls.read(&mut buf) => n.map_err(|e| format!("read after {} events: {e}", log.events.len()))?,
+            n = tls.read(&mut buf) => {
+                n.map_err(|e| format!("read after {} events: {e}", log.events.len()))?
+            }
         };
         if n == 0 {
             return Err(format!(
