@@ -57,6 +57,15 @@ impl Tls {
         Ok(Conn::Http1(connect_h1(addr, &self.full_handshake).await?))
     }
 
+    /// A bare TLS connection (ALPN `http/1.1`) for a client that speaks HTTP/1.1 itself: an
+    /// event stream, read without hyper's body channel between the socket and the parser.
+    pub async fn raw_http1(
+        &self,
+        addr: SocketAddr,
+    ) -> std::io::Result<tokio_rustls::client::TlsStream<TcpStream>> {
+        raw_tls(addr, &self.h1).await
+    }
+
     /// An HTTP/2 connection (ALPN `h2`) whose sender can be cloned, one clone per stream.
     pub async fn http2(
         &self,
@@ -123,13 +132,19 @@ async fn tls_stream(
     addr: SocketAddr,
     config: &Arc<rustls::ClientConfig>,
 ) -> std::io::Result<TokioIo<tokio_rustls::client::TlsStream<TcpStream>>> {
+    Ok(TokioIo::new(raw_tls(addr, config).await?))
+}
+
+async fn raw_tls(
+    addr: SocketAddr,
+    config: &Arc<rustls::ClientConfig>,
+) -> std::io::Result<tokio_rustls::client::TlsStream<TcpStream>> {
     let tcp = TcpStream::connect(addr).await?;
     tcp.set_nodelay(true)?;
     let name = ServerName::try_from("localhost").expect("a valid server name");
-    let tls = TlsConnector::from(Arc::clone(config))
+    TlsConnector::from(Arc::clone(config))
         .connect(name, tcp)
-        .await?;
-    Ok(TokioIo::new(tls))
+        .await
 }
 
 async fn connect_h1(

@@ -116,6 +116,7 @@ pub fn add(
     );
     postgres(report);
     crate::snapshot::goals(report);
+    crate::events::goals(report);
 }
 
 /// Issue 11: group commit on PostgreSQL against one transaction per create, and the

@@ -8,6 +8,7 @@ mod baseline;
 mod check;
 mod client;
 mod deep;
+mod events;
 mod fill;
 mod goals;
 mod load;
@@ -686,6 +687,12 @@ async fn bench(settings: &Settings) -> Report {
     }
     if settings.wants("postgres") {
         bench.postgres(&baseline).await;
+    }
+    if settings.wants("events") {
+        bench.events().await;
+    }
+    if settings.wants("events-pg") {
+        bench.events_pg().await;
     }
 
     let whole_rss_kib = if settings.wants("rss") {

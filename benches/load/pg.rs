@@ -27,16 +27,16 @@ const LIST_WARMUP: Duration = Duration::from_secs(1);
 const BATCH1_DB: &str = "petstore_b1";
 
 /// A cluster made durable and pinned, with what the part needs of it.
-struct Durable {
-    cluster: Cluster,
-    postmaster: u32,
+pub struct Durable {
+    pub cluster: Cluster,
+    pub postmaster: u32,
     /// The CPUs PostgreSQL may run on, as the kernel says after the pinning.
     cpus: String,
 }
 
 impl Durable {
     /// A throwaway cluster, restarted with `fsync=on` and pinned to the server CPU.
-    fn start() -> Result<Durable, String> {
+    pub fn start() -> Result<Durable, String> {
         let cluster = Cluster::start();
         let data = cluster.psql("SHOW data_directory");
         let bin = cluster.psql("SELECT setting FROM pg_config WHERE name = 'BINDIR'");
@@ -103,7 +103,7 @@ impl Durable {
     }
 
     /// The URL of `database` on the cluster.
-    fn url(&self, database: &str) -> String {
+    pub fn url(&self, database: &str) -> String {
         self.cluster
             .url()
             .replace("/petstore?", &format!("/{database}?"))
@@ -136,10 +136,10 @@ impl Durable {
 }
 
 /// Where Debian puts each major version's server binaries, as the harness looks for them.
-const PG_LIB: &str = "/usr/lib/postgresql";
+pub const PG_LIB: &str = "/usr/lib/postgresql";
 
 /// Whether the harness will find server binaries (it panics when it does not).
-fn installed() -> bool {
+pub fn installed() -> bool {
     std::fs::read_dir(PG_LIB)
         .into_iter()
         .flatten()

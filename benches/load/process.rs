@@ -190,13 +190,23 @@ impl Server {
 
     /// Peak resident memory (VmHWM) in KiB.
     pub fn peak_rss_kib(&self) -> u64 {
+        self.status_kib("VmHWM:")
+    }
+
+    /// Resident memory now (VmRSS) in KiB.
+    pub fn rss_kib(&self) -> u64 {
+        self.status_kib("VmRSS:")
+    }
+
+    /// A `Vm...:` line of /proc/<pid>/status, in KiB.
+    fn status_kib(&self, name: &str) -> u64 {
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid))
             .expect("the server's /proc/<pid>/status is readable while it runs");
         status
             .lines()
-            .find_map(|line| line.strip_prefix("VmHWM:"))
+            .find_map(|line| line.strip_prefix(name))
             .and_then(|rest| rest.split_whitespace().next()?.parse().ok())
-            .expect("status has VmHWM in kB")
+            .unwrap_or_else(|| panic!("status has {name} in kB"))
     }
 
     /// ERROR lines the server has logged so far.

@@ -54,6 +54,8 @@ pub struct Report {
     pub notes: Vec<String>,
     /// Problems beyond a row's check (a durability loss, a bad exit status).
     pub failures: Vec<String>,
+    /// The event feed part's figures, one a store (`events.rs`).
+    pub feeds: Vec<crate::events::Feed>,
     goals: Vec<Goal>,
 }
 

@@ -8,7 +8,8 @@ use std::time::Duration;
 
 /// Knobs from the environment, so a quick iteration needs no edit: BENCH_SECONDS, BENCH_WARMUP,
 /// BENCH_SCALE_SECONDS, BENCH_ROUNDS, BENCH_SKIP_1M=1,
-/// BENCH_ONLY=list20,get-one,scale,create,create-keyed,postgres,rss,1m,deep-page,snapshot,
+/// BENCH_ONLY=list20,get-one,scale,create,create-keyed,postgres,rss,1m,deep-page,snapshot,events,events-pg,
+/// BENCH_EVENTS_STREAMS and BENCH_EVENTS_RATE (the event feed part's streams and creates/s),
 /// BENCH_PETSTORE_ARGS="--log-level info,petstore::service=warn" (a diagnostic: the real
 /// figures use none; the `listening on` line must stay, so the filter keeps `info`) and
 /// BENCH_PETSTORE_BIN=target/x86_64-unknown-linux-musl/release/petstore (the shipped static
@@ -23,11 +24,17 @@ pub struct Settings {
     pub rounds: usize,
     pub skip_1m: bool,
     /// Parts to run (read scenario names, `scale`, `create`, `create-keyed`, `postgres`, `rss`, `1m`,
-    /// `deep-page`, `snapshot`); all when empty. `deep-page` and `snapshot` build the 1M store
+    /// `deep-page`, `snapshot`, `events`, `events-pg`); all when empty. `deep-page` and `snapshot` build the 1M store
     /// without `1m`'s crash.
     pub only: Vec<String>,
     /// Extra petstore flags, for diagnostics such as a log filter without the request lines.
     pub petstore_args: Vec<String>,
+    /// The event feed part: live streams open while the clients create (BENCH_EVENTS_STREAMS,
+    /// default 1,000, the server's default `--max-subscribers`), and the creates a second all
+    /// clients together send (BENCH_EVENTS_RATE, default 100): every stream gets every event,
+    /// so the server writes, and this process reads, streams x rate events a second.
+    pub events_streams: usize,
+    pub events_rate: f64,
 }
 
 impl Settings {
@@ -52,6 +59,15 @@ impl Settings {
             skip_1m: std::env::var("BENCH_SKIP_1M").is_ok_and(|v| !v.is_empty() && v != "0"),
             only: words("BENCH_ONLY", ','),
             petstore_args: words("BENCH_PETSTORE_ARGS", ' '),
+            events_streams: std::env::var("BENCH_EVENTS_STREAMS")
+                .ok()
+                .and_then(|v| v.parse::<usize>().ok())
+                .unwrap_or(1000),
+            events_rate: std::env::var("BENCH_EVENTS_RATE")
+                .ok()
+                .and_then(|v| v.parse::<f64>().ok())
+                .filter(|rate| rate.is_finite() && *rate > 0.0)
+                .unwrap_or(100.0),
         }
     }
 
