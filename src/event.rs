@@ -120,18 +120,28 @@ impl Position {
     }
 }
 
+/// When a batch's changes committed, as every one of its events says it: formatted once.
+pub struct At(String);
+
+impl At {
+    /// RFC 3339, UTC, milliseconds, from Unix milliseconds.
+    pub fn from_unix_ms(at_ms: u64) -> At {
+        At(humantime::format_rfc3339_millis(UNIX_EPOCH + Duration::from_millis(at_ms)).to_string())
+    }
+}
+
 /// An event's JSON object without its cursor: `type`, `at` (RFC 3339, UTC, milliseconds),
 /// `petId`, `etag` (the pet's tag after the change; on a delete, the tag of the revision
 /// deleted) and `pet` (the pet's JSON after the change; `null` on a delete).
-pub fn encode(kind: EventType, at_ms: u64, id: PetId, revision: u64, pet: Option<&[u8]>) -> Bytes {
-    let at = humantime::format_rfc3339_millis(UNIX_EPOCH + Duration::from_millis(at_ms));
+pub fn encode(kind: EventType, at: &At, id: PetId, revision: u64, pet: Option<&[u8]>) -> Bytes {
+    let at = &at.0;
     let etag = pet::etag(id, revision);
     let pet = pet.unwrap_or(b"null");
     let mut body = BytesMut::with_capacity(96 + pet.len());
     body.put_slice(b"{\"type\":\"");
     body.put_slice(kind.name().as_bytes());
     body.put_slice(b"\",\"at\":\"");
-    body.put_slice(at.to_string().as_bytes());
+    body.put_slice(at.as_bytes());
     body.put_slice(b"\",\"petId\":");
     body.put_slice(itoa::Buffer::new().format(id).as_bytes());
     // The tag is a quoted id and revision: digits, a dot, a minus; as a JSON string its
@@ -184,7 +194,7 @@ mod tests {
     fn an_event_is_json_with_its_cursor_first() {
         let encoded = encode(
             EventType::PetUpdated,
-            1_795_305_600_123,
+            &At::from_unix_ms(1_795_305_600_123),
             -5,
             2,
             Some(br#"{"id":-5,"name":"Rex"}"#),
@@ -210,7 +220,7 @@ mod tests {
             let found = text[at..].find(&format!("\"{name}\":")).expect(name);
             at += found;
         }
-        let deleted = encode(EventType::PetDeleted, 0, 5, 3, None);
+        let deleted = encode(EventType::PetDeleted, &At::from_unix_ms(0), 5, 3, None);
         let deleted: serde_json::Value = serde_json::from_slice(&deleted).expect("JSON");
         assert_eq!(
             (&deleted["pet"], &deleted["etag"]),

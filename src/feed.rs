@@ -12,11 +12,11 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use bytes::{BufMut, Bytes, BytesMut};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, watch};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, broadcast, mpsc, watch};
 
 use crate::event::{EventType, Position, Types};
 use crate::metrics::{self, StreamClosed};
-use crate::store::{EventPage, EventQuery, ReadError, Store};
+use crate::store::{EventPage, EventQuery, ReadError, Settled, Store};
 
 /// Events the ring keeps: a stream further behind reads the store instead.
 const RING: usize = 4096;
@@ -187,17 +187,14 @@ impl Feed {
 /// Reads the store's new events into the ring whenever something may have committed, while
 /// any stream is open. Ends with the feed.
 async fn follow(feed: std::sync::Weak<Inner>) {
-    let (mut settled, poll) = match feed.upgrade() {
-        Some(feed) => (
-            feed.store.subscribe(),
-            if feed.store.shared_by_instances() {
-                POLL_SHARED
-            } else {
-                POLL_OWN
-            },
-        ),
+    let poll = match feed.upgrade() {
+        Some(feed) if feed.store.shared_by_instances() => POLL_SHARED,
+        Some(_) => POLL_OWN,
         None => return,
     };
+    // Held only while a stream is open: without a listener the writer publishes nothing and
+    // wakes nobody, so the feed costs a create nothing but its event row.
+    let mut settled: Option<broadcast::Receiver<Settled>> = None;
     let mut ticks = tokio::time::interval(poll);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut oldest_checked = tokio::time::Instant::now();
@@ -211,22 +208,33 @@ async fn follow(feed: std::sync::Weak<Inner>) {
             oldest_checked = tokio::time::Instant::now();
             report_oldest(&inner.store).await;
         }
-        if !idle {
-            read_new(&inner).await;
-        } else {
+        if idle {
             // Nobody listens: the ring is let go, and the next stream starts it again.
+            settled = None;
             inner
                 .ring
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
                 .reset();
+        } else {
+            // Subscribed before the read: a commit after it wakes the next one.
+            if settled.is_none() {
+                settled = Some(inner.store.subscribe());
+            }
+            read_new(&inner).await;
         }
         let wake = Arc::clone(&inner.wake);
         drop(inner);
+        let heard = async {
+            match settled.as_mut() {
+                Some(settled) => settled.recv().await.map(drop),
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
-            heard = settled.recv() => {
+            heard = heard => {
                 // Lagging behind the broadcast is only a wake; its end is the store's.
-                if let Err(tokio::sync::broadcast::error::RecvError::Closed) = heard {
+                if let Err(broadcast::error::RecvError::Closed) = heard {
                     return;
                 }
             }

@@ -220,8 +220,15 @@ fn main() {
     );
     let mut cpu = [const { Vec::new() }; Commit::ALL.len()];
     let mut bytes = [const { Vec::new() }; Commit::ALL.len()];
+    // BENCH_COMMIT_ONLY=N runs only the N-th commit of the list (from 0), for a profiler.
+    let only: Option<usize> = std::env::var("BENCH_COMMIT_ONLY")
+        .ok()
+        .and_then(|n| n.parse().ok());
     for _ in 0..ROUNDS {
         for (slot, path) in Commit::ALL.into_iter().enumerate() {
+            if only.is_some_and(|only| only != slot) {
+                continue;
+            }
             let (user, kernel, wall, written) = round(path);
             println!(
                 "  {:<50} CPU a create {:5.2} us (user {user:.2} + kernel {kernel:.2}), {wall:4.0} us and {:5.1} KB to disk a commit",
@@ -232,6 +239,9 @@ fn main() {
             cpu[slot].push(user + kernel);
             bytes[slot].push(written);
         }
+    }
+    if only.is_some() {
+        return;
     }
     let cpu = cpu.map(median);
     let bytes = bytes.map(median);

@@ -9,7 +9,7 @@ use std::time::UNIX_EPOCH;
 use bytes::{Bytes, BytesMut};
 
 use super::model::Change;
-use crate::event::{self, EventType, Position, Types};
+use crate::event::{self, At, EventType, Position, Types};
 
 /// What the feed holds now, as one read snapshot sees it: its identity, the newest sequence
 /// number, and the highest one purged (every event at or below it is gone).
@@ -186,8 +186,8 @@ pub(crate) struct NewEvent {
 }
 
 impl NewEvent {
-    /// The event for one change of a batch committed at `at_ms` (Unix milliseconds).
-    pub(crate) fn of(change: &Change, at_ms: u64) -> NewEvent {
+    /// The event for one change of a batch committed at `at`.
+    pub(crate) fn of(change: &Change, at: &At) -> NewEvent {
         let kind = match (&change.pet, change.revision) {
             (None, _) => EventType::PetDeleted,
             (Some(_), 1) => EventType::PetCreated,
@@ -195,13 +195,7 @@ impl NewEvent {
         };
         NewEvent {
             code: kind.code(),
-            body: event::encode(
-                kind,
-                at_ms,
-                change.id,
-                change.revision,
-                change.pet.as_deref(),
-            ),
+            body: event::encode(kind, at, change.id, change.revision, change.pet.as_deref()),
         }
     }
 }

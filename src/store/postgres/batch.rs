@@ -13,6 +13,7 @@ use super::errors::pg_error;
 use super::pool::Connections;
 use super::rows::{READ_RECORD, record_of, revision, status_code};
 use crate::clock::unix_now;
+use crate::event::At;
 use crate::pet::{NewPet, Pet, PetId, PetPatch};
 use crate::store::events::{NewEvent, now_ms};
 use crate::store::model::{Created, Precondition, StoreError, StoredPet, short};
@@ -166,10 +167,11 @@ async fn append_events(
     batch: &[Write],
 ) -> Result<(), StoreError> {
     let at_ms = now_ms();
+    let at = At::from_unix_ms(at_ms);
     let mut types: Vec<i16> = Vec::new();
     let mut bodies: Vec<String> = Vec::new();
     for change in batch.iter().filter_map(Write::change) {
-        let event = NewEvent::of(&change, at_ms);
+        let event = NewEvent::of(&change, &at);
         types.push(i16::from(event.code));
         bodies.push(
             String::from_utf8(event.body.to_vec())

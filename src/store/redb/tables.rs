@@ -117,19 +117,21 @@ pub(super) fn meta_value(
         .map_or(0, |v| v.value()))
 }
 
-/// An event as `EVENTS` keeps it.
-pub(super) fn event_value(code: u8, at_ms: u64, body: &[u8]) -> Vec<u8> {
-    let mut value = Vec::with_capacity(9 + body.len());
-    value.push(code);
-    value.extend_from_slice(&at_ms.to_be_bytes());
-    value.extend_from_slice(body);
-    value
+/// The bytes of an `EVENTS` value before the event's JSON: its type code and its time.
+pub(super) const EVENT_HEADER: usize = 9;
+
+/// Writes an event as `EVENTS` keeps it into `value`, `EVENT_HEADER` bytes longer than `body`.
+pub(super) fn write_event(value: &mut [u8], code: u8, at_ms: u64, body: &[u8]) {
+    let (header, rest) = value.split_at_mut(EVENT_HEADER);
+    header[0] = code;
+    header[1..].copy_from_slice(&at_ms.to_be_bytes());
+    rest.copy_from_slice(body);
 }
 
 /// The type code, time and JSON object of a value of `EVENTS`.
 pub(super) fn event_parts(value: &[u8]) -> Result<(u8, u64, &[u8]), StoreError> {
     match value {
-        [code, rest @ ..] if rest.len() >= 8 => {
+        [code, rest @ ..] if rest.len() >= EVENT_HEADER - 1 => {
             let (at, body) = rest.split_at(8);
             let at = u64::from_be_bytes(at.try_into().unwrap_or_default());
             Ok((*code, at, body))

@@ -18,10 +18,11 @@ use super::handle::Shared;
 use super::idempotency::{self, Changes, Index};
 use super::open::{Opening, open_database};
 use super::tables::{
-    META, META_BATCH, META_EVENT_SEQ, META_EVENTS_TRIMMED, META_NEXT_ID, Tables, begin,
-    event_parts, event_value, meta_value,
+    EVENT_HEADER, META, META_BATCH, META_EVENT_SEQ, META_EVENTS_TRIMMED, META_NEXT_ID, Tables,
+    begin, event_parts, meta_value, write_event,
 };
 use crate::clock::unix_now;
+use crate::event::At;
 use crate::pet::{NewPet, Pet, PetId, PetPatch};
 use crate::store::events::{NewEvent, now_ms};
 use crate::store::model::{Created, Precondition, StoreError, StoredPet};
@@ -283,14 +284,17 @@ fn write_batch(
 fn append_events(tables: &mut Tables<'_>, batch: &[Write]) -> Result<(), StoreError> {
     let mut seq = meta_value(&tables.meta, META_EVENT_SEQ)?;
     let at_ms = now_ms();
+    let at = At::from_unix_ms(at_ms);
     let mut appended = 0;
     for change in batch.iter().filter_map(Write::change) {
-        let event = NewEvent::of(&change, at_ms);
+        let event = NewEvent::of(&change, &at);
         seq += 1;
-        tables
+        // Written in place in the leaf: no buffer of its own for the value.
+        let mut value = tables
             .events
-            .insert(seq, event_value(event.code, at_ms, &event.body).as_slice())
+            .insert_reserve(seq, EVENT_HEADER + event.body.len())
             .map_err(StoreError::storage)?;
+        write_event(value.as_mut(), event.code, at_ms, &event.body);
         appended += 1;
     }
     if appended > 0 {
