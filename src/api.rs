@@ -166,8 +166,13 @@ pub async fn list_events(
         reply.stream = Some(feed.stream(place, page, query.types));
         return Ok(reply);
     }
-    let mut array =
-        BytesMut::with_capacity(64 + page.events.iter().map(|e| e.body.len() + 48).sum::<usize>());
+    let mut array = BytesMut::with_capacity(
+        64 + page
+            .events
+            .iter()
+            .map(|e| e.pet.as_ref().map_or(0, Bytes::len) + 160)
+            .sum::<usize>(),
+    );
     array.put_u8(b'[');
     for (n, event) in page.events.iter().enumerate() {
         if n > 0 {

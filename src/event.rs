@@ -4,7 +4,7 @@
 
 use std::time::{Duration, UNIX_EPOCH};
 
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::{BufMut, BytesMut};
 
 use crate::pet::{self, PetId};
 
@@ -120,47 +120,42 @@ impl Position {
     }
 }
 
-/// When a batch's changes committed, as every one of its events says it: formatted once.
-pub struct At(String);
+/// One event: what happened to which pet, at which revision after it, when its batch
+/// committed (Unix milliseconds), and the pet's JSON after it (`None` once deleted).
+#[derive(Clone, Copy, Debug)]
+pub struct Event<'a> {
+    pub kind: EventType,
+    pub at_ms: u64,
+    pub pet_id: PetId,
+    pub revision: u64,
+    pub pet: Option<&'a [u8]>,
+}
 
-impl At {
-    /// RFC 3339, UTC, milliseconds, from Unix milliseconds.
-    pub fn from_unix_ms(at_ms: u64) -> At {
-        At(humantime::format_rfc3339_millis(UNIX_EPOCH + Duration::from_millis(at_ms)).to_string())
+impl Event<'_> {
+    /// The event's JSON object as a client reads it, at `cursor`: `cursor`, `type`, `at` (RFC
+    /// 3339, UTC, milliseconds), `petId`, `etag` (the pet's tag after the change; on a delete,
+    /// the tag of the revision deleted) and `pet` (`null` on a delete), in that order.
+    pub fn json_into(&self, cursor: Position, out: &mut BytesMut) {
+        let at = humantime::format_rfc3339_millis(UNIX_EPOCH + Duration::from_millis(self.at_ms));
+        let pet = self.pet.unwrap_or(b"null");
+        out.reserve(150 + pet.len());
+        out.put_slice(b"{\"cursor\":\"");
+        out.put_slice(cursor.cursor().as_bytes());
+        out.put_slice(b"\",\"type\":\"");
+        out.put_slice(self.kind.name().as_bytes());
+        out.put_slice(b"\",\"at\":\"");
+        out.put_slice(at.to_string().as_bytes());
+        out.put_slice(b"\",\"petId\":");
+        out.put_slice(itoa::Buffer::new().format(self.pet_id).as_bytes());
+        // The tag is a quoted id and revision (digits, a dot, a minus): as a JSON string, its
+        // quotes are escaped.
+        let etag = pet::etag(self.pet_id, self.revision);
+        out.put_slice(b",\"etag\":\"\\\"");
+        out.put_slice(etag.trim_matches('"').as_bytes());
+        out.put_slice(b"\\\"\",\"pet\":");
+        out.put_slice(pet);
+        out.put_u8(b'}');
     }
-}
-
-/// An event's JSON object without its cursor: `type`, `at` (RFC 3339, UTC, milliseconds),
-/// `petId`, `etag` (the pet's tag after the change; on a delete, the tag of the revision
-/// deleted) and `pet` (the pet's JSON after the change; `null` on a delete).
-pub fn encode(kind: EventType, at: &At, id: PetId, revision: u64, pet: Option<&[u8]>) -> Bytes {
-    let at = &at.0;
-    let etag = pet::etag(id, revision);
-    let pet = pet.unwrap_or(b"null");
-    let mut body = BytesMut::with_capacity(96 + pet.len());
-    body.put_slice(b"{\"type\":\"");
-    body.put_slice(kind.name().as_bytes());
-    body.put_slice(b"\",\"at\":\"");
-    body.put_slice(at.as_bytes());
-    body.put_slice(b"\",\"petId\":");
-    body.put_slice(itoa::Buffer::new().format(id).as_bytes());
-    // The tag is a quoted id and revision: digits, a dot, a minus; as a JSON string its
-    // quotes are escaped.
-    body.put_slice(b",\"etag\":\"\\\"");
-    body.put_slice(etag.trim_matches('"').as_bytes());
-    body.put_slice(b"\\\"\",\"pet\":");
-    body.put_slice(pet);
-    body.put_u8(b'}');
-    body.freeze()
-}
-
-/// The whole event as a client reads it: `{"cursor":…,` then the members `encode` made.
-pub fn with_cursor(cursor: Position, encoded: &[u8], out: &mut BytesMut) {
-    out.put_slice(b"{\"cursor\":\"");
-    out.put_slice(cursor.cursor().as_bytes());
-    out.put_slice(b"\",");
-    // The encoded object begins with `{`; everything after it follows the cursor.
-    out.put_slice(encoded.get(1..).unwrap_or_default());
 }
 
 #[cfg(test)]
@@ -192,15 +187,15 @@ mod tests {
 
     #[test]
     fn an_event_is_json_with_its_cursor_first() {
-        let encoded = encode(
-            EventType::PetUpdated,
-            &At::from_unix_ms(1_795_305_600_123),
-            -5,
-            2,
-            Some(br#"{"id":-5,"name":"Rex"}"#),
-        );
+        let event = Event {
+            kind: EventType::PetUpdated,
+            at_ms: 1_795_305_600_123,
+            pet_id: -5,
+            revision: 2,
+            pet: Some(br#"{"id":-5,"name":"Rex"}"#),
+        };
         let mut out = BytesMut::new();
-        with_cursor(Position { feed: 1, seq: 1 }, &encoded, &mut out);
+        event.json_into(Position { feed: 1, seq: 1 }, &mut out);
         let json: serde_json::Value = serde_json::from_slice(&out).expect("JSON");
         assert_eq!(
             json,
@@ -213,15 +208,21 @@ mod tests {
                 "pet": {"id": -5, "name": "Rex"},
             })
         );
-        let order: Vec<&str> = ["cursor", "type", "at", "petId", "etag", "pet"].to_vec();
         let text = String::from_utf8_lossy(&out);
         let mut at = 0;
-        for name in order {
-            let found = text[at..].find(&format!("\"{name}\":")).expect(name);
-            at += found;
+        for name in ["cursor", "type", "at", "petId", "etag", "pet"] {
+            at += text[at..].find(&format!("\"{name}\":")).expect(name);
         }
-        let deleted = encode(EventType::PetDeleted, &At::from_unix_ms(0), 5, 3, None);
-        let deleted: serde_json::Value = serde_json::from_slice(&deleted).expect("JSON");
+        let deleted = Event {
+            kind: EventType::PetDeleted,
+            at_ms: 0,
+            pet_id: 5,
+            revision: 3,
+            pet: None,
+        };
+        let mut out = BytesMut::new();
+        deleted.json_into(Position { feed: 1, seq: 2 }, &mut out);
+        let deleted: serde_json::Value = serde_json::from_slice(&out).expect("JSON");
         assert_eq!(
             (&deleted["pet"], &deleted["etag"]),
             (&serde_json::Value::Null, &serde_json::json!("\"5.3\""))

@@ -14,7 +14,7 @@ use std::time::Duration;
 use bytes::{BufMut, Bytes, BytesMut};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, broadcast, mpsc, watch};
 
-use crate::event::{EventType, Position, Types};
+use crate::event::{Position, Types};
 use crate::metrics::{self, StreamClosed};
 use crate::store::{EventPage, EventQuery, ReadError, Settled, Store};
 
@@ -81,7 +81,7 @@ impl Ring {
         for event in &page.events {
             self.events.push_back(RingEvent {
                 seq: event.seq,
-                code: event.code,
+                code: event.kind.code(),
                 frame: event_frame(page.state.feed, event),
             });
         }
@@ -461,13 +461,13 @@ fn bookmark(feed: u64, seq: u64) -> Bytes {
 /// An event as a server-sent-events frame (WHATWG HTML 9.2): its cursor as `id:`, its type as
 /// `event:`, its JSON on one `data:` line (JSON has no raw line breaks).
 pub fn event_frame(feed: u64, event: &crate::store::StoredEvent) -> Bytes {
-    let kind = EventType::from_code(event.code).map_or("unknown", EventType::name);
+    let kind = event.kind.name();
     let cursor = Position {
         feed,
         seq: event.seq,
     }
     .cursor();
-    let mut frame = BytesMut::with_capacity(event.body.len() + 120);
+    let mut frame = BytesMut::with_capacity(event.pet.as_ref().map_or(0, Bytes::len) + 240);
     frame.put_slice(b"id: ");
     frame.put_slice(cursor.as_bytes());
     frame.put_slice(b"\nevent: ");

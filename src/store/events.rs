@@ -8,8 +8,9 @@ use std::time::UNIX_EPOCH;
 
 use bytes::{Bytes, BytesMut};
 
-use super::model::Change;
-use crate::event::{self, At, EventType, Position, Types};
+use super::model::{Change, StoreError};
+use crate::event::{Event, EventType, Position, Types};
+use crate::pet::PetId;
 
 /// What the feed holds now, as one read snapshot sees it: its identity, the newest sequence
 /// number, and the highest one purged (every event at or below it is gone).
@@ -55,24 +56,54 @@ pub struct EventQuery {
     pub scan: usize,
 }
 
-/// An event as the engines keep it: its number, type code, and JSON object without the cursor.
+/// An event as the engines keep it: its number, what happened, when, and the pet's id,
+/// revision and JSON after the change (none once deleted). Its JSON is made when it is read
+/// (`event::Event`), so the file keeps about half the bytes.
 #[derive(Clone, Debug)]
 pub struct StoredEvent {
     pub seq: u64,
-    pub code: u8,
+    pub kind: EventType,
     /// When its batch committed, in Unix milliseconds.
     pub at_ms: u64,
-    pub body: Bytes,
+    pub pet_id: PetId,
+    pub revision: u64,
+    pub pet: Option<Bytes>,
 }
 
 impl StoredEvent {
-    /// The event's JSON object as a client reads it: the cursor first, then the stored members.
-    pub fn json_into(&self, feed: u64, out: &mut BytesMut) {
-        let cursor = Position {
-            feed,
-            seq: self.seq,
+    /// The event as the batch that made `change` at `at_ms` appends it, numbered `seq`.
+    pub(crate) fn of(seq: u64, change: &Change, at_ms: u64) -> StoredEvent {
+        let kind = match (&change.pet, change.revision) {
+            (None, _) => EventType::PetDeleted,
+            (Some(_), 1) => EventType::PetCreated,
+            (Some(_), _) => EventType::PetUpdated,
         };
-        event::with_cursor(cursor, &self.body, out);
+        StoredEvent {
+            seq,
+            kind,
+            at_ms,
+            pet_id: change.id,
+            revision: change.revision,
+            pet: change.pet.clone(),
+        }
+    }
+
+    /// The event's JSON object as a client reads it, its cursor in `feed` first.
+    pub fn json_into(&self, feed: u64, out: &mut BytesMut) {
+        let event = Event {
+            kind: self.kind,
+            at_ms: self.at_ms,
+            pet_id: self.pet_id,
+            revision: self.revision,
+            pet: self.pet.as_deref(),
+        };
+        event.json_into(
+            Position {
+                feed,
+                seq: self.seq,
+            },
+            out,
+        );
     }
 }
 
@@ -112,11 +143,11 @@ impl EventPage {
 pub enum ReadError {
     /// The cursor is of another feed, purged, or past the newest.
     Gone,
-    Store(super::model::StoreError),
+    Store(StoreError),
 }
 
-impl From<super::model::StoreError> for ReadError {
-    fn from(e: super::model::StoreError) -> ReadError {
+impl From<StoreError> for ReadError {
+    fn from(e: StoreError) -> ReadError {
         ReadError::Store(e)
     }
 }
@@ -143,31 +174,26 @@ impl PageScan {
         }
     }
 
-    /// Takes the next event in order; `false` once the page is full or the scan is done.
+    /// Takes the next event in order, read by `read` only if the page keeps it; `false` once
+    /// the page is full or the scan is done.
     pub(crate) fn push(
         &mut self,
         seq: u64,
         code: u8,
-        at_ms: u64,
-        body: impl FnOnce() -> Bytes,
-    ) -> bool {
+        read: impl FnOnce() -> Result<StoredEvent, StoreError>,
+    ) -> Result<bool, StoreError> {
         if seq > self.page.state.newest
             || self.page.events.len() >= self.query.limit
             || self.scanned >= self.query.scan
         {
-            return false;
+            return Ok(false);
         }
         self.scanned += 1;
         self.page.reached = seq;
         if self.query.types.contains(code) {
-            self.page.events.push(StoredEvent {
-                seq,
-                code,
-                at_ms,
-                body: body(),
-            });
+            self.page.events.push(read()?);
         }
-        true
+        Ok(true)
     }
 
     /// The page; a scan that ran out of events reached the newest.
@@ -176,27 +202,6 @@ impl PageScan {
             self.page.reached = self.page.reached.max(self.page.state.newest);
         }
         self.page
-    }
-}
-
-/// A new event as a batch appends it: its type code and JSON object without the cursor.
-pub(crate) struct NewEvent {
-    pub(crate) code: u8,
-    pub(crate) body: Bytes,
-}
-
-impl NewEvent {
-    /// The event for one change of a batch committed at `at`.
-    pub(crate) fn of(change: &Change, at: &At) -> NewEvent {
-        let kind = match (&change.pet, change.revision) {
-            (None, _) => EventType::PetDeleted,
-            (Some(_), 1) => EventType::PetCreated,
-            (Some(_), _) => EventType::PetUpdated,
-        };
-        NewEvent {
-            code: kind.code(),
-            body: event::encode(kind, at, change.id, change.revision, change.pet.as_deref()),
-        }
     }
 }
 
@@ -253,7 +258,11 @@ mod tests {
         let mut scan = PageScan::new(query, state, 0);
         let mut more = true;
         for seq in 1..=10 {
-            if !scan.push(seq, EventType::PetCreated.code(), 0, Bytes::new) {
+            let read = || Err(StoreError::Corrupt("not read: filtered out".into()));
+            if !scan
+                .push(seq, EventType::PetCreated.code(), read)
+                .expect("scans")
+            {
                 more = false;
                 break;
             }

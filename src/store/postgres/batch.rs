@@ -13,9 +13,8 @@ use super::errors::pg_error;
 use super::pool::Connections;
 use super::rows::{READ_RECORD, record_of, revision, status_code};
 use crate::clock::unix_now;
-use crate::event::At;
 use crate::pet::{NewPet, Pet, PetId, PetPatch};
-use crate::store::events::{NewEvent, now_ms};
+use crate::store::events::{StoredEvent, now_ms};
 use crate::store::model::{Created, Precondition, StoreError, StoredPet, short};
 use crate::store::write::{Engine, Keyed, PURGE_BATCH, Write};
 
@@ -166,37 +165,42 @@ async fn append_events(
     txn: &deadpool_postgres::Transaction<'_>,
     batch: &[Write],
 ) -> Result<(), StoreError> {
-    let at_ms = now_ms();
-    let at = At::from_unix_ms(at_ms);
-    let mut types: Vec<i16> = Vec::new();
-    let mut bodies: Vec<String> = Vec::new();
+    let (mut types, mut ids, mut revisions, mut pets) = (vec![], vec![], vec![], vec![]);
     for change in batch.iter().filter_map(Write::change) {
-        let event = NewEvent::of(&change, &at);
-        types.push(i16::from(event.code));
-        bodies.push(
-            String::from_utf8(event.body.to_vec())
-                .map_err(|e| StoreError::Corrupt(format!("an event is not UTF-8: {e}")))?,
-        );
+        // Numbered by the statement below.
+        let event = StoredEvent::of(0, &change, 0);
+        types.push(i16::from(event.kind.code()));
+        ids.push(event.pet_id);
+        revisions.push(i64::try_from(event.revision).unwrap_or(i64::MAX));
+        let pet = event
+            .pet
+            .map(|pet| String::from_utf8(pet.to_vec()))
+            .transpose();
+        pets.push(pet.map_err(|e| StoreError::Corrupt(format!("a pet is not UTF-8: {e}")))?);
     }
     if types.is_empty() {
         return Ok(());
     }
     let count = i64::try_from(types.len()).unwrap_or(i64::MAX);
-    let at_ms = i64::try_from(at_ms).unwrap_or(i64::MAX);
+    let at_ms = i64::try_from(now_ms()).unwrap_or(i64::MAX);
     let statement = txn
         .prepare_cached(
             "WITH taken AS (
                  UPDATE petstore_meta SET value = value + $1 WHERE name = 'event_seq'
                  RETURNING value - $1 AS base)
-             INSERT INTO events (seq, type, at_ms, body)
-             SELECT taken.base + new.n, new.type, $2, new.body
-             FROM taken, UNNEST($3::smallint[], $4::text[]) WITH ORDINALITY AS new(type, body, n)",
+             INSERT INTO events (seq, type, at_ms, pet_id, revision, pet)
+             SELECT taken.base + new.n, new.type, $2, new.pet_id, new.revision, new.pet
+             FROM taken, UNNEST($3::smallint[], $4::bigint[], $5::bigint[], $6::text[])
+                 WITH ORDINALITY AS new(type, pet_id, revision, pet, n)",
         )
         .await
         .map_err(pg_error)?;
-    txn.execute(&statement, &[&count, &at_ms, &types, &bodies])
-        .await
-        .map_err(pg_error)?;
+    txn.execute(
+        &statement,
+        &[&count, &at_ms, &types, &ids, &revisions, &pets],
+    )
+    .await
+    .map_err(pg_error)?;
     Ok(())
 }
 

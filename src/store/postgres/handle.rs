@@ -11,7 +11,7 @@ use super::errors::pg_error;
 use super::pool::Connections;
 use super::rows::{READ_RECORD, record_of, revision, status_code};
 use super::schema::migrate;
-use crate::event::Position;
+use crate::event::{EventType, Position};
 use crate::pet::{PetId, PetStatus};
 use crate::store::events::{EventPage, EventQuery, FeedState, ReadError, StoredEvent};
 use crate::store::model::{Page, PageBuilder, PageQuery, Record, StoreError, StoredPet, short};
@@ -185,7 +185,7 @@ impl PgStore {
                 let statement = client
                     .prepare_cached(&format!(
                         "{FEED_NOW} LEFT JOIN LATERAL (
-                             SELECT seq, type, at_ms, body FROM events
+                             SELECT seq, type, at_ms, pet_id, revision, pet FROM events
                              WHERE seq > COALESCE($1, f.trimmed)
                                  AND seq <= COALESCE($1, f.trimmed) + $3
                                  AND ($4::smallint[] IS NULL OR type = ANY($4))
@@ -210,13 +210,17 @@ impl PgStore {
             let Some(seq) = row.get::<_, Option<i64>>(3) else {
                 continue;
             };
-            let code = u8::try_from(row.get::<_, i16>(4))
-                .map_err(|_| StoreError::Corrupt(format!("event {seq} has no type")))?;
+            let kind = u8::try_from(row.get::<_, i16>(4))
+                .ok()
+                .and_then(EventType::from_code)
+                .ok_or_else(|| StoreError::Corrupt(format!("event {seq} has no known type")))?;
             events.push(StoredEvent {
                 seq: seq.unsigned_abs(),
-                code,
+                kind,
                 at_ms: row.get::<_, i64>(5).unsigned_abs(),
-                body: Bytes::from(row.get::<_, String>(6)),
+                pet_id: row.get(6),
+                revision: row.get::<_, i64>(7).unsigned_abs(),
+                pet: row.get::<_, Option<String>>(8).map(Bytes::from),
             });
         }
         let reached = match events.last() {

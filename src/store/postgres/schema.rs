@@ -51,7 +51,9 @@ const MIGRATION_3: &str = "
         seq bigint PRIMARY KEY,
         type smallint NOT NULL,
         at_ms bigint NOT NULL,
-        body text NOT NULL
+        pet_id bigint NOT NULL,
+        revision bigint NOT NULL,
+        pet text
     );
     INSERT INTO petstore_meta (name, value) VALUES ('event_seq', 0), ('events_trimmed', 0);
 ";

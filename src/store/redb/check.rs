@@ -17,11 +17,10 @@ use redb::{Database, ReadTransaction, ReadableDatabase, ReadableTable, ReadableT
 use super::old_log;
 use super::tables::{
     EVENTS, META, META_EVENT_SEQ, META_EVENTS_TRIMMED, META_FEED, META_NEXT_ID,
-    META_SCHEMA_VERSION, PETS, PETS_BY_STATUS, RECORDS, REVISIONS, SCHEMA_VERSION, event_parts,
-    meta_value,
+    META_SCHEMA_VERSION, PETS, PETS_BY_STATUS, RECORDS, REVISIONS, SCHEMA_VERSION, meta_value,
+    read_event,
 };
 use crate::clock::unix_now;
-use crate::event::EventType;
 use crate::pet::{Pet, PetStatus};
 use crate::store::model::StoreError;
 
@@ -383,25 +382,28 @@ fn check_events(
             ));
         }
         expected = seq + 1;
-        let (code, _, body) = match event_parts(value.value()) {
-            Ok(parts) => parts,
+        let event = match read_event(seq, value.value()) {
+            Ok(event) => event,
             Err(e) => {
                 report.problem(format!("event {seq}: {e}"));
                 continue;
             }
         };
-        if EventType::from_code(code).is_none() {
-            report.problem(format!("event {seq}: unknown type code {code}"));
+        if !given_out(event.pet_id) {
+            report.problem(format!(
+                "event {seq}: pet {} was never given out",
+                event.pet_id
+            ));
         }
-        let pet_id = serde_json::from_slice::<serde_json::Value>(body)
-            .ok()
-            .and_then(|json| json.get("petId").and_then(serde_json::Value::as_i64));
-        match pet_id {
-            None => report.problem(format!("event {seq}: its JSON does not read back")),
-            Some(id) if !given_out(id) => {
-                report.problem(format!("event {seq}: pet {id} was never given out"));
+        if let Some(pet) = &event.pet {
+            match Pet::from_json(pet) {
+                Ok(pet) if pet.id == event.pet_id => {}
+                Ok(pet) => report.problem(format!(
+                    "event {seq}: for pet {}, its JSON says id {}",
+                    event.pet_id, pet.id
+                )),
+                Err(e) => report.problem(format!("event {seq}: its pet does not read back: {e}")),
             }
-            Some(_) => {}
         }
     }
     if expected - 1 != newest.max(trimmed) {

@@ -13,7 +13,7 @@ use redb::{Database, ReadableDatabase, ReadableTableMetadata};
 
 use super::idempotency::Index;
 use super::snapshot::{PageKey, Snapshot, Snapshots};
-use super::tables::{META, META_NEXT_ID, event_parts};
+use super::tables::{META, META_NEXT_ID, event_head, read_event};
 use crate::pet::{PetId, PetStatus};
 use crate::store::events::{EventPage, EventQuery, PageScan, ReadError};
 use crate::store::model::{Page, PageBuilder, PageQuery, Record, StoreError, StoredPet};
@@ -227,8 +227,9 @@ impl RedbStore {
                     .map_err(StoreError::storage)?;
                 for entry in entries {
                     let (seq, value) = entry.map_err(StoreError::storage)?;
-                    let (code, at_ms, body) = event_parts(value.value())?;
-                    if !scan.push(seq.value(), code, at_ms, || Bytes::copy_from_slice(body)) {
+                    let (seq, value) = (seq.value(), value.value());
+                    let (code, _) = event_head(value)?;
+                    if !scan.push(seq, code, || read_event(seq, value))? {
                         exhausted = false;
                         break;
                     }

@@ -5,6 +5,10 @@
 
 use redb::{Database, Table, TableDefinition, WriteTransaction};
 
+use bytes::Bytes;
+
+use crate::event::EventType;
+use crate::store::events::StoredEvent;
 use crate::store::model::{SHORT_DIGEST, StoreError};
 
 /// Pet id to the pet's JSON object, exactly as the API sends it.
@@ -117,29 +121,53 @@ pub(super) fn meta_value(
         .map_or(0, |v| v.value()))
 }
 
-/// The bytes of an `EVENTS` value before the event's JSON: its type code and its time.
-pub(super) const EVENT_HEADER: usize = 9;
+/// The bytes of an `EVENTS` value before the pet's JSON: type code, time (Unix ms), pet id
+/// and revision, big-endian.
+pub(super) const EVENT_HEADER: usize = 25;
 
-/// Writes an event as `EVENTS` keeps it into `value`, `EVENT_HEADER` bytes longer than `body`.
-pub(super) fn write_event(value: &mut [u8], code: u8, at_ms: u64, body: &[u8]) {
-    let (header, rest) = value.split_at_mut(EVENT_HEADER);
-    header[0] = code;
-    header[1..].copy_from_slice(&at_ms.to_be_bytes());
-    rest.copy_from_slice(body);
+/// Writes `event` as `EVENTS` keeps it into `value`, `event_length(event)` bytes long.
+pub(super) fn write_event(value: &mut [u8], event: &StoredEvent) {
+    let (header, pet) = value.split_at_mut(EVENT_HEADER);
+    header[0] = event.kind.code();
+    header[1..9].copy_from_slice(&event.at_ms.to_be_bytes());
+    header[9..17].copy_from_slice(&event.pet_id.to_be_bytes());
+    header[17..25].copy_from_slice(&event.revision.to_be_bytes());
+    pet.copy_from_slice(event.pet.as_deref().unwrap_or_default());
 }
 
-/// The type code, time and JSON object of a value of `EVENTS`.
-pub(super) fn event_parts(value: &[u8]) -> Result<(u8, u64, &[u8]), StoreError> {
-    match value {
-        [code, rest @ ..] if rest.len() >= EVENT_HEADER - 1 => {
-            let (at, body) = rest.split_at(8);
-            let at = u64::from_be_bytes(at.try_into().unwrap_or_default());
-            Ok((*code, at, body))
-        }
-        _ => Err(StoreError::Corrupt(
-            "an event is shorter than its header".into(),
-        )),
-    }
+pub(super) fn event_length(event: &StoredEvent) -> usize {
+    EVENT_HEADER + event.pet.as_ref().map_or(0, Bytes::len)
+}
+
+/// The type code and time of a value of `EVENTS`, without reading the rest.
+pub(super) fn event_head(value: &[u8]) -> Result<(u8, u64), StoreError> {
+    let header = value
+        .get(..EVENT_HEADER)
+        .ok_or_else(|| StoreError::Corrupt("an event is shorter than its header".into()))?;
+    Ok((header[0], u64_at(header, 1)))
+}
+
+/// The event numbered `seq` from its value in `EVENTS`.
+pub(super) fn read_event(seq: u64, value: &[u8]) -> Result<StoredEvent, StoreError> {
+    let (code, at_ms) = event_head(value)?;
+    let kind = EventType::from_code(code)
+        .ok_or_else(|| StoreError::Corrupt(format!("event {seq} has the unknown type {code}")))?;
+    let pet = &value[EVENT_HEADER..];
+    Ok(StoredEvent {
+        seq,
+        kind,
+        at_ms,
+        pet_id: u64_at(value, 9) as i64,
+        revision: u64_at(value, 17),
+        pet: (kind != EventType::PetDeleted).then(|| Bytes::copy_from_slice(pet)),
+    })
+}
+
+/// The big-endian u64 at `at` of a header already checked to be long enough.
+fn u64_at(header: &[u8], at: usize) -> u64 {
+    let mut bytes = [0; 8];
+    bytes.copy_from_slice(&header[at..at + 8]);
+    u64::from_be_bytes(bytes)
 }
 
 #[cfg(test)]

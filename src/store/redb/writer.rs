@@ -18,13 +18,12 @@ use super::handle::Shared;
 use super::idempotency::{self, Changes, Index};
 use super::open::{Opening, open_database};
 use super::tables::{
-    EVENT_HEADER, META, META_BATCH, META_EVENT_SEQ, META_EVENTS_TRIMMED, META_NEXT_ID, Tables,
-    begin, event_parts, meta_value, write_event,
+    META, META_BATCH, META_EVENT_SEQ, META_EVENTS_TRIMMED, META_NEXT_ID, Tables, begin, event_head,
+    event_length, meta_value, write_event,
 };
 use crate::clock::unix_now;
-use crate::event::At;
 use crate::pet::{NewPet, Pet, PetId, PetPatch};
-use crate::store::events::{NewEvent, now_ms};
+use crate::store::events::{StoredEvent, now_ms};
 use crate::store::model::{Created, Precondition, StoreError, StoredPet};
 use crate::store::write::{Engine, Keyed, PURGE_BATCH, Write};
 
@@ -284,17 +283,16 @@ fn write_batch(
 fn append_events(tables: &mut Tables<'_>, batch: &[Write]) -> Result<(), StoreError> {
     let mut seq = meta_value(&tables.meta, META_EVENT_SEQ)?;
     let at_ms = now_ms();
-    let at = At::from_unix_ms(at_ms);
     let mut appended = 0;
     for change in batch.iter().filter_map(Write::change) {
-        let event = NewEvent::of(&change, &at);
         seq += 1;
+        let event = StoredEvent::of(seq, &change, at_ms);
         // Written in place in the leaf: no buffer of its own for the value.
         let mut value = tables
             .events
-            .insert_reserve(seq, EVENT_HEADER + event.body.len())
+            .insert_reserve(seq, event_length(&event))
             .map_err(StoreError::storage)?;
-        write_event(value.as_mut(), event.code, at_ms, &event.body);
+        write_event(value.as_mut(), &event);
         appended += 1;
     }
     if appended > 0 {
@@ -350,7 +348,7 @@ impl Run<'_> {
         let mut last = None;
         while removed < PURGE_BATCH {
             let oldest = match self.tables.events.first().map_err(StoreError::storage)? {
-                Some((seq, value)) => (seq.value(), event_parts(value.value())?.1),
+                Some((seq, value)) => (seq.value(), event_head(value.value())?.1),
                 None => break,
             };
             let (seq, at_ms) = oldest;
