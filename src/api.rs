@@ -54,7 +54,7 @@ pub struct Reply {
     pub etag: Option<HeaderValue>,
     pub headers: Vec<(HeaderName, HeaderValue)>,
     /// An event stream's frames, sent as the body in place of `body` while they come.
-    pub stream: Option<tokio::sync::mpsc::Receiver<Bytes>>,
+    pub stream: Option<crate::feed::Frames>,
 }
 
 impl Reply {

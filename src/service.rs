@@ -18,12 +18,11 @@ use hyper::header::{
 };
 use hyper::http::request::Parts;
 use hyper::{Method, Request, Response, StatusCode, Version};
-use tokio::sync::mpsc;
 
 use crate::api::{self, Reply};
 use crate::auth::{AuthFailure, Keys};
 use crate::error::Error;
-use crate::feed::Feed;
+use crate::feed::{Feed, Frames};
 use crate::metrics;
 use crate::ratelimit::RateLimits;
 use crate::store::Store;
@@ -459,7 +458,7 @@ fn into_response(
 pub enum Body {
     Whole(Full<Bytes>),
     Stream {
-        frames: mpsc::Receiver<Bytes>,
+        frames: Frames,
         /// What must live as long as the stream: the connection's count of requests in
         /// flight, so that a connection with an open stream is never taken for idle.
         held: Option<Box<dyn Send + Sync>>,
@@ -487,7 +486,7 @@ impl hyper::body::Body for Body {
             Body::Whole(whole) => std::pin::Pin::new(whole).poll_frame(cx),
             Body::Stream { frames, .. } => frames
                 .poll_recv(cx)
-                .map(|frame| frame.map(|bytes| Ok(hyper::body::Frame::data(bytes)))),
+                .map(|frame| frame.map(|bytes| Ok(hyper::body::Frame::data(*bytes)))),
         }
     }
 
