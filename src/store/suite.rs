@@ -749,3 +749,65 @@ fn the_url_s_options_apply_on_postgres() {
         "1"
     );
 }
+
+/// The trap of a bare sequence (RECIPES.md): on PostgreSQL, instance A's transaction begins
+/// first but waits on a pet row another session holds; instance B commits an event meanwhile,
+/// and a reader moves past it. When A commits, its event must come after the reader's
+/// position, not before it where the reader would never look.
+#[test]
+fn on_postgres_a_transaction_that_commits_later_numbers_its_event_later() {
+    let cluster = shared_cluster();
+    cluster.psql("CREATE DATABASE feed_order");
+    let url = cluster.url().replace("/petstore?", "/feed_order?");
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime builds");
+    runtime.block_on(async {
+        let open = || async {
+            let target = postgres::connect::parse(&url, None, None, 4, Duration::from_secs(5))
+                .expect("a test cluster URL");
+            Store::open(Location::Postgres(Box::new(target)), TUNING)
+                .await
+                .expect("open")
+                .0
+        };
+        let (a, b) = (open().await, open().await);
+        let held = add(&a, new_pet("held", None)).await.expect("create");
+        let holder = {
+            let cluster = Arc::clone(&cluster);
+            std::thread::spawn(move || {
+                cluster.psql(&format!(
+                    "\\connect feed_order\nBEGIN;\nSELECT 1 FROM pets WHERE id = {} FOR UPDATE;\n\
+                     SELECT pg_sleep(2);\nCOMMIT;",
+                    held.id
+                ))
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let patching = {
+            let a = a.clone();
+            tokio::spawn(async move { a.patch(held.id, sold(), Precondition::None).await })
+        };
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(!patching.is_finished(), "A's patch waits on the held row");
+        add(&b, new_pet("meanwhile", None)).await.expect("create");
+        let (seen, page) = feed(&b, None).await;
+        assert_eq!(seen.len(), 2, "the first create and B's, not A's patch yet");
+        patching.await.expect("joins").expect("patch");
+        holder.join().expect("the holding session ends");
+        let (after, _) = feed(&b, Some(page.next_position())).await;
+        let kinds: Vec<(&str, i64)> = after
+            .iter()
+            .map(|e| {
+                (
+                    e["type"].as_str().expect("type"),
+                    e["petId"].as_i64().expect("id"),
+                )
+            })
+            .collect();
+        assert_eq!(kinds, [("pet.updated", held.id)]);
+        a.close().await;
+        b.close().await;
+    });
+}
