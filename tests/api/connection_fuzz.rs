@@ -14,29 +14,13 @@ use serde_json::Value;
 use tokio::io::AsyncWriteExt;
 use tokio::sync::Semaphore;
 
-use crate::support::{DEV_KEY, Options, Server, read_until_closed, tls_config, tls_connect};
+use crate::support::{DEV_KEY, Options, Rng, Server, read_until_closed, tls_config, tls_connect};
 
 /// Connections in flight at once: most cases wait out a 1 s header or idle timeout.
 const PARALLEL: usize = 16;
 /// A connection still open this long after its bytes were sent hangs: with every timeout at
 /// 1 s, nothing a client sends may keep it longer.
 const HANG: Duration = Duration::from_secs(10);
-
-/// xorshift64*: enough randomness for mutations, repeatable from its seed.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
-    }
-}
 
 fn seeds() -> Vec<Vec<u8>> {
     let auth = format!("Authorization: Bearer {DEV_KEY}\r\n");

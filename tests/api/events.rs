@@ -37,7 +37,7 @@ use crate::idempotency::{assert_replay, post_keyed};
 use crate::metrics::{metrics_address, scrape, value};
 use crate::pg_cluster::Cluster;
 use crate::support::{
-    Client, DEV_KEY, Options, Protocol, Reply, Server, cert, run, tls_config, tls_connect,
+    Client, DEV_KEY, Options, Protocol, Reply, Rng, Server, cert, run, tls_config, tls_connect,
 };
 
 /// An event's members, in the order the contract fixes.
@@ -160,40 +160,26 @@ impl<'de> Deserialize<'de> for Members {
     }
 }
 
-/// xorshift64*, seeded from the clock (or `EVENTS_SEED` to replay a failure); the seed is
+/// A generator seeded from the clock (or `EVENTS_SEED` to replay a failure); the seed is
 /// printed so that a failing run can be repeated.
-struct Rng(u64);
+fn seeded(what: &str) -> Rng {
+    let seed = std::env::var("EVENTS_SEED")
+        .ok()
+        .and_then(|seed| seed.parse().ok())
+        .unwrap_or_else(|| {
+            let nanos = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .expect("a clock after 1970")
+                .subsec_nanos();
+            u64::from(nanos) ^ 0x9e37_79b9_7f4a_7c15
+        });
+    eprintln!("{what}: EVENTS_SEED={seed}");
+    Rng(seed | 1)
+}
 
-impl Rng {
-    fn seeded(what: &str) -> Rng {
-        let seed = std::env::var("EVENTS_SEED")
-            .ok()
-            .and_then(|seed| seed.parse().ok())
-            .unwrap_or_else(|| {
-                let nanos = SystemTime::now()
-                    .duration_since(UNIX_EPOCH)
-                    .expect("a clock after 1970")
-                    .subsec_nanos();
-                u64::from(nanos) ^ 0x9e37_79b9_7f4a_7c15
-            });
-        eprintln!("{what}: EVENTS_SEED={seed}");
-        Rng(seed | 1)
-    }
-
-    fn fork(&mut self) -> Rng {
-        Rng(self.next() | 1)
-    }
-
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        usize::try_from(self.next() % n as u64).expect("fits")
-    }
+/// A generator of its own, drawn from `rng`.
+fn fork(rng: &mut Rng) -> Rng {
+    Rng(rng.next() | 1)
 }
 
 fn bearer() -> String {
@@ -613,7 +599,7 @@ async fn spawn_writers(
         } else {
             server.h2().await
         };
-        let mut writer = Writer::new(client, &format!("w{n}"), rng.fork());
+        let mut writer = Writer::new(client, &format!("w{n}"), fork(rng));
         writer.shared = shared.to_vec();
         writers.spawn(writer.run(steps, Arc::clone(log)));
     }
@@ -862,11 +848,7 @@ async fn open(
     path: &str,
     headers: &[(&str, &str)],
 ) -> Result<Sse, Reply> {
-    let alpn: &[u8] = match protocol {
-        Protocol::Http1 => b"http/1.1",
-        Protocol::Http2 => b"h2",
-    };
-    let tls = tls_connect(addr, tls_config(alpn, rustls::DEFAULT_VERSIONS))
+    let tls = tls_connect(addr, tls_config(protocol.alpn(), rustls::DEFAULT_VERSIONS))
         .await
         .expect("TLS connects");
     let io = TokioIo::new(tls);
@@ -1362,8 +1344,8 @@ async fn limit_bounds_a_page_from_1_to_1000_default_100_and_anything_else_is_400
 async fn following_next_links_for_ever_is_a_poll_loop_that_sees_each_change_once() {
     let server = Server::start();
     let mut reader = server.h1().await;
-    let mut rng = Rng::seeded("poll loop");
-    let mut writer = Writer::new(server.h2().await, "poll", rng.fork());
+    let mut rng = seeded("poll loop");
+    let mut writer = Writer::new(server.h2().await, "poll", fork(&mut rng));
     let mut writes = Vec::new();
     let mut seen = Vec::new();
     let mut path = "/v1/events?limit=3".to_owned();
@@ -1392,7 +1374,7 @@ async fn following_next_links_for_ever_is_a_poll_loop_that_sees_each_change_once
 async fn the_type_filter_keeps_its_types_and_an_unknown_or_empty_type_is_400() {
     let server = Server::start();
     let mut client = server.h1().await;
-    let mut writer = Writer::new(server.h2().await, "filter", Rng::seeded("type filter"));
+    let mut writer = Writer::new(server.h2().await, "filter", seeded("type filter"));
     let mut writes = Vec::new();
     for _ in 0..60 {
         writes.push(writer.step().await.expect("an answer"));
@@ -1725,7 +1707,7 @@ async fn on_postgres_listing_then_following_sees_every_later_change_once() {
 async fn list_then_follow(options: Options) {
     let server = Server::start_with(options);
     let log = WriteLog::default();
-    let mut rng = Rng::seeded("list then follow");
+    let mut rng = seeded("list then follow");
     let shared = create_shared(&mut server.h1().await, 3, &log).await;
     let done = Arc::new(AtomicBool::new(false));
     let mut readers = JoinSet::new();
@@ -1817,7 +1799,7 @@ async fn a_stream_starts_with_retry_and_a_bookmark_then_sends_live_events_in_ord
         );
         streams.push(sse);
     }
-    let mut writer = Writer::new(server.h2().await, "live", Rng::seeded("live"));
+    let mut writer = Writer::new(server.h2().await, "live", seeded("live"));
     let mut writes = Vec::new();
     for _ in 0..30 {
         writes.push(writer.step().await.expect("an answer"));
@@ -1978,7 +1960,7 @@ async fn killed_and_resumed(browser: bool) {
     let mut client = server.h1().await;
     let (_, start) = follow(&mut client, "/v1/events").await;
     let log = WriteLog::default();
-    let mut rng = Rng::seeded("killed and resumed");
+    let mut rng = seeded("killed and resumed");
     let writers = spawn_writers(&server, 3, 60, &[], &log, &mut rng).await;
     let writing = tokio::spawn(writers.join_all());
 
@@ -2085,7 +2067,7 @@ async fn a_filtered_stream_gets_only_its_types_and_its_bookmarks_move_past_the_o
         .await,
     );
     assert_eq!(two.start().await, start);
-    let mut writer = Writer::new(server.h2().await, "filtered", Rng::seeded("filtered"));
+    let mut writer = Writer::new(server.h2().await, "filtered", seeded("filtered"));
     for _ in 0..50 {
         writer.step().await.expect("an answer");
     }
@@ -2499,7 +2481,7 @@ async fn a_copied_store_starts_a_new_empty_feed_where_old_cursors_get_410() {
 /// are served as they were, and the new feed goes on.
 async fn backup_or_copy(command: &str) {
     let server = Server::start();
-    let mut writer = Writer::new(server.h2().await, "kept", Rng::seeded("backup and copy"));
+    let mut writer = Writer::new(server.h2().await, "kept", seeded("backup and copy"));
     for _ in 0..20 {
         writer.step().await.expect("an answer");
     }
@@ -2585,7 +2567,7 @@ async fn sigkills_between_writes(options: Options) {
     const ROUNDS: usize = 3;
     let mut server = Server::start_with(options.clone());
     let log = WriteLog::default();
-    let mut rng = Rng::seeded("sigkills");
+    let mut rng = seeded("sigkills");
     let mut positions = Vec::new();
     for round in 0..ROUNDS {
         let writers = spawn_writers(&server, WRITERS, usize::MAX, &[], &log, &mut rng).await;
@@ -2855,7 +2837,7 @@ async fn on_postgres_every_instance_streams_every_event_within_1s_in_one_order_w
     // Interleaved writes on both instances, some on the same pets: both streams see the same
     // events as a page read, in the same order, none missing.
     let log = WriteLog::default();
-    let mut rng = Rng::seeded("two instances");
+    let mut rng = seeded("two instances");
     let shared = create_shared(&mut ca, 3, &log).await;
     let on_a = spawn_writers(&a, 3, 40, &shared, &log, &mut rng).await;
     let on_b = spawn_writers(&b, 3, 40, &shared, &log, &mut rng).await;

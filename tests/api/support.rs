@@ -393,6 +393,33 @@ pub enum Protocol {
     Http2,
 }
 
+impl Protocol {
+    /// The ALPN id a client offers for it.
+    pub fn alpn(self) -> &'static [u8] {
+        match self {
+            Protocol::Http1 => b"http/1.1",
+            Protocol::Http2 => b"h2",
+        }
+    }
+}
+
+/// xorshift64*: enough randomness for mutations and schedules, repeatable from its seed.
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    /// A number below `n` (0 for an `n` of 0).
+    pub fn below(&mut self, n: usize) -> usize {
+        usize::try_from(self.next() % n.max(1) as u64).expect("below a usize")
+    }
+}
+
 /// A TLS client config trusting only the development CA, offering one ALPN protocol.
 pub fn tls_config(
     alpn: &[u8],
@@ -534,16 +561,12 @@ impl Reply {
 
 impl Client {
     pub async fn connect(addr: SocketAddr, protocol: Protocol) -> Client {
-        let alpn: &[u8] = match protocol {
-            Protocol::Http1 => b"http/1.1",
-            Protocol::Http2 => b"h2",
-        };
-        let tls = tls_connect(addr, tls_config(alpn, rustls::DEFAULT_VERSIONS))
+        let tls = tls_connect(addr, tls_config(protocol.alpn(), rustls::DEFAULT_VERSIONS))
             .await
             .expect("TLS connects");
         assert_eq!(
             tls.get_ref().1.alpn_protocol(),
-            Some(alpn),
+            Some(protocol.alpn()),
             "ALPN picked the protocol"
         );
         let io = TokioIo::new(tls);
