@@ -27,10 +27,17 @@ use crate::store::events::{StoredEvent, now_ms};
 use crate::store::model::{Created, Precondition, StoreError, StoredPet};
 use crate::store::write::{Engine, Keyed, PURGE_BATCH, Write};
 
-/// After a reopen, the next waits this long. A disk that stays full fails every batch, and
-/// each reopen repairs the file and starts its cache cold: between reopens, writes fail at
-/// once (redb still refuses them) and reads go on from the database as it was.
+/// The longest wait between two reopens. A disk that stays full fails every batch, and each
+/// reopen repairs the file and starts its cache cold: between reopens, writes fail at once
+/// (redb still refuses them) and reads go on from the database as it was.
 pub(super) const REOPEN_INTERVAL: Duration = Duration::from_secs(1);
+
+/// The wait after a reopen that a commit then proved sound. It doubles with each reopen that no
+/// commit follows, up to `REOPEN_INTERVAL`: a passing fault (one failed write among many) costs
+/// the writes of a few milliseconds, not of a second, while a lasting one is still retried at
+/// most once a second. Under every 40th `pwrite` failing, a fixed second let about one batch
+/// through a second, and a writer of 16 could wait past 30 s for its turn.
+const REOPEN_FIRST_WAIT: Duration = Duration::from_millis(25);
 
 /// What the writer keeps: it alone writes, and it alone takes the database out of `Shared`
 /// and puts one back.
@@ -43,6 +50,8 @@ pub(in crate::store) struct Writer {
     failed_reopens: u64,
     /// No reopen before this: see `REOPEN_INTERVAL`.
     next_reopen: Instant,
+    /// How long after the next reopen the one after may come (`REOPEN_FIRST_WAIT`).
+    reopen_wait: Duration,
     /// What the batch being written changes in the idempotency index.
     changes: Changes,
     /// The number of the last batch the file holds (`META_BATCH`).
@@ -72,6 +81,7 @@ impl Writer {
             cache_bytes,
             failed_reopens: 0,
             next_reopen: Instant::now(),
+            reopen_wait: REOPEN_FIRST_WAIT,
             changes: Changes::default(),
             batch,
         }
@@ -108,6 +118,7 @@ impl Writer {
             Ok(committed) => {
                 if committed {
                     self.batch = number;
+                    self.reopen_wait = REOPEN_FIRST_WAIT;
                     // Before any answer: a client that got its 201 must find the pet, and a
                     // retry its record.
                     self.shared.index.apply(&mut self.changes);
@@ -149,6 +160,7 @@ impl Writer {
         match settle_durably(db, number + 1) {
             Ok(()) => {
                 self.batch = number + 1;
+                self.reopen_wait = REOPEN_FIRST_WAIT;
                 tracing::info!(
                     batch = number,
                     "the batch whose commit failed is in the file, made durable since"
@@ -166,7 +178,8 @@ impl Writer {
     /// AfterFailure`); redb repairs what the failed commit left. The file decides which pets
     /// and idempotency records exist, and which batch was its last.
     pub(super) fn reopen(&mut self) {
-        self.next_reopen = Instant::now() + REOPEN_INTERVAL;
+        self.next_reopen = Instant::now() + self.reopen_wait;
+        self.reopen_wait = (self.reopen_wait * 2).min(REOPEN_INTERVAL);
         self.shared.set_reopening(true);
         self.open_again();
         self.shared.set_reopening(false);
