@@ -97,7 +97,9 @@ pub async fn list_pets(store: &Store, query: Option<&str>) -> Result<Reply, Erro
         InvalidQuery::Parameter(e) => Error::InvalidParameter(e.0),
         InvalidQuery::Cursor(problem) => Error::InvalidCursor(problem),
     })?;
-    let page = store.list(query.status, query.after, query.limit).await?;
+    let page = store
+        .list(query.status, None, query.after, query.limit)
+        .await?;
     let mut reply = Reply::ok(page.json);
     let events = HeaderValue::try_from(page.events.cursor())
         .expect("a cursor of hex digits is a valid header value");
@@ -449,6 +451,7 @@ mod tests {
                 events_keep: crate::store::DEFAULT_EVENTS_KEEP,
                 idempotency_ttl: Duration::from_secs(60),
                 max_write_batch: crate::store::DEFAULT_MAX_WRITE_BATCH,
+                order_hold: None,
             };
             let (store, _) = Store::open(location, tuning).await.expect("open");
             let ok = healthz(&store, None).await.expect("healthy");

@@ -14,7 +14,7 @@ use sha2::{Digest, Sha256};
 
 use crate::clock::unix_now;
 use crate::config::{CopyConfig, Database};
-use crate::store::{self, Chunk, Import, Location, Store, StoreError, Tuning};
+use crate::store::{self, Chunk, Import, Location, NextIds, Store, StoreError, Tuning};
 
 /// Pets per chunk: the unit read, written (one transaction or one `COPY` each) and counted.
 const CHUNK: usize = 20_000;
@@ -86,14 +86,17 @@ async fn copy_and_check(
         }
     };
     import
-        .commit(copied.next_id)
+        .commit(copied.next_ids)
         .await
         .context("committing the copy; the target was left empty")?;
     let seconds = started.elapsed().as_secs_f64();
     eprintln!(
-        "copied {} pets and {} idempotency records in {seconds:.1} s ({:.0} pets/s)",
+        "copied {} pets, {} idempotency records, {} categories and {} orders in {seconds:.1} s \
+         ({:.0} pets/s)",
         copied.pets,
         copied.records,
+        copied.categories,
+        copied.orders,
         copied.pets as f64 / seconds.max(0.001)
     );
 
@@ -118,11 +121,13 @@ async fn copy_and_check(
     Ok(())
 }
 
-/// What the copy moved, and the counter to commit.
+/// What the copy moved, and the counters to commit.
 struct Copied {
     pets: u64,
     records: u64,
-    next_id: u64,
+    categories: u64,
+    orders: u64,
+    next_ids: NextIds,
 }
 
 /// Streams the source's export into the import, chunk by chunk; the export reads the next
@@ -135,7 +140,9 @@ async fn transfer(source: &Store, import: &mut Import, total: u64) -> anyhow::Re
     let mut copied = Copied {
         pets: 0,
         records: 0,
-        next_id: export.next_id,
+        categories: 0,
+        orders: 0,
+        next_ids: export.next_ids,
     };
     let started = Instant::now();
     let mut shown = started;
@@ -144,6 +151,8 @@ async fn transfer(source: &Store, import: &mut Import, total: u64) -> anyhow::Re
         match &chunk {
             Chunk::Pets(pets) => copied.pets += pets.len() as u64,
             Chunk::Records(records) => copied.records += records.len() as u64,
+            Chunk::Categories(categories) => copied.categories += categories.len() as u64,
+            Chunk::Orders(orders) => copied.orders += orders.len() as u64,
         }
         import.write(chunk).await.context("writing --to")?;
         if shown.elapsed() >= PROGRESS_EVERY {
@@ -163,16 +172,19 @@ async fn transfer(source: &Store, import: &mut Import, total: u64) -> anyhow::Re
 }
 
 /// What a store holds, as the check compares it: counts and SHA-256 digests, over every pet's
-/// id, revision and JSON in id order, and over every record still live at a given time in
-/// scope order (each backend lists its records in its own order: redb by expiry, PostgreSQL
-/// by scope).
+/// id, revision and JSON in id order, over every record still live at a given time in scope
+/// order (each backend lists its records in its own order: redb by expiry, PostgreSQL by
+/// scope), and over every category and order in id order.
 #[derive(PartialEq, Eq)]
 struct Tally {
     pets: u64,
     pets_digest: [u8; 32],
-    next_id: u64,
+    next_ids: NextIds,
     records: u64,
     records_digest: [u8; 32],
+    categories: u64,
+    orders: u64,
+    others_digest: [u8; 32],
 }
 
 impl Tally {
@@ -180,6 +192,7 @@ impl Tally {
         let mut export = store.export(CHUNK, live_after).await?;
         let (mut pets, mut pets_digest) = (0, Sha256::new());
         let mut records = Vec::new();
+        let (mut categories, mut orders, mut others_digest) = (0, 0, Sha256::new());
         while let Some(chunk) = export.next().await {
             match chunk? {
                 Chunk::Pets(chunk) => {
@@ -192,6 +205,20 @@ impl Tally {
                     pets += chunk.len() as u64;
                 }
                 Chunk::Records(chunk) => records.extend(chunk),
+                Chunk::Categories(chunk) => {
+                    for category in &chunk {
+                        others_digest.update(b"c");
+                        others_digest.update(category.to_json());
+                    }
+                    categories += chunk.len() as u64;
+                }
+                Chunk::Orders(chunk) => {
+                    for order in &chunk {
+                        others_digest.update(b"o");
+                        others_digest.update(order.to_record());
+                    }
+                    orders += chunk.len() as u64;
+                }
             }
         }
         records.sort_unstable_by_key(|record| record.scope);
@@ -205,9 +232,12 @@ impl Tally {
         Ok(Tally {
             pets,
             pets_digest: pets_digest.finalize().into(),
-            next_id: export.next_id,
+            next_ids: export.next_ids,
             records: records.len() as u64,
             records_digest: records_digest.finalize().into(),
+            categories,
+            orders,
+            others_digest: others_digest.finalize().into(),
         })
     }
 }
@@ -216,12 +246,18 @@ impl fmt::Display for Tally {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "{} pets, sha256 {}, next id {}; {} idempotency records, sha256 {}",
+            "{} pets, sha256 {}, next id {}; {} idempotency records, sha256 {}; {} categories \
+             and {} orders, sha256 {}, next ids {} and {}",
             self.pets,
             hex(&self.pets_digest),
-            self.next_id,
+            self.next_ids.pets,
             self.records,
-            hex(&self.records_digest)
+            hex(&self.records_digest),
+            self.categories,
+            self.orders,
+            hex(&self.others_digest),
+            self.next_ids.categories,
+            self.next_ids.orders,
         )
     }
 }
@@ -257,6 +293,7 @@ async fn open(config: &CopyConfig, db: &Database, flag: &str) -> anyhow::Result<
         events_keep: crate::store::DEFAULT_EVENTS_KEEP,
         idempotency_ttl: Duration::from_secs(24 * 3600),
         max_write_batch: store::DEFAULT_MAX_WRITE_BATCH,
+        order_hold: None,
     };
     Store::open(location, tuning)
         .await

@@ -75,6 +75,13 @@ pub enum Error {
     SubscribersFull {
         max: usize,
     },
+    /// The request conflicts with the state of what it names (a pet not available or held by
+    /// an order, an order already final, a name taken, a category in use); `code` says which
+    /// and the message names the state.
+    Conflict {
+        code: &'static str,
+        message: String,
+    },
 }
 
 /// The spec's Error object (section 2).
@@ -108,7 +115,7 @@ impl Error {
                 StatusCode::UNSUPPORTED_MEDIA_TYPE
             }
             Error::PreconditionFailed => StatusCode::PRECONDITION_FAILED,
-            Error::IdempotencyKeyInFlight => StatusCode::CONFLICT,
+            Error::IdempotencyKeyInFlight | Error::Conflict { .. } => StatusCode::CONFLICT,
             Error::IdempotencyKeyReused => StatusCode::UNPROCESSABLE_ENTITY,
             Error::RateLimited(_) => StatusCode::TOO_MANY_REQUESTS,
             Error::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
@@ -142,14 +149,16 @@ impl Error {
             Error::Unavailable(_) | Error::SubscribersFull { .. } => "unavailable",
             Error::OutcomeUnknown(_) => "outcome_unknown",
             Error::CursorExpired => "cursor_expired",
+            Error::Conflict { code, .. } => code,
         }
     }
 
     pub fn message(&self) -> Cow<'_, str> {
         match self {
-            Error::InvalidParameter(m) | Error::InvalidBody(m) | Error::NotFound(m) => {
-                Cow::Borrowed(m)
-            }
+            Error::InvalidParameter(m)
+            | Error::InvalidBody(m)
+            | Error::NotFound(m)
+            | Error::Conflict { message: m, .. } => Cow::Borrowed(m),
             Error::InvalidRequest(m) | Error::InvalidCursor(m) | Error::InvalidIdempotencyKey(m) => {
                 Cow::Borrowed(m)
             }
@@ -329,7 +338,29 @@ impl From<AuthFailure> for Error {
 impl From<StoreError> for Error {
     fn from(e: StoreError) -> Error {
         match e {
-            StoreError::NotFound(id) => Error::NotFound(format!("no pet has id {id}")),
+            StoreError::NotFound(_)
+            | StoreError::OrderNotFound(_)
+            | StoreError::CategoryNotFound(_) => Error::NotFound(e.to_string()),
+            StoreError::PetNotAvailable { .. } => Error::Conflict {
+                code: "pet_not_available",
+                message: e.to_string(),
+            },
+            StoreError::PetReserved { .. } => Error::Conflict {
+                code: "pet_reserved",
+                message: e.to_string(),
+            },
+            StoreError::InvalidTransition { .. } => Error::Conflict {
+                code: "invalid_transition",
+                message: e.to_string(),
+            },
+            StoreError::NameTaken(_) => Error::Conflict {
+                code: "name_taken",
+                message: e.to_string(),
+            },
+            StoreError::CategoryInUse(_) => Error::Conflict {
+                code: "category_in_use",
+                message: e.to_string(),
+            },
             StoreError::PreconditionFailed => Error::PreconditionFailed,
             StoreError::IdempotencyKeyInFlight => Error::IdempotencyKeyInFlight,
             StoreError::IdempotencyKeyReused => Error::IdempotencyKeyReused,
@@ -398,6 +429,10 @@ mod tests {
             Error::IdempotencyKeyReused,
             Error::RateLimited(REFUSAL),
             Error::Internal("disk on fire".into()),
+            Error::Conflict {
+                code: "pet_reserved",
+                message: "pet 1 is held by order 2".into(),
+            },
             Error::Unavailable("commit failed".into()),
             Error::OutcomeUnknown("fdatasync: EIO".into()),
         ]

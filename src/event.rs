@@ -1,6 +1,6 @@
-//! The event object (issue 28): what a change of a pet is called in the feed, where an event
-//! sits in it (`Position`, sent as an opaque cursor), and its JSON as clients read it. The
-//! domain: text and numbers in, bytes out; no I/O.
+//! The event object (issues 28 and 29): what a change of a pet, an order or a category is
+//! called in the feed, where an event sits in it (`Position`, sent as an opaque cursor), and
+//! its JSON as clients read it. The domain: text and numbers in, bytes out; no I/O.
 
 use std::time::{Duration, UNIX_EPOCH};
 
@@ -10,21 +10,39 @@ use crate::pet::{self, PetId};
 
 /// What happened, as the feed names it. The code is what the engines store.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[expect(
-    clippy::enum_variant_names,
-    reason = "named as the feed names them; orders and categories join them"
-)]
 pub enum EventType {
     PetCreated,
     PetUpdated,
     PetDeleted,
+    OrderPlaced,
+    OrderCompleted,
+    OrderCancelled,
+    OrderExpired,
+    CategoryCreated,
+    CategoryUpdated,
+    CategoryDeleted,
+}
+
+/// What an event is about, which decides its JSON's members.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Subject {
+    Pet,
+    Order,
+    Category,
 }
 
 impl EventType {
-    pub const ALL: [EventType; 3] = [
+    pub const ALL: [EventType; 10] = [
         EventType::PetCreated,
         EventType::PetUpdated,
         EventType::PetDeleted,
+        EventType::OrderPlaced,
+        EventType::OrderCompleted,
+        EventType::OrderCancelled,
+        EventType::OrderExpired,
+        EventType::CategoryCreated,
+        EventType::CategoryUpdated,
+        EventType::CategoryDeleted,
     ];
 
     pub fn name(self) -> &'static str {
@@ -32,6 +50,37 @@ impl EventType {
             EventType::PetCreated => "pet.created",
             EventType::PetUpdated => "pet.updated",
             EventType::PetDeleted => "pet.deleted",
+            EventType::OrderPlaced => "order.placed",
+            EventType::OrderCompleted => "order.completed",
+            EventType::OrderCancelled => "order.cancelled",
+            EventType::OrderExpired => "order.expired",
+            EventType::CategoryCreated => "category.created",
+            EventType::CategoryUpdated => "category.updated",
+            EventType::CategoryDeleted => "category.deleted",
+        }
+    }
+
+    pub fn subject(self) -> Subject {
+        match self {
+            EventType::PetCreated | EventType::PetUpdated | EventType::PetDeleted => Subject::Pet,
+            EventType::OrderPlaced
+            | EventType::OrderCompleted
+            | EventType::OrderCancelled
+            | EventType::OrderExpired => Subject::Order,
+            EventType::CategoryCreated
+            | EventType::CategoryUpdated
+            | EventType::CategoryDeleted => Subject::Category,
+        }
+    }
+
+    /// The event an order's move to `status` makes.
+    pub fn of_order(status: crate::order::OrderStatus) -> EventType {
+        use crate::order::OrderStatus;
+        match status {
+            OrderStatus::Placed => EventType::OrderPlaced,
+            OrderStatus::Completed => EventType::OrderCompleted,
+            OrderStatus::Cancelled => EventType::OrderCancelled,
+            OrderStatus::Expired => EventType::OrderExpired,
         }
     }
 
@@ -44,6 +93,13 @@ impl EventType {
             EventType::PetCreated => 1,
             EventType::PetUpdated => 2,
             EventType::PetDeleted => 3,
+            EventType::OrderPlaced => 4,
+            EventType::OrderCompleted => 5,
+            EventType::OrderCancelled => 6,
+            EventType::OrderExpired => 7,
+            EventType::CategoryCreated => 8,
+            EventType::CategoryUpdated => 9,
+            EventType::CategoryDeleted => 10,
         }
     }
 
@@ -54,17 +110,17 @@ impl EventType {
 
 /// A set of event types, for a filter: a bit per code.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Types(u8);
+pub struct Types(u16);
 
 impl Types {
-    pub const ALL: Types = Types(u8::MAX);
+    pub const ALL: Types = Types(u16::MAX);
 
     pub fn only(types: impl IntoIterator<Item = EventType>) -> Types {
         Types(types.into_iter().fold(0, |bits, t| bits | 1 << t.code()))
     }
 
     pub fn contains(self, code: u8) -> bool {
-        code < 8 && self.0 & (1 << code) != 0
+        code < 16 && self.0 & (1 << code) != 0
     }
 
     pub fn is_all(self) -> bool {
@@ -120,8 +176,10 @@ impl Position {
     }
 }
 
-/// One event: what happened to which pet, at which revision after it, when its batch
-/// committed (Unix milliseconds), and the pet's JSON after it (`None` once deleted).
+/// One event: what happened, when its batch committed (Unix milliseconds), the pet's id,
+/// revision after the change and JSON (`None` once deleted; for a category event, none at
+/// all), and for an order or a category event, its id and JSON after the change (`None` once
+/// a category is deleted).
 #[derive(Clone, Copy, Debug)]
 pub struct Event<'a> {
     pub kind: EventType,
@@ -129,23 +187,51 @@ pub struct Event<'a> {
     pub pet_id: PetId,
     pub revision: u64,
     pub pet: Option<&'a [u8]>,
+    pub subject_id: i64,
+    pub subject: Option<&'a [u8]>,
 }
 
 impl Event<'_> {
     /// The event's JSON object as a client reads it, at `cursor`: `cursor`, `type`, `at` (RFC
-    /// 3339, UTC, milliseconds), `petId`, `etag` (the pet's tag after the change; on a delete,
-    /// the tag of the revision deleted) and `pet` (`null` on a delete), in that order.
+    /// 3339, UTC, milliseconds), then by subject:
+    /// - a pet's: `petId`, `etag` (the pet's tag after the change; on a delete, the tag of
+    ///   the revision deleted) and `pet` (`null` on a delete);
+    /// - an order's: `orderId`, `order`, then the pet's three after the change;
+    /// - a category's: `categoryId` and `category` (`null` on a delete).
     pub fn json_into(&self, cursor: Position, out: &mut BytesMut) {
         let at = humantime::format_rfc3339_millis(UNIX_EPOCH + Duration::from_millis(self.at_ms));
         let pet = self.pet.unwrap_or(b"null");
-        out.reserve(150 + pet.len());
+        let subject = self.subject.unwrap_or(b"null");
+        out.reserve(170 + pet.len() + subject.len());
         out.put_slice(b"{\"cursor\":\"");
         out.put_slice(cursor.cursor().as_bytes());
         out.put_slice(b"\",\"type\":\"");
         out.put_slice(self.kind.name().as_bytes());
         out.put_slice(b"\",\"at\":\"");
         out.put_slice(at.to_string().as_bytes());
-        out.put_slice(b"\",\"petId\":");
+        let id = itoa::Buffer::new().format(self.subject_id).to_owned();
+        match self.kind.subject() {
+            Subject::Pet => {}
+            Subject::Order => {
+                out.put_slice(b"\",\"orderId\":");
+                out.put_slice(id.as_bytes());
+                out.put_slice(b",\"order\":");
+                out.put_slice(subject);
+                out.put_slice(b",\"");
+            }
+            Subject::Category => {
+                out.put_slice(b"\",\"categoryId\":");
+                out.put_slice(id.as_bytes());
+                out.put_slice(b",\"category\":");
+                out.put_slice(subject);
+                out.put_u8(b'}');
+                return;
+            }
+        }
+        if self.kind.subject() == Subject::Pet {
+            out.put_slice(b"\",\"");
+        }
+        out.put_slice(b"petId\":");
         out.put_slice(itoa::Buffer::new().format(self.pet_id).as_bytes());
         // The tag is a quoted id and revision (digits, a dot, a minus): as a JSON string, its
         // quotes are escaped.
@@ -193,6 +279,8 @@ mod tests {
             pet_id: -5,
             revision: 2,
             pet: Some(br#"{"id":-5,"name":"Rex"}"#),
+            subject_id: 0,
+            subject: None,
         };
         let mut out = BytesMut::new();
         event.json_into(Position { feed: 1, seq: 1 }, &mut out);
@@ -219,6 +307,8 @@ mod tests {
             pet_id: 5,
             revision: 3,
             pet: None,
+            subject_id: 0,
+            subject: None,
         };
         let mut out = BytesMut::new();
         deleted.json_into(Position { feed: 1, seq: 2 }, &mut out);

@@ -302,6 +302,25 @@ pub fn events_appended(count: usize) {
     EVENTS_APPENDED.fetch_add(count as u64, Ordering::Relaxed);
 }
 
+/// Orders placed, completed, cancelled and expired, counted from a committed batch's changes.
+pub fn orders_moved(changes: &[crate::store::model::Change]) {
+    use crate::event::EventType;
+    for change in changes {
+        let counter = match change.kind {
+            EventType::OrderPlaced => &ORDERS[0],
+            EventType::OrderCompleted => &ORDERS[1],
+            EventType::OrderCancelled => &ORDERS[2],
+            EventType::OrderExpired => &ORDERS[3],
+            _ => continue,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Orders by what became of them, in the order of `crate::order::OrderStatus::ALL`; the
+/// scrape's `petstore_orders_total{status}`.
+static ORDERS: [AtomicU64; 4] = [const { AtomicU64::new(0) }; 4];
+
 /// An open event stream, counted while it lives.
 pub struct Subscriber(());
 

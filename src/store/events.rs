@@ -68,23 +68,24 @@ pub struct StoredEvent {
     pub pet_id: PetId,
     pub revision: u64,
     pub pet: Option<Bytes>,
+    /// The order's or the category's id (0 for a pet's event), and its JSON after the change
+    /// (none for a pet's event or a deleted category).
+    pub subject_id: i64,
+    pub subject: Option<Bytes>,
 }
 
 impl StoredEvent {
     /// The event as the batch that made `change` at `at_ms` appends it, numbered `seq`.
     pub(crate) fn of(seq: u64, change: &Change, at_ms: u64) -> StoredEvent {
-        let kind = match (&change.pet, change.revision) {
-            (None, _) => EventType::PetDeleted,
-            (Some(_), 1) => EventType::PetCreated,
-            (Some(_), _) => EventType::PetUpdated,
-        };
         StoredEvent {
             seq,
-            kind,
+            kind: change.kind,
             at_ms,
-            pet_id: change.id,
+            pet_id: change.pet_id,
             revision: change.revision,
             pet: change.pet.clone(),
+            subject_id: change.subject_id,
+            subject: change.subject.clone(),
         }
     }
 
@@ -96,6 +97,8 @@ impl StoredEvent {
             pet_id: self.pet_id,
             revision: self.revision,
             pet: self.pet.as_deref(),
+            subject_id: self.subject_id,
+            subject: self.subject.as_deref(),
         };
         event.json_into(
             Position {

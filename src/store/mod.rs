@@ -12,6 +12,8 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::category::{Category, CategoryId, CategoryPatch, NewCategory};
+use crate::order::{NewOrder, Order, OrderAction, OrderId};
 use crate::pet::{NewPet, PetId, PetPatch, PetStatus};
 
 mod claims;
@@ -27,9 +29,12 @@ mod write;
 
 pub use claims::{IdempotencyKey, KeyClaim};
 pub use events::{EventPage, EventQuery, ReadError, StoredEvent};
-pub use model::{Chunk, Created, Page, Precondition, Settled, StoreError, StoredPet};
+pub use model::{
+    Chunk, Created, Inventory, Moved, NextIds, OrderQuery, Page, Placed, Precondition, Settled,
+    StoreError, StoredPet,
+};
 pub use postgres::connect::{PgTarget, parse as parse_postgres};
-pub use write::{DEFAULT_EVENTS_KEEP, DEFAULT_MAX_WRITE_BATCH};
+pub use write::{DEFAULT_EVENTS_KEEP, DEFAULT_MAX_WRITE_BATCH, DEFAULT_ORDER_HOLD};
 use write::{Front, Runs};
 
 /// What only the redb file has, for the `backup` and `check` subcommands: PostgreSQL has its
@@ -76,6 +81,8 @@ pub struct Tuning {
     pub max_write_batch: usize,
     /// How long the event feed keeps an event.
     pub events_keep: Duration,
+    /// How long a placed order holds its pet (`None`: until completed or cancelled).
+    pub order_hold: Option<Duration>,
 }
 
 /// Runs the same future on whichever backend the store has.
@@ -99,6 +106,7 @@ impl Store {
             idempotency_ttl,
             max_write_batch,
             events_keep,
+            order_hold,
         } = tuning;
         match location {
             Location::Redb {
@@ -114,6 +122,7 @@ impl Store {
                     max_write_batch,
                     idempotency_ttl,
                     events_keep,
+                    order_hold,
                     None,
                     Runs::OnThread("petstore-writer"),
                 )?;
@@ -127,6 +136,7 @@ impl Store {
                     max_write_batch,
                     idempotency_ttl,
                     events_keep,
+                    order_hold,
                     Some(postgres::ANSWER_WITHIN),
                     Runs::OnRuntime,
                 )?;
@@ -181,6 +191,116 @@ impl Store {
         self.front.delete(id, precondition).await
     }
 
+    /// Places an order for a pet that is `available`: in one transaction the order is stored
+    /// and the pet becomes `pending`. With an idempotency key, a live record for the key
+    /// answers instead (`replayed`, the order as it was placed), a record for another body is
+    /// `IdempotencyKeyReused`, and the record is written with the order.
+    pub async fn place_order(
+        &self,
+        order: NewOrder,
+        key: Option<IdempotencyKey>,
+    ) -> Result<Placed, StoreError> {
+        let scope = key.as_ref().map(IdempotencyKey::scope);
+        let backend = &self.backend;
+        let record = async move {
+            let Some(scope) = scope else {
+                return Ok(None);
+            };
+            match backend {
+                Backend::Redb(store) => Ok(store.record(&scope)),
+                Backend::Postgres(store) => Box::pin(store.record(&scope)).await,
+            }
+        };
+        match self.front.place_order(order, key, record).await? {
+            Ok(placed) => Ok(placed),
+            Err(id) => {
+                let order = self.get_order(id).await?.ok_or_else(|| {
+                    StoreError::Corrupt(format!("order {id} has a record but is missing"))
+                })?;
+                Ok(Placed {
+                    order: order.as_placed(),
+                    pet: None,
+                    replayed: true,
+                })
+            }
+        }
+    }
+
+    /// Completes or cancels a placed order if its revision meets `precondition`; its pet
+    /// becomes `sold` or `available` in the same transaction.
+    pub async fn move_order(
+        &self,
+        id: OrderId,
+        action: OrderAction,
+        precondition: Precondition,
+    ) -> Result<Moved, StoreError> {
+        self.front.move_order(id, action, precondition).await
+    }
+
+    pub async fn get_order(&self, id: OrderId) -> Result<Option<Order>, StoreError> {
+        let got = match &self.backend {
+            Backend::Redb(store) => store.get_order(id).await,
+            Backend::Postgres(store) => Box::pin(store.get_order(id)).await,
+        };
+        got.map_err(|e| self.closed_or(e))
+    }
+
+    /// A page of orders as the API sends it (`Page::json` holds their JSON objects).
+    pub async fn list_orders(&self, query: OrderQuery) -> Result<Page, StoreError> {
+        let listed = match &self.backend {
+            Backend::Redb(store) => store.list_orders(query).await,
+            Backend::Postgres(store) => Box::pin(store.list_orders(query)).await,
+        };
+        listed.map_err(|e| self.closed_or(e))
+    }
+
+    /// Pets by status, exact at one read snapshot, read from counters the writes keep.
+    pub async fn inventory(&self) -> Result<Inventory, StoreError> {
+        let read = match &self.backend {
+            Backend::Redb(store) => store.inventory().await,
+            Backend::Postgres(store) => Box::pin(store.inventory()).await,
+        };
+        read.map_err(|e| self.closed_or(e))
+    }
+
+    pub async fn create_category(&self, new: NewCategory) -> Result<Category, StoreError> {
+        self.front.create_category(new).await
+    }
+
+    pub async fn patch_category(
+        &self,
+        id: CategoryId,
+        patch: CategoryPatch,
+    ) -> Result<Category, StoreError> {
+        self.front.patch_category(id, patch).await
+    }
+
+    /// Removes a category no pet names; `CategoryInUse` otherwise.
+    pub async fn delete_category(&self, id: CategoryId) -> Result<(), StoreError> {
+        self.front.delete_category(id).await
+    }
+
+    pub async fn get_category(&self, id: CategoryId) -> Result<Option<Category>, StoreError> {
+        let got = match &self.backend {
+            Backend::Redb(store) => store.get_category(id).await,
+            Backend::Postgres(store) => Box::pin(store.get_category(id)).await,
+        };
+        got.map_err(|e| self.closed_or(e))
+    }
+
+    /// Up to `limit` categories with ids above `after`, in ascending id order.
+    pub async fn list_categories(
+        &self,
+        after: Option<CategoryId>,
+        limit: usize,
+    ) -> Result<Page, StoreError> {
+        let listed = match &self.backend {
+            Backend::Redb(store) => store.list_categories(after, limit).await,
+            Backend::Postgres(store) => Box::pin(store.list_categories(after, limit)).await,
+        };
+        listed.map_err(|e| self.closed_or(e))
+    }
+
     /// Every batch this process commits from now on, in commit order, with each pet's
     /// revision after the change. A listener that falls `SETTLED_BACKLOG` batches behind is
     /// told how many it missed.
@@ -200,15 +320,17 @@ impl Store {
     }
 
     /// Up to `limit` pets with ids above `after`, in ascending id order, only those with
-    /// `status` if one is given; `more` says whether another page follows.
+    /// `status` and of `category` if given; `more` says whether another page follows.
     pub async fn list(
         &self,
         status: Option<PetStatus>,
+        category: Option<CategoryId>,
         after: Option<PetId>,
         limit: usize,
     ) -> Result<Page, StoreError> {
         let query = model::PageQuery {
             status,
+            category,
             after,
             limit,
         };
@@ -294,8 +416,8 @@ impl Store {
 /// A streaming read of a whole store from one snapshot, for a copy: the id counter, then the
 /// chunks as the backend reads them; it reads ahead of the consumer by a chunk or two.
 pub struct Export {
-    /// The id the next create would get: above every id ever given, deleted pets' included.
-    pub next_id: u64,
+    /// The ids the next creates would get: above every id ever given, deleted pets' included.
+    pub next_ids: NextIds,
     chunks: tokio::sync::mpsc::Receiver<Result<Chunk, StoreError>>,
 }
 
@@ -310,7 +432,7 @@ impl Export {
 const EXPORT_AHEAD: usize = 2;
 
 /// A bulk write into an empty store, for a copy: chunks in the order an export yields them,
-/// then the id counter with `commit`. Nothing of it survives a crash before `commit`; after a
+/// then the id counters with `commit`. Nothing of it survives a crash before `commit`; after a
 /// failure, `abort` leaves the store empty.
 pub struct Import {
     backend: ImportBackend,
@@ -325,8 +447,8 @@ enum ImportBackend {
 
 impl Store {
     /// Starts a read of every pet (in chunks of up to `chunk` pets, ascending id order), the
-    /// id counter and every idempotency record still live at Unix time `now`, all from one
-    /// snapshot.
+    /// id counters, every idempotency record still live at Unix time `now`, every category
+    /// and every order, all from one snapshot.
     pub async fn export(&self, chunk: usize, now: u64) -> Result<Export, StoreError> {
         let (sender, chunks) = tokio::sync::mpsc::channel(EXPORT_AHEAD);
         let chunk = chunk.max(1);
@@ -335,8 +457,8 @@ impl Store {
             now,
             into: sender,
         };
-        let next_id = on_backend!(&self.backend, store => store.export(to).await)?;
-        Ok(Export { next_id, chunks })
+        let next_ids = on_backend!(&self.backend, store => store.export(to).await)?;
+        Ok(Export { next_ids, chunks })
     }
 
     /// Starts a bulk write into this store, which must be empty: no pet, no idempotency record,
@@ -362,14 +484,17 @@ impl Import {
         on_backend!(ImportBackend; &mut self.backend, import => import.write(chunk).await)
     }
 
-    /// Sets the id counter to `next_id`, or above the highest id written if that is higher,
-    /// and makes everything written durable at once.
-    pub async fn commit(self, next_id: u64) -> Result<(), StoreError> {
+    /// Sets the id counters to `next`, the pets' above the highest id written if that is
+    /// higher, recounts the inventory, and makes everything written durable at once.
+    pub async fn commit(self, next: NextIds) -> Result<(), StoreError> {
         let above = self
             .max_id
             .map_or(1, |id| u64::try_from(id).unwrap_or(0).saturating_add(1));
-        let next_id = next_id.max(above);
-        on_backend!(ImportBackend; self.backend, import => import.commit(next_id).await)
+        let next = NextIds {
+            pets: next.pets.max(above),
+            ..next
+        };
+        on_backend!(ImportBackend; self.backend, import => import.commit(next).await)
     }
 
     /// Gives up: the store is left empty, as the import found it.

@@ -8,7 +8,9 @@ use std::fmt;
 use bytes::{BufMut, Bytes, BytesMut};
 
 use super::claims::IdempotencyKey;
-use crate::event::Position;
+use crate::category::{Category, CategoryId};
+use crate::event::{EventType, Position};
+use crate::order::{Order, OrderAction, OrderId, OrderStatus, Refused};
 use crate::pet::{NewPet, PetId, PetStatus};
 
 /// A pet as the store keeps it: its id, its revision (1 at creation, one more with every
@@ -41,12 +43,120 @@ pub struct Page {
 }
 
 /// Which page of a list: up to `limit` pets with ids above `after`, in ascending id order,
-/// only those with `status` if one is given.
+/// only those with `status` and those of `category` if given.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct PageQuery {
     pub(crate) status: Option<PetStatus>,
+    pub(crate) category: Option<CategoryId>,
     pub(crate) after: Option<PetId>,
     pub(crate) limit: usize,
+}
+
+/// Which page of orders: up to `limit` orders with ids above `after`, in ascending id order,
+/// only those with `status` and those of `pet_id` if given.
+#[derive(Clone, Copy, Debug)]
+pub struct OrderQuery {
+    pub status: Option<OrderStatus>,
+    pub pet_id: Option<PetId>,
+    pub after: Option<OrderId>,
+    pub limit: usize,
+}
+
+/// A placed order's outcome: the order, its pet after it (none on a replay), and whether an
+/// earlier request with the same Idempotency-Key placed it (then `order` is as it was
+/// answered then: `Order::as_placed`).
+#[derive(Clone, Debug)]
+pub struct Placed {
+    pub order: Order,
+    pub pet: Option<StoredPet>,
+    pub replayed: bool,
+}
+
+/// An order after a change of status, and its pet after the same transaction.
+#[derive(Clone, Debug)]
+pub struct Moved {
+    pub order: Order,
+    pub pet: StoredPet,
+}
+
+/// Pets by status, as kept in the write transaction: exact at one read snapshot.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Inventory {
+    pub available: u64,
+    pub pending: u64,
+    pub sold: u64,
+    /// Pets without a status.
+    pub unset: u64,
+}
+
+impl Inventory {
+    pub fn total(&self) -> u64 {
+        self.available + self.pending + self.sold + self.unset
+    }
+
+    /// The count of pets with `status` (`None`: without one).
+    pub fn count_mut(&mut self, status: Option<PetStatus>) -> &mut u64 {
+        match status {
+            Some(PetStatus::Available) => &mut self.available,
+            Some(PetStatus::Pending) => &mut self.pending,
+            Some(PetStatus::Sold) => &mut self.sold,
+            None => &mut self.unset,
+        }
+    }
+}
+
+/// How a batch moves the inventory's counters: one more or one less of each status. Signed,
+/// applied once at the end of the transaction.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct InventoryDelta {
+    pub available: i64,
+    pub pending: i64,
+    pub sold: i64,
+    pub unset: i64,
+}
+
+impl InventoryDelta {
+    /// A pet moved from `from` to `to` (`None` as the outer option: it did not exist before,
+    /// or no longer does after).
+    pub fn moved(&mut self, from: Option<Option<PetStatus>>, to: Option<Option<PetStatus>>) {
+        if let Some(from) = from {
+            *self.count_mut(from) -= 1;
+        }
+        if let Some(to) = to {
+            *self.count_mut(to) += 1;
+        }
+    }
+
+    fn count_mut(&mut self, status: Option<PetStatus>) -> &mut i64 {
+        match status {
+            Some(PetStatus::Available) => &mut self.available,
+            Some(PetStatus::Pending) => &mut self.pending,
+            Some(PetStatus::Sold) => &mut self.sold,
+            None => &mut self.unset,
+        }
+    }
+
+    pub fn is_zero(&self) -> bool {
+        *self == InventoryDelta::default()
+    }
+
+    /// Each status with its change, in the order of `STATUS_KEYS`.
+    pub fn each(&self) -> [(Option<PetStatus>, i64); 4] {
+        [
+            (Some(PetStatus::Available), self.available),
+            (Some(PetStatus::Pending), self.pending),
+            (Some(PetStatus::Sold), self.sold),
+            (None, self.unset),
+        ]
+    }
+}
+
+/// The ids each kind of create gives next, as a copy carries them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NextIds {
+    pub pets: u64,
+    pub orders: u64,
+    pub categories: u64,
 }
 
 /// An export under way: its chunks' size, the Unix time records must outlive, and where its
@@ -81,6 +191,27 @@ impl Precondition {
 pub enum StoreError {
     /// No pet has this id.
     NotFound(PetId),
+    /// No order has this id.
+    OrderNotFound(OrderId),
+    /// No category has this id.
+    CategoryNotFound(CategoryId),
+    /// Conflict: an order asked for a pet that is not `available` (its status, if any).
+    PetNotAvailable {
+        pet: PetId,
+        status: Option<PetStatus>,
+    },
+    /// Conflict: a placed order holds the pet, so its status stays and it stays.
+    PetReserved { pet: PetId, order: OrderId },
+    /// Conflict: the order is not in a state that allows the action.
+    InvalidTransition {
+        order: OrderId,
+        action: OrderAction,
+        refused: Refused,
+    },
+    /// Conflict: another category has this name (ignoring case).
+    NameTaken(String),
+    /// Conflict: pets name this category.
+    CategoryInUse(CategoryId),
     /// Conflict: the pet is not at a revision the precondition allows; nothing was changed.
     PreconditionFailed,
     /// Conflict: the idempotency key answered a create with another pet.
@@ -127,6 +258,42 @@ impl fmt::Display for StoreError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             StoreError::NotFound(id) => write!(f, "no pet has id {id}"),
+            StoreError::OrderNotFound(id) => write!(f, "no order has id {id}"),
+            StoreError::CategoryNotFound(id) => write!(f, "no category has id {id}"),
+            StoreError::PetNotAvailable { pet, status } => match status {
+                Some(status) => write!(f, "pet {pet} is {}, not available", status.as_str()),
+                None => write!(f, "pet {pet} has no status, so it is not available"),
+            },
+            StoreError::PetReserved { pet, order } => write!(
+                f,
+                "pet {pet} is held by order {order}: complete or cancel the order first"
+            ),
+            StoreError::InvalidTransition {
+                order,
+                action,
+                refused,
+            } => match refused {
+                Refused::NotPlaced(status) => write!(
+                    f,
+                    "order {order} is {}, which allows no change: only a placed order can be \
+                     completed or cancelled (asked: {})",
+                    status.as_str(),
+                    action.name()
+                ),
+                Refused::HoldEnded(at_ms) => write!(
+                    f,
+                    "order {order} is placed but its hold ended at {}: it can only be \
+                     cancelled, or it expires",
+                    humantime::format_rfc3339_millis(
+                        std::time::UNIX_EPOCH + std::time::Duration::from_millis(*at_ms)
+                    )
+                ),
+            },
+            StoreError::NameTaken(name) => write!(f, "a category named {name:?} exists"),
+            StoreError::CategoryInUse(id) => write!(
+                f,
+                "pets name category {id}: move them to another category first"
+            ),
             StoreError::PreconditionFailed => f.write_str("the pet is at another revision"),
             StoreError::IdempotencyKeyReused => {
                 f.write_str("the idempotency key was used for another pet")
@@ -172,14 +339,62 @@ impl fmt::Display for StoreError {
 
 impl std::error::Error for StoreError {}
 
-/// One pet's change as a batch committed it, for whoever listens to the store (`Store::
-/// subscribe`): the pet's revision after the change and its JSON object, or `None` once
-/// deleted (then `revision` is the one it was deleted at).
+/// One change as a batch committed it, what its event tells, for whoever listens to the store
+/// (`Store::subscribe`): what happened; the pet's id, revision after the change and JSON
+/// object, or `None` once deleted (then `revision` is the one it was deleted at); and for an
+/// order or a category, its id and JSON after the change (`None` once a category is deleted).
+/// A category's change has no pet: `pet_id` and `revision` are 0.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Change {
-    pub id: PetId,
+    pub kind: EventType,
+    pub pet_id: PetId,
     pub revision: u64,
     pub pet: Option<Bytes>,
+    pub subject_id: i64,
+    pub subject: Option<Bytes>,
+}
+
+impl Change {
+    /// A pet created (revision 1), changed, or deleted (`pet` none).
+    pub fn pet(id: PetId, revision: u64, pet: Option<Bytes>) -> Change {
+        let kind = match (&pet, revision) {
+            (None, _) => EventType::PetDeleted,
+            (Some(_), 1) => EventType::PetCreated,
+            (Some(_), _) => EventType::PetUpdated,
+        };
+        Change {
+            kind,
+            pet_id: id,
+            revision,
+            pet,
+            subject_id: 0,
+            subject: None,
+        }
+    }
+
+    /// An order placed or moved, with its pet after the same transaction.
+    pub fn order(order: &Order, pet: &StoredPet) -> Change {
+        Change {
+            kind: EventType::of_order(order.status),
+            pet_id: pet.id,
+            revision: pet.revision,
+            pet: Some(pet.json.clone()),
+            subject_id: order.id,
+            subject: Some(Bytes::from(order.to_json())),
+        }
+    }
+
+    /// A category created, renamed, or deleted (`category` none).
+    pub fn category(kind: EventType, id: CategoryId, category: Option<&Category>) -> Change {
+        Change {
+            kind,
+            pet_id: 0,
+            revision: 0,
+            pet: None,
+            subject_id: id,
+            subject: category.map(|c| Bytes::from(c.to_json())),
+        }
+    }
 }
 
 /// Every change one committed transaction made, in the order its writes ran; batches are
@@ -294,6 +509,31 @@ impl Record {
     }
 }
 
+impl Record {
+    /// The order a live record names for a place of an order under `key` at `now`: none once
+    /// it has expired, `IdempotencyKeyReused` when the key was sent with another body (or for
+    /// a pet). Order records keep the order's id negated: pet ids are positive, so one table
+    /// keeps both apart (`model::order_record_id`).
+    pub(crate) fn order_answer(
+        &self,
+        key: &IdempotencyKey,
+        now: u64,
+    ) -> Option<Result<OrderId, StoreError>> {
+        if self.expires_at <= now {
+            return None;
+        }
+        if self.fingerprint != short(key.fingerprint()) || self.id >= 0 {
+            return Some(Err(StoreError::IdempotencyKeyReused));
+        }
+        Some(Ok(-self.id))
+    }
+}
+
+/// The id an idempotency record keeps for order `id`: negated, apart from every pet id.
+pub(crate) fn order_record_id(id: OrderId) -> i64 {
+    -id
+}
+
 /// An idempotency record as a copy carries it from one store to another, whatever either
 /// keeps: the scope it answers for and what it answers with.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -308,11 +548,13 @@ pub struct IdempotencyRecord {
 }
 
 /// A piece of a store in transit: an export yields every pet in ascending id order, in chunks,
-/// then every live idempotency record, in chunks.
+/// then every live idempotency record, then every category, then every order, in chunks.
 #[derive(Debug)]
 pub enum Chunk {
     Pets(Vec<StoredPet>),
     Records(Vec<IdempotencyRecord>),
+    Categories(Vec<Category>),
+    Orders(Vec<Order>),
 }
 
 /// The status a stored pet's JSON gives it, for the index an import writes beside it.

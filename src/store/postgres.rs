@@ -18,6 +18,7 @@ mod errors;
 mod handle;
 mod pool;
 mod rows;
+mod sales;
 mod schema;
 
 pub(super) use handle::{ANSWER_WITHIN, PgStore};

@@ -13,6 +13,7 @@ mod handle;
 mod idempotency;
 mod old_log;
 mod open;
+mod sales;
 mod snapshot;
 mod tables;
 mod writer;
@@ -74,6 +75,7 @@ mod tests {
         events_keep: crate::store::DEFAULT_EVENTS_KEEP,
         idempotency_ttl: TTL,
         max_write_batch: crate::store::DEFAULT_MAX_WRITE_BATCH,
+        order_hold: None,
     };
 
     /// The store over the file at `path`, as the server opens it.
@@ -123,7 +125,10 @@ mod tests {
         status: Option<PetStatus>,
         limit: usize,
     ) -> Result<Bytes, StoreError> {
-        store.list(status, None, limit).await.map(|page| page.json)
+        store
+            .list(status, None, None, limit)
+            .await
+            .map(|page| page.json)
     }
 
     /// A create of the pet `name` under the key of scope 1 and fingerprint 1.
@@ -281,7 +286,7 @@ mod tests {
             // More pages than a snapshot keeps: each is still the right one.
             for round in 0..2 {
                 for limit in 1..=12 {
-                    let page = store.list(None, Some(1), limit).await.expect("list");
+                    let page = store.list(None, None, Some(1), limit).await.expect("list");
                     let ids: serde_json::Value = serde_json::from_slice(&page.json).expect("json");
                     let ids = ids
                         .as_array()

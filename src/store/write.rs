@@ -14,12 +14,22 @@ use tokio::sync::{broadcast, mpsc, oneshot};
 
 use super::claims::{Claims, IdempotencyKey, KeyClaim};
 use super::events::now_ms;
-use super::model::{Change, Created, Precondition, Record, Settled, StoreError, StoredPet};
+use super::model::{
+    Change, Created, Moved, Placed, Precondition, Record, Settled, StoreError, StoredPet,
+};
+use crate::category::{Category, CategoryId, CategoryPatch, NewCategory};
 use crate::clock::unix_now;
+use crate::event::EventType;
+use crate::order::{NewOrder, OrderAction, OrderId};
 use crate::pet::{NewPet, PetId, PetPatch};
 
 /// How long the event feed keeps an event unless told otherwise (`--events-keep`).
 pub const DEFAULT_EVENTS_KEEP: Duration = Duration::from_secs(7 * 24 * 3600);
+/// How long a placed order holds its pet unless told otherwise (`--order-hold`).
+pub const DEFAULT_ORDER_HOLD: Duration = Duration::from_secs(30 * 60);
+/// How often placed orders whose hold has ended are looked for: a hold ends within about this
+/// much of its `expiresAt`.
+const EXPIRE_INTERVAL: Duration = Duration::from_secs(1);
 /// How many queued writes one transaction takes by default; bounds the latency of a batch.
 pub const DEFAULT_MAX_WRITE_BATCH: usize = 1024;
 /// Writes waiting for the engine before callers wait to enqueue.
@@ -56,6 +66,25 @@ pub(crate) enum Write {
     /// Remove up to `PURGE_BATCH` of the oldest events, those from before this Unix time in
     /// milliseconds; answers how many.
     Trim(u64, Pending<usize>),
+    /// Place an order: its pet goes from `available` to `pending`.
+    PlaceOrder(Box<PlaceOrder>, Pending<Placed>),
+    /// Complete or cancel a placed order (never `Expire`: see `Expire`), if its revision
+    /// meets the precondition; its pet becomes `sold` or `available`.
+    MoveOrder(OrderId, OrderAction, Precondition, Pending<Moved>),
+    /// Expire up to `PURGE_BATCH` placed orders whose hold ended by this Unix time in
+    /// milliseconds, oldest end first; answers each with its pet.
+    Expire(u64, Pending<Vec<Moved>>),
+    CreateCategory(NewCategory, Pending<Category>),
+    PatchCategory(CategoryId, CategoryPatch, Pending<Category>),
+    /// Answers the id of the category removed.
+    DeleteCategory(CategoryId, Pending<CategoryId>),
+}
+
+/// An order to place: the client's, its key if it sent one, and how long it holds its pet.
+pub(crate) struct PlaceOrder {
+    pub(crate) order: NewOrder,
+    pub(crate) keyed: Option<Keyed>,
+    pub(crate) hold: Option<Duration>,
 }
 
 /// A caller waiting for one write, and that write's outcome once the transaction has run it.
@@ -100,6 +129,16 @@ impl Write {
             Write::Patch(.., pending) => pending.answer(failure),
             Write::Delete(.., pending) => pending.answer(failure),
             Write::Purge(_, pending) | Write::Trim(_, pending) => pending.answer(failure),
+            Write::PlaceOrder(place, pending) => {
+                drop(place.keyed);
+                pending.answer(failure);
+            }
+            Write::MoveOrder(.., pending) => pending.answer(failure),
+            Write::Expire(_, pending) => pending.answer(failure),
+            Write::CreateCategory(_, pending) | Write::PatchCategory(_, _, pending) => {
+                pending.answer(failure)
+            }
+            Write::DeleteCategory(_, pending) => pending.answer(failure),
         }
     }
 
@@ -110,6 +149,13 @@ impl Write {
             Write::Patch(.., pending) => pending.abandoned(),
             Write::Delete(.., pending) => pending.abandoned(),
             Write::Purge(_, pending) | Write::Trim(_, pending) => pending.abandoned(),
+            Write::PlaceOrder(_, pending) => pending.abandoned(),
+            Write::MoveOrder(.., pending) => pending.abandoned(),
+            Write::Expire(_, pending) => pending.abandoned(),
+            Write::CreateCategory(_, pending) | Write::PatchCategory(_, _, pending) => {
+                pending.abandoned()
+            }
+            Write::DeleteCategory(_, pending) => pending.abandoned(),
         }
     }
 
@@ -124,38 +170,89 @@ impl Write {
             Write::Purge(_, pending) | Write::Trim(_, pending) => {
                 matches!(pending.outcome, Some(Ok(n)) if n > 0)
             }
+            Write::PlaceOrder(_, pending) => {
+                matches!(&pending.outcome, Some(Ok(placed)) if !placed.replayed)
+            }
+            Write::MoveOrder(.., pending) => matches!(pending.outcome, Some(Ok(_))),
+            Write::Expire(_, pending) => {
+                matches!(&pending.outcome, Some(Ok(moved)) if !moved.is_empty())
+            }
+            Write::CreateCategory(_, pending) | Write::PatchCategory(_, _, pending) => {
+                matches!(pending.outcome, Some(Ok(_)))
+            }
+            Write::DeleteCategory(_, pending) => matches!(pending.outcome, Some(Ok(_))),
         }
     }
 
-    /// What this write changed in a pet, once it ran: what its event tells.
-    pub(super) fn change(&self) -> Option<Change> {
+    /// What this write changed, once it ran, each change as its event tells it, in order.
+    pub(super) fn changes_into(&self, out: &mut Vec<Change>) {
         match self {
-            Write::Create(_, _, pending) => match &pending.outcome {
-                Some(Ok(created)) if !created.replayed => Some(Change {
-                    id: created.pet.id,
-                    revision: created.pet.revision,
-                    pet: Some(created.pet.json.clone()),
-                }),
-                _ => None,
-            },
-            Write::Patch(.., pending) => match &pending.outcome {
-                Some(Ok(pet)) => Some(Change {
-                    id: pet.id,
-                    revision: pet.revision,
-                    pet: Some(pet.json.clone()),
-                }),
-                _ => None,
-            },
-            Write::Delete(id, _, pending) => match &pending.outcome {
-                Some(Ok(revision)) => Some(Change {
-                    id: *id,
-                    revision: *revision,
-                    pet: None,
-                }),
-                _ => None,
-            },
-            Write::Purge(..) | Write::Trim(..) => None,
+            Write::Create(_, _, pending) => {
+                if let Some(Ok(created)) = &pending.outcome
+                    && !created.replayed
+                {
+                    let pet = &created.pet;
+                    out.push(Change::pet(pet.id, pet.revision, Some(pet.json.clone())));
+                }
+            }
+            Write::Patch(.., pending) => {
+                if let Some(Ok(pet)) = &pending.outcome {
+                    out.push(Change::pet(pet.id, pet.revision, Some(pet.json.clone())));
+                }
+            }
+            Write::Delete(id, _, pending) => {
+                if let Some(Ok(revision)) = &pending.outcome {
+                    out.push(Change::pet(*id, *revision, None));
+                }
+            }
+            Write::Purge(..) | Write::Trim(..) => {}
+            Write::PlaceOrder(_, pending) => {
+                if let Some(Ok(Placed {
+                    order,
+                    pet: Some(pet),
+                    replayed: false,
+                })) = &pending.outcome
+                {
+                    out.push(Change::order(order, pet));
+                }
+            }
+            Write::MoveOrder(.., pending) => {
+                if let Some(Ok(moved)) = &pending.outcome {
+                    out.push(Change::order(&moved.order, &moved.pet));
+                }
+            }
+            Write::Expire(_, pending) => {
+                if let Some(Ok(expired)) = &pending.outcome {
+                    out.extend(expired.iter().map(|m| Change::order(&m.order, &m.pet)));
+                }
+            }
+            Write::CreateCategory(_, pending) => {
+                if let Some(Ok(category)) = &pending.outcome {
+                    let kind = EventType::CategoryCreated;
+                    out.push(Change::category(kind, category.id, Some(category)));
+                }
+            }
+            Write::PatchCategory(_, _, pending) => {
+                if let Some(Ok(category)) = &pending.outcome {
+                    let kind = EventType::CategoryUpdated;
+                    out.push(Change::category(kind, category.id, Some(category)));
+                }
+            }
+            Write::DeleteCategory(_, pending) => {
+                if let Some(Ok(id)) = &pending.outcome {
+                    out.push(Change::category(EventType::CategoryDeleted, *id, None));
+                }
+            }
         }
+    }
+
+    /// Every change of `batch`, in order: what its events tell.
+    pub(super) fn changes_of(batch: &[Write]) -> Vec<Change> {
+        let mut changes = Vec::new();
+        for write in batch {
+            write.changes_into(&mut changes);
+        }
+        changes
     }
 }
 
@@ -193,6 +290,8 @@ pub(super) struct Front {
     settled: broadcast::Sender<Settled>,
     /// How long an idempotency record answers its key.
     idempotency_ttl: Duration,
+    /// How long a placed order holds its pet (`None`: until completed or cancelled).
+    order_hold: Option<Duration>,
     /// The longest a caller waits for its write, queue and commit together; `None`: until
     /// the engine answers.
     answer_within: Option<Duration>,
@@ -206,6 +305,7 @@ impl Front {
         max_write_batch: usize,
         idempotency_ttl: Duration,
         events_keep: Duration,
+        order_hold: Option<Duration>,
         answer_within: Option<Duration>,
         runs: Runs,
     ) -> Result<Front, StoreError> {
@@ -234,12 +334,15 @@ impl Front {
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             runtime.spawn(purge_loop(queue.downgrade(), Purging::Records));
             runtime.spawn(purge_loop(queue.downgrade(), Purging::Events(events_keep)));
+            // Also without a hold: orders placed under an earlier `--order-hold` still end.
+            runtime.spawn(purge_loop(queue.downgrade(), Purging::Holds));
         }
         Ok(Front {
             queue,
             claims: Arc::default(),
             settled,
             idempotency_ttl,
+            order_hold,
             answer_within,
         })
     }
@@ -315,6 +418,88 @@ impl Front {
         })
         .await
         .map(|_revision| ())
+    }
+
+    /// Places an order for `order.pet_id`, held for the store's `--order-hold`. With a key,
+    /// `record` is the engine's record for its scope: a live one for this order answers its id
+    /// instead (`replayed`: the caller reads the order), one for another body or a pet is
+    /// `IdempotencyKeyReused`; the engine checks again in its transaction.
+    pub(super) async fn place_order(
+        &self,
+        order: NewOrder,
+        key: Option<IdempotencyKey>,
+        record: impl Future<Output = Result<Option<Record>, StoreError>>,
+    ) -> Result<Result<Placed, OrderId>, StoreError> {
+        let started = Instant::now();
+        let keyed = match key {
+            None => None,
+            Some(key) => {
+                let now = unix_now();
+                let record = self.within(started, record, StoreError::Io).await?;
+                if let Some(answer) = record.and_then(|record| record.order_answer(&key, now)) {
+                    return answer.map(Err);
+                }
+                Some(Keyed {
+                    key,
+                    expires_at: now.saturating_add(self.idempotency_ttl.as_secs()),
+                })
+            }
+        };
+        let place = PlaceOrder {
+            order,
+            keyed,
+            hold: self.order_hold,
+        };
+        self.write(started, |reply| {
+            Write::PlaceOrder(Box::new(place), Pending::new(reply))
+        })
+        .await
+        .map(Ok)
+    }
+
+    /// Completes or cancels order `id` if its revision meets `precondition`.
+    pub(super) async fn move_order(
+        &self,
+        id: OrderId,
+        action: OrderAction,
+        precondition: Precondition,
+    ) -> Result<Moved, StoreError> {
+        self.write(Instant::now(), |reply| {
+            Write::MoveOrder(id, action, precondition, Pending::new(reply))
+        })
+        .await
+    }
+
+    pub(super) async fn create_category(&self, new: NewCategory) -> Result<Category, StoreError> {
+        self.write(Instant::now(), |reply| {
+            Write::CreateCategory(new, Pending::new(reply))
+        })
+        .await
+    }
+
+    pub(super) async fn patch_category(
+        &self,
+        id: CategoryId,
+        patch: CategoryPatch,
+    ) -> Result<Category, StoreError> {
+        self.write(Instant::now(), |reply| {
+            Write::PatchCategory(id, patch, Pending::new(reply))
+        })
+        .await
+    }
+
+    pub(super) async fn delete_category(&self, id: CategoryId) -> Result<(), StoreError> {
+        self.write(Instant::now(), |reply| {
+            Write::DeleteCategory(id, Pending::new(reply))
+        })
+        .await
+        .map(|_| ())
+    }
+
+    /// Expires the placed orders whose hold ended by `now_ms`, up to `PURGE_BATCH`.
+    #[cfg(test)]
+    pub(super) async fn expire(&self, now_ms: u64) -> Result<usize, StoreError> {
+        expire_once(&self.queue, now_ms).await
     }
 
     /// Removes up to `PURGE_BATCH` records expired by `now`; answers how many.
@@ -427,7 +612,8 @@ async fn settle<E: Engine>(
             if committed {
                 crate::metrics::store_committed(began.elapsed(), batch.len());
                 // Each change appended one event, in the same transaction.
-                let changes: Settled = batch.iter().filter_map(Write::change).collect();
+                let changes: Settled = Write::changes_of(batch).into();
+                crate::metrics::orders_moved(&changes);
                 crate::metrics::events_appended(changes.len());
                 if !changes.is_empty() && settled.receiver_count() > 0 {
                     // No listener left since the count: nothing to tell.
@@ -524,6 +710,8 @@ enum Purging {
     Records,
     /// Events older than this.
     Events(Duration),
+    /// Placed orders whose hold has ended: they expire.
+    Holds,
 }
 
 impl Purging {
@@ -531,6 +719,7 @@ impl Purging {
         match self {
             Purging::Records => "expired idempotency records",
             Purging::Events(_) => "events past --events-keep",
+            Purging::Holds => "orders whose hold ended",
         }
     }
 
@@ -539,19 +728,35 @@ impl Purging {
             Purging::Records => PURGE_INTERVAL,
             // A short retention is kept to within a quarter of itself.
             Purging::Events(keep) => (keep / 4).clamp(Duration::from_secs(1), PURGE_INTERVAL),
+            Purging::Holds => EXPIRE_INTERVAL,
         }
     }
 
-    /// The write that purges up to `PURGE_BATCH`, and the time it purges before.
-    fn write(self) -> (PurgeWrite, u64) {
+    /// Queues the write that purges up to `PURGE_BATCH` now; answers how many it purged.
+    async fn once(self, queue: &mpsc::Sender<Command>) -> Result<usize, StoreError> {
         match self {
-            Purging::Records => (Write::Purge, unix_now()),
+            Purging::Records => purge_once(queue, Write::Purge, unix_now()).await,
             Purging::Events(keep) => {
                 let keep = u64::try_from(keep.as_millis()).unwrap_or(u64::MAX);
-                (Write::Trim, now_ms().saturating_sub(keep))
+                purge_once(queue, Write::Trim, now_ms().saturating_sub(keep)).await
             }
+            Purging::Holds => expire_once(queue, now_ms()).await,
         }
     }
+}
+
+/// Expires the placed orders whose hold ended by `now_ms`, up to `PURGE_BATCH`.
+async fn expire_once(queue: &mpsc::Sender<Command>, now_ms: u64) -> Result<usize, StoreError> {
+    let (reply, answer) = oneshot::channel();
+    queue
+        .send(Command::Write(Write::Expire(now_ms, Pending::new(reply))))
+        .await
+        .map_err(|_| StoreError::Closed)?;
+    let expired = answer.await.map_err(|_| StoreError::Closed)??;
+    if !expired.is_empty() {
+        tracing::info!(orders = expired.len(), "orders expired: their hold ended");
+    }
+    Ok(expired.len())
 }
 
 /// Purges every `interval`, one batch a transaction, until nothing is left to purge; each
@@ -567,8 +772,7 @@ async fn purge_loop(queue: mpsc::WeakSender<Command>, purging: Purging) {
             let Some(sender) = queue.upgrade() else {
                 return;
             };
-            let (make, before) = purging.write();
-            match purge_once(&sender, make, before).await {
+            match purging.once(&sender).await {
                 Ok(count) => {
                     purged += count;
                     if count < PURGE_BATCH {
@@ -626,6 +830,7 @@ mod tests {
                 16,
                 Duration::from_secs(60),
                 Duration::from_secs(60),
+                None,
                 None,
                 Runs::OnRuntime,
             )

@@ -12,6 +12,7 @@ use tokio_postgres::error::SqlState;
 use super::errors::pg_error;
 use super::pool::Connections;
 use super::rows::{READ_RECORD, record_of, revision, status_code};
+use super::sales;
 use crate::clock::unix_now;
 use crate::pet::{NewPet, Pet, PetId, PetPatch};
 use crate::store::events::{StoredEvent, now_ms};
@@ -132,6 +133,14 @@ async fn run_batch(
             Write::Trim(before_ms, pending) => {
                 pending.outcome = Some(Ok(trim_events(&txn, *before_ms).await?));
             }
+            Write::PlaceOrder(_, pending) => pending.outcome = Some(Err(sales::refused())),
+            Write::MoveOrder(.., pending) => pending.outcome = Some(Err(sales::refused())),
+            // Nothing to expire while orders are not kept.
+            Write::Expire(_, pending) => pending.outcome = Some(Ok(Vec::new())),
+            Write::CreateCategory(_, pending) | Write::PatchCategory(_, _, pending) => {
+                pending.outcome = Some(Err(sales::refused()))
+            }
+            Write::DeleteCategory(_, pending) => pending.outcome = Some(Err(sales::refused())),
         }
     }
     if !new_pets.ids.is_empty() {
@@ -166,7 +175,7 @@ async fn append_events(
     batch: &[Write],
 ) -> Result<(), StoreError> {
     let (mut types, mut ids, mut revisions, mut pets) = (vec![], vec![], vec![], vec![]);
-    for change in batch.iter().filter_map(Write::change) {
+    for change in Write::changes_of(batch) {
         // Numbered by the statement below.
         let event = StoredEvent::of(0, &change, 0);
         types.push(i16::from(event.kind.code()));

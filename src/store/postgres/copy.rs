@@ -18,7 +18,7 @@ use super::errors::pg_error;
 use super::handle::PgStore;
 use super::rows::status_code;
 use crate::store::model::{
-    Chunk, Exporting, IdempotencyRecord, SHORT_DIGEST, StoreError, StoredPet, pet_status,
+    Chunk, Exporting, IdempotencyRecord, NextIds, SHORT_DIGEST, StoreError, StoredPet, pet_status,
 };
 
 /// The bound on each statement of a copy, in place of the short one requests get: a chunk or
@@ -40,7 +40,7 @@ const RECORD_TYPES: [Type; 4] = [Type::BYTEA, Type::BYTEA, Type::INT8, Type::INT
 impl PgStore {
     /// Starts streaming the store into `sender` from one snapshot; returns its id counter.
     /// See `Store::export`.
-    pub(in crate::store) async fn export(&self, to: Exporting) -> Result<u64, StoreError> {
+    pub(in crate::store) async fn export(&self, to: Exporting) -> Result<NextIds, StoreError> {
         let (chunk, now, sender) = (to.chunk, to.now, to.into);
         let client = self.own_connection().await?;
         let next_id = within(async {
@@ -65,7 +65,11 @@ impl PgStore {
                 let _ = sender.send(Err(e)).await;
             }
         });
-        Ok(counter(next_id))
+        Ok(NextIds {
+            pets: counter(next_id),
+            orders: 1,
+            categories: 1,
+        })
     }
 
     /// Starts the import's transaction: locks the counter row (so creates elsewhere wait for
@@ -157,6 +161,11 @@ impl PgImport {
                     }
                     writer.as_mut().finish().await.map_err(pg_error)?;
                 }
+                Chunk::Categories(_) | Chunk::Orders(_) => {
+                    return Err(StoreError::Unsupported(
+                        "orders and categories on PostgreSQL".into(),
+                    ));
+                }
             }
             Ok(())
         })
@@ -164,7 +173,8 @@ impl PgImport {
     }
 
     /// Sets the counter and commits everything at once.
-    pub(in crate::store) async fn commit(self, next_id: u64) -> Result<(), StoreError> {
+    pub(in crate::store) async fn commit(self, next: NextIds) -> Result<(), StoreError> {
+        let next_id = next.pets;
         let next_id = i64::try_from(next_id).map_err(|_| {
             StoreError::Corrupt(format!(
                 "the next id {next_id} is beyond what PostgreSQL's counter holds"

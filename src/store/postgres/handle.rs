@@ -221,6 +221,8 @@ impl PgStore {
                 pet_id: row.get(6),
                 revision: row.get::<_, i64>(7).unsigned_abs(),
                 pet: row.get::<_, Option<String>>(8).map(Bytes::from),
+                subject_id: 0,
+                subject: None,
             });
         }
         let reached = match events.last() {

@@ -436,6 +436,7 @@ mod tests {
             events_keep: crate::store::DEFAULT_EVENTS_KEEP,
             idempotency_ttl: Duration::from_secs(3600),
             max_write_batch: 64,
+            order_hold: None,
         }
     }
 

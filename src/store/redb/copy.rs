@@ -16,12 +16,14 @@ use super::handle::{RedbStore, Shared};
 use super::idempotency::{self, Index};
 use super::tables::{META, META_NEXT_ID, PETS, PETS_BY_STATUS, RECORDS, REVISIONS};
 use crate::clock::unix_now;
-use crate::store::model::{Chunk, Exporting, IdempotencyRecord, StoreError, StoredPet, pet_status};
+use crate::store::model::{
+    Chunk, Exporting, IdempotencyRecord, NextIds, StoreError, StoredPet, pet_status,
+};
 
 impl RedbStore {
     /// Starts streaming the store into `sender` from one read transaction; returns its id
     /// counter. See `Store::export`.
-    pub(in crate::store) async fn export(&self, to: Exporting) -> Result<u64, StoreError> {
+    pub(in crate::store) async fn export(&self, to: Exporting) -> Result<NextIds, StoreError> {
         let (chunk, now, sender) = (to.chunk, to.now, to.into);
         let shared = Arc::clone(&self.shared);
         let (counter, next_id) = oneshot::channel();
@@ -38,7 +40,11 @@ impl RedbStore {
                 .and_then(|txn| Ok((next_id_in(&txn)?, txn)));
             let txn = match begun {
                 Ok((next_id, txn)) => {
-                    let _ = counter.send(Ok(next_id));
+                    let _ = counter.send(Ok(NextIds {
+                        pets: next_id,
+                        orders: 1,
+                        categories: 1,
+                    }));
                     txn
                 }
                 Err(e) => {
@@ -124,13 +130,17 @@ impl RedbImport {
                 }
                 Ok(())
             }
+            Chunk::Categories(_) | Chunk::Orders(_) => Err(StoreError::Unsupported(
+                "orders and categories are not kept yet".into(),
+            )),
         })
         .await
     }
 
     /// Sets the id counter in a durable transaction, which makes every chunk before it durable
     /// too; then the in-memory index of idempotency records takes the imported ones.
-    pub(in crate::store) async fn commit(self, next_id: u64) -> Result<(), StoreError> {
+    pub(in crate::store) async fn commit(self, next: NextIds) -> Result<(), StoreError> {
+        let next_id = next.pets;
         self.transaction(Durability::Immediate, move |txn| {
             let mut meta = txn.open_table(META).map_err(StoreError::storage)?;
             meta.insert(META_NEXT_ID, next_id)

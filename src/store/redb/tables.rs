@@ -160,6 +160,8 @@ pub(super) fn read_event(seq: u64, value: &[u8]) -> Result<StoredEvent, StoreErr
         pet_id: u64_at(value, 9) as i64,
         revision: u64_at(value, 17),
         pet: (kind != EventType::PetDeleted).then(|| Bytes::copy_from_slice(pet)),
+        subject_id: 0,
+        subject: None,
     })
 }
 

@@ -1,0 +1,51 @@
+//! The PostgreSQL store's reads of orders, categories and the inventory (issue 29).
+//! Not built yet: each read answers `Unsupported` until the engine keeps them.
+
+use super::handle::PgStore;
+use crate::category::{Category, CategoryId};
+use crate::order::{Order, OrderId};
+use crate::store::model::{Inventory, OrderQuery, Page, StoreError};
+
+fn not_yet() -> StoreError {
+    StoreError::Unsupported("orders and categories on PostgreSQL".into())
+}
+
+impl PgStore {
+    pub(in crate::store) async fn get_order(
+        &self,
+        _id: OrderId,
+    ) -> Result<Option<Order>, StoreError> {
+        Err(not_yet())
+    }
+
+    pub(in crate::store) async fn list_orders(
+        &self,
+        _query: OrderQuery,
+    ) -> Result<Page, StoreError> {
+        Err(not_yet())
+    }
+
+    pub(in crate::store) async fn inventory(&self) -> Result<Inventory, StoreError> {
+        Err(not_yet())
+    }
+
+    pub(in crate::store) async fn get_category(
+        &self,
+        _id: CategoryId,
+    ) -> Result<Option<Category>, StoreError> {
+        Err(not_yet())
+    }
+
+    pub(in crate::store) async fn list_categories(
+        &self,
+        _after: Option<CategoryId>,
+        _limit: usize,
+    ) -> Result<Page, StoreError> {
+        Err(not_yet())
+    }
+}
+
+/// What a batch's write of an order or a category answers until the engine keeps them.
+pub(super) fn refused() -> StoreError {
+    not_yet()
+}
