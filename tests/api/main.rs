@@ -24,6 +24,7 @@ mod list;
 mod logs;
 mod metrics;
 mod openapi;
+mod orders;
 mod paging;
 mod patch;
 #[path = "../../src/store/pg_cluster.rs"]

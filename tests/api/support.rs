@@ -946,3 +946,84 @@ pub async fn raw_tls(addr: SocketAddr) -> TlsStream<TcpStream> {
         .await
         .expect("TLS connects")
 }
+
+/// The member names of a JSON object, in the order sent (a `Value` keeps them sorted).
+pub struct Members(pub Vec<String>);
+
+impl<'de> serde::Deserialize<'de> for Members {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Members, D::Error> {
+        struct Names;
+        impl<'de> serde::de::Visitor<'de> for Names {
+            type Value = Members;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<Members, A::Error> {
+                let mut names = Vec::new();
+                while let Some(name) = map.next_key::<String>()? {
+                    map.next_value::<serde::de::IgnoredAny>()?;
+                    names.push(name);
+                }
+                Ok(Members(names))
+            }
+        }
+        deserializer.deserialize_map(Names)
+    }
+}
+
+/// The member names of the JSON object `body`, in the order sent.
+pub fn member_names(body: &[u8]) -> Vec<String> {
+    serde_json::from_slice::<Members>(body)
+        .unwrap_or_else(|e| panic!("not an object ({e}): {}", String::from_utf8_lossy(body)))
+        .0
+}
+
+/// The member names of each object of the JSON array `body`, in the order sent.
+pub fn members_of_each(body: &[u8]) -> Vec<Vec<String>> {
+    serde_json::from_slice::<Vec<Members>>(body)
+        .unwrap_or_else(|e| panic!("not objects ({e}): {}", String::from_utf8_lossy(body)))
+        .into_iter()
+        .map(|members| members.0)
+        .collect()
+}
+
+/// A keys file with the development key and a read-only key `reader`; returns it and that key.
+pub fn keys_with_a_reader(dir: &Path) -> (PathBuf, String) {
+    let file = dir.join("api-keys");
+    std::fs::copy(cert("dev-keys.txt"), &file).expect("copy the keys");
+    let args = [
+        "keys".as_ref(),
+        "add".as_ref(),
+        "reader".as_ref(),
+        "--read-only".as_ref(),
+        "--expires".as_ref(),
+        "2999-12-31".as_ref(),
+        "--api-keys".as_ref(),
+        file.as_os_str(),
+    ];
+    let (code, stdout, stderr) = run(&args);
+    assert_eq!(code, Some(0), "{stderr}");
+    (file, stdout.trim().to_owned())
+}
+
+/// Polls `check` every 50 ms until it gives a value; fails the test past `within`.
+pub async fn poll_until<T>(
+    within: Duration,
+    what: &str,
+    mut check: impl AsyncFnMut() -> Option<T>,
+) -> T {
+    let deadline = std::time::Instant::now() + within;
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "not within {within:?}: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
