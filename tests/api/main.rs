@@ -5,6 +5,7 @@
 mod acme;
 mod auth;
 mod backup;
+mod categories;
 mod cli;
 mod connection_fuzz;
 mod copy;
@@ -17,6 +18,7 @@ mod get;
 mod haproxy;
 mod health;
 mod idempotency;
+mod inventory;
 mod keys;
 mod lifecycle;
 mod limits;
