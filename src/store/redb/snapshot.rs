@@ -83,6 +83,16 @@ impl Snapshot {
     }
 }
 
+/// The feed as the read transaction `txn` sees it.
+pub(super) fn feed_state(txn: &redb::ReadTransaction) -> Result<FeedState, StoreError> {
+    let meta = txn.open_table(META).map_err(StoreError::storage)?;
+    Ok(FeedState {
+        feed: meta_value(&meta, META_FEED)?,
+        newest: meta_value(&meta, META_EVENT_SEQ)?,
+        trimmed: meta_value(&meta, META_EVENTS_TRIMMED)?,
+    })
+}
+
 /// Reads share one snapshot between commits: beginning a read transaction and opening its
 /// tables cost a list of 20 about 4,000 instructions, a twentieth of the request (callgrind).
 /// Invariant: a snapshot is served only while `commits` still holds the count it was taken
@@ -109,12 +119,7 @@ impl Snapshots {
         }
         // Begun after `commits` was read, so it holds at least those commits.
         let txn = db.begin_read().map_err(StoreError::storage)?;
-        let meta = txn.open_table(META).map_err(StoreError::storage)?;
-        let feed = FeedState {
-            feed: meta_value(&meta, META_FEED)?,
-            newest: meta_value(&meta, META_EVENT_SEQ)?,
-            trimmed: meta_value(&meta, META_EVENTS_TRIMMED)?,
-        };
+        let feed = feed_state(&txn)?;
         let snapshot = Arc::new(Snapshot {
             events: txn.open_table(EVENTS).map_err(StoreError::storage)?,
             feed,
