@@ -297,7 +297,7 @@ impl RedbStore {
     /// cache, a few microseconds; handing them to a blocking thread cost more than the read on
     /// a one-core server (see benches/load). A read that must wait on the disk stalls this
     /// worker for that wait, a trade accepted for a store that fits in memory.
-    fn read<T>(
+    pub(super) fn read<T>(
         &self,
         work: impl FnOnce(&Snapshot) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {

@@ -10,7 +10,7 @@ use redb::{ReadableDatabase, ReadableTable};
 use super::handle::RedbStore;
 use super::idempotency;
 use super::tables::{
-    CATEGORIES, META, META_INVENTORY, META_NEXT_CATEGORY_ID, META_NEXT_ORDER_ID, NO_STATUS, ORDERS,
+    CATEGORIES, META_INVENTORY, META_NEXT_CATEGORY_ID, META_NEXT_ORDER_ID, NO_STATUS, ORDERS,
     ORDERS_BY_PET, ORDERS_BY_STATUS, PETS_BY_CATEGORY, meta_value, read_order,
 };
 use super::writer::Run;
@@ -414,12 +414,11 @@ impl RedbStore {
         })
     }
 
-    /// The four counters, from one read transaction.
+    /// The four counters, from the snapshot every read shares.
     pub(in crate::store) async fn inventory(&self) -> Result<Inventory, StoreError> {
-        self.read_txn(|txn| {
-            let meta = txn.open_table(META).map_err(StoreError::storage)?;
+        self.read(|snapshot| {
             let [available, pending, sold, unset] =
-                META_INVENTORY.map(|key| meta_value(&meta, key));
+                META_INVENTORY.map(|key| meta_value(&snapshot.meta, key));
             Ok(Inventory {
                 available: available?,
                 pending: pending?,
