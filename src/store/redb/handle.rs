@@ -9,12 +9,12 @@ use std::sync::{Arc, Condvar, Mutex, PoisonError, RwLock, RwLockReadGuard, RwLoc
 use std::time::Duration;
 
 use bytes::Bytes;
-use redb::{Database, ReadableDatabase, ReadableTableMetadata};
+use redb::{Database, ReadableDatabase};
 
 use super::idempotency::Index;
-use super::snapshot::{PageKey, Snapshot, Snapshots};
-use super::tables::{META, META_NEXT_ID, event_head, read_event};
-use crate::pet::{PetId, PetStatus};
+use super::snapshot::{PageKey, Snapshot, Snapshots, feed_state};
+use super::tables::{META, META_NEXT_ID, PETS, event_head, read_event};
+use crate::pet::PetId;
 use crate::store::events::{EventPage, EventQuery, PageScan, ReadError};
 use crate::store::model::{Page, PageBuilder, PageQuery, Record, StoreError, StoredPet};
 
@@ -73,7 +73,7 @@ impl Shared {
     /// (15-20 ms with quick-repair), the read waits for it, at most `REOPEN_WAIT`: a read
     /// during a reopen is late, not refused. Reads stall their worker for that wait, as they do
     /// for a disk read (see `read`).
-    fn db_for_read(&self) -> RwLockReadGuard<'_, Option<Database>> {
+    pub(super) fn db_for_read(&self) -> RwLockReadGuard<'_, Option<Database>> {
         let db = self.db();
         if db.is_some() {
             return db;
@@ -178,6 +178,16 @@ impl RedbStore {
                 }
             },
         };
+        if query.category.is_some() {
+            // Not from the shared snapshot, whose tables are the pets' alone: one read
+            // transaction gives the page and its feed position.
+            return self.read_txn(|txn| {
+                let pets = txn.open_table(PETS).map_err(StoreError::storage)?;
+                let feed = feed_state(txn)?;
+                let page = self.list_category(txn, &pets, query, first)?;
+                Ok(page.at(feed.newest_position()))
+            });
+        }
         let key = PageKey {
             status,
             first,
@@ -240,38 +250,6 @@ impl RedbStore {
         page.ok_or(ReadError::Gone)
     }
 
-    /// Pets per status (`None`: without one), from one snapshot, on a blocking thread: it
-    /// reads every entry of the status index, so its caller decides how often.
-    pub(in crate::store) async fn count_by_status(
-        &self,
-    ) -> Result<Vec<(Option<PetStatus>, u64)>, StoreError> {
-        let store = self.clone();
-        let counting = tokio::task::spawn_blocking(move || {
-            store.read(|snapshot| {
-                let total = snapshot.pets.len().map_err(StoreError::storage)?;
-                let mut counts = Vec::with_capacity(4);
-                let mut with_status = 0;
-                for status in [PetStatus::Available, PetStatus::Pending, PetStatus::Sold] {
-                    let code = status.to_code();
-                    let mut count = 0;
-                    let entries = snapshot
-                        .by_status
-                        .range((code, i64::MIN)..=(code, i64::MAX))
-                        .map_err(StoreError::storage)?;
-                    for entry in entries {
-                        entry.map_err(StoreError::storage)?;
-                        count += 1;
-                    }
-                    with_status += count;
-                    counts.push((Some(status), count));
-                }
-                counts.push((None, total.saturating_sub(with_status)));
-                Ok(counts)
-            })
-        });
-        counting.await.map_err(|_| StoreError::Closed)?
-    }
-
     /// Whether the database answers a read now.
     pub(in crate::store) async fn check(&self) -> Result<(), StoreError> {
         let db = self.shared.db_for_read();
@@ -287,7 +265,7 @@ impl RedbStore {
     /// cache, a few microseconds; handing them to a blocking thread cost more than the read on
     /// a one-core server (see benches/load). A read that must wait on the disk stalls this
     /// worker for that wait, a trade accepted for a store that fits in memory.
-    fn read<T>(
+    pub(super) fn read<T>(
         &self,
         work: impl FnOnce(&Snapshot) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
