@@ -54,6 +54,10 @@ pub fn run(path: &Path) -> anyhow::Result<()> {
         report.records, report.live_records
     );
     println!("events: {}", report.events);
+    println!(
+        "orders: {} ({} placed); categories: {}",
+        report.orders, report.placed_orders, report.categories
+    );
     if report.pending_log_batches > 0 {
         println!(
             "log: {} batch(es) in the write-ahead log beside the file are not in it yet (a \

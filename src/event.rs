@@ -318,4 +318,46 @@ mod tests {
             (&serde_json::Value::Null, &serde_json::json!("\"5.3\""))
         );
     }
+
+    #[test]
+    fn an_order_event_carries_the_order_then_the_pet_and_a_category_event_the_category() {
+        let placed = Event {
+            kind: EventType::OrderPlaced,
+            at_ms: 0,
+            pet_id: 4,
+            revision: 2,
+            pet: Some(br#"{"id":4}"#),
+            subject_id: 9,
+            subject: Some(br#"{"id":9,"petId":4}"#),
+        };
+        let mut out = BytesMut::new();
+        placed.json_into(Position { feed: 1, seq: 3 }, &mut out);
+        let json: serde_json::Value = serde_json::from_slice(&out).expect("JSON");
+        assert_eq!(json["orderId"], 9);
+        assert_eq!(json["order"]["petId"], 4);
+        assert_eq!(
+            (&json["petId"], &json["etag"]),
+            (&serde_json::json!(4), &serde_json::json!("\"4.2\""))
+        );
+        assert_eq!(json["pet"]["id"], 4);
+        let deleted = Event {
+            kind: EventType::CategoryDeleted,
+            at_ms: 0,
+            pet_id: 0,
+            revision: 0,
+            pet: None,
+            subject_id: 2,
+            subject: None,
+        };
+        let mut out = BytesMut::new();
+        deleted.json_into(Position { feed: 1, seq: 4 }, &mut out);
+        let json: serde_json::Value = serde_json::from_slice(&out).expect("JSON");
+        assert_eq!(json["categoryId"], 2);
+        assert_eq!(json["category"], serde_json::Value::Null);
+        assert!(json.get("petId").is_none());
+        for kind in EventType::ALL {
+            assert_eq!(EventType::from_code(kind.code()), Some(kind));
+            assert_eq!(EventType::from_name(kind.name()), Some(kind));
+        }
+    }
 }

@@ -6,7 +6,6 @@
 use std::time::{Duration, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 
 use crate::body;
 use crate::pet::{PetId, PetStatus};
@@ -242,24 +241,38 @@ impl Order {
     /// The order's JSON object as the API sends it: `id`, `petId`, `status`, `placedAt`,
     /// then `expiresAt`, `closedAt` and `note` when it has them (RFC 3339, UTC, milliseconds).
     pub fn to_json(&self) -> Vec<u8> {
-        let time = |ms: u64| {
-            humantime::format_rfc3339_millis(UNIX_EPOCH + Duration::from_millis(ms)).to_string()
+        // Written in place (every answer and every event of an order has one): a
+        // `serde_json::Map` built it key by key, an allocation each.
+        let mut out = Vec::with_capacity(160 + self.note.as_ref().map_or(0, String::len));
+        let mut int = itoa::Buffer::new();
+        let time = |out: &mut Vec<u8>, name: &[u8], ms: u64| {
+            let at = humantime::format_rfc3339_millis(UNIX_EPOCH + Duration::from_millis(ms));
+            out.extend_from_slice(b",\"");
+            out.extend_from_slice(name);
+            out.extend_from_slice(b"\":\"");
+            out.extend_from_slice(at.to_string().as_bytes());
+            out.push(b'"');
         };
-        let mut object = serde_json::Map::new();
-        object.insert("id".into(), self.id.into());
-        object.insert("petId".into(), self.pet_id.into());
-        object.insert("status".into(), self.status.as_str().into());
-        object.insert("placedAt".into(), time(self.placed_at_ms).into());
+        out.extend_from_slice(b"{\"id\":");
+        out.extend_from_slice(int.format(self.id).as_bytes());
+        out.extend_from_slice(b",\"petId\":");
+        out.extend_from_slice(int.format(self.pet_id).as_bytes());
+        out.extend_from_slice(b",\"status\":\"");
+        out.extend_from_slice(self.status.as_str().as_bytes());
+        out.push(b'"');
+        time(&mut out, b"placedAt", self.placed_at_ms);
         if let Some(at) = self.expires_at_ms {
-            object.insert("expiresAt".into(), time(at).into());
+            time(&mut out, b"expiresAt", at);
         }
         if let Some(at) = self.closed_at_ms {
-            object.insert("closedAt".into(), time(at).into());
+            time(&mut out, b"closedAt", at);
         }
         if let Some(note) = &self.note {
-            object.insert("note".into(), Value::String(note.clone()));
+            out.extend_from_slice(b",\"note\":");
+            serde_json::to_writer(&mut out, note).expect("a string always encodes");
         }
-        serde_json::to_vec(&Value::Object(object)).expect("a JSON value always encodes")
+        out.push(b'}');
+        out
     }
 
     /// The strong entity tag of the order at its revision.
@@ -339,6 +352,7 @@ mod tests {
 
     #[test]
     fn an_order_reads_back_from_its_record_and_answers_api_json() {
+        use serde_json::Value;
         let order = placed(Some(Duration::from_secs(1800)));
         assert_eq!(
             Order::from_record(&order.to_record()).expect("reads"),
@@ -354,6 +368,12 @@ mod tests {
                 "note": "for Ann",
             })
         );
+        let quoted = Order {
+            note: Some("for \"Ann\"\n\u{1}é".into()),
+            ..order.clone()
+        };
+        let read: Value = serde_json::from_slice(&quoted.to_json()).expect("JSON");
+        assert_eq!(read["note"], "for \"Ann\"\n\u{1}é");
         let bare: Value = serde_json::from_slice(&placed(None).to_json()).expect("JSON");
         assert!(bare.get("expiresAt").is_none() && bare.get("closedAt").is_none());
         assert_ne!(

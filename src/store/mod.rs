@@ -275,6 +275,13 @@ impl Store {
         self.front.patch_category(id, patch).await
     }
 
+    /// Expires the placed orders whose hold ended by `now_ms` now, as the once-a-second loop
+    /// does; answers how many. For tests, which cannot wait for the loop.
+    #[cfg(test)]
+    pub async fn expire_holds(&self, now_ms: u64) -> Result<usize, StoreError> {
+        self.front.expire(now_ms).await
+    }
+
     /// Removes a category no pet names; `CategoryInUse` otherwise.
     pub async fn delete_category(&self, id: CategoryId) -> Result<(), StoreError> {
         self.front.delete_category(id).await

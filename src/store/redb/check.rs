@@ -2,8 +2,9 @@
 //! allocator state), run on a private copy so the file itself is never repaired or written,
 //! then the store's invariants on that copy: every pet is in the status index under its
 //! status with the same JSON and the index holds nothing else, revisions and idempotency
-//! records only name ids the counter has given out (revisions only for pets that exist), and
-//! the counter is above every id. A file that is no petstore store at all (empty, not redb,
+//! records only name ids the counter has given out (revisions only for pets that exist), the
+//! counter is above every id, and orders, categories, the category index and the inventory
+//! agree with the pets (`check_sales`). A file that is no petstore store at all (empty, not redb,
 //! redb without our tables) is said to be so before anything else. It reports; it never fixes.
 
 use std::cell::Cell;
@@ -16,11 +17,15 @@ use redb::{Database, ReadTransaction, ReadableDatabase, ReadableTable, ReadableT
 
 use super::old_log;
 use super::tables::{
-    EVENTS, META, META_EVENT_SEQ, META_EVENTS_TRIMMED, META_FEED, META_NEXT_ID,
-    META_SCHEMA_VERSION, PETS, PETS_BY_STATUS, RECORDS, REVISIONS, SCHEMA_VERSION, meta_value,
-    read_event,
+    CATEGORIES, CATEGORY_NAMES, EVENTS, HOLD_ENDS, HOLDS, META, META_EVENT_SEQ,
+    META_EVENTS_TRIMMED, META_FEED, META_INVENTORY, META_NEXT_CATEGORY_ID, META_NEXT_ID,
+    META_NEXT_ORDER_ID, META_SCHEMA_VERSION, ORDERS, ORDERS_BY_PET, ORDERS_BY_STATUS, PETS,
+    PETS_BY_CATEGORY, PETS_BY_STATUS, RECORDS, REVISIONS, SCHEMA_VERSION, category_status_code,
+    meta_value, read_event, read_order,
 };
+use crate::category::{self, Category};
 use crate::clock::unix_now;
+use crate::order::OrderStatus;
 use crate::pet::{Pet, PetStatus};
 use crate::store::model::StoreError;
 
@@ -48,6 +53,10 @@ pub struct CheckReport {
     pub live_records: u64,
     /// Events the feed keeps.
     pub events: u64,
+    pub orders: u64,
+    /// Orders that hold their pet now.
+    pub placed_orders: u64,
+    pub categories: u64,
     pub next_id: u64,
     pub schema_version: u64,
     /// The first `LISTED` disagreements, in words.
@@ -338,12 +347,22 @@ fn check_tables(txn: &ReadTransaction, report: &mut CheckReport) -> Result<(), S
         if expires_at > now {
             report.live_records += 1;
         }
-        if !given_out(id) {
+        // An order's record keeps the order's id negated (`model::order_record_id`).
+        if id < 0 {
+            let next_order = meta_value(&meta, META_NEXT_ORDER_ID)?;
+            if id.unsigned_abs() >= next_order {
+                report.problem(format!(
+                    "idempotency record: order {} was never given out",
+                    -id
+                ));
+            }
+        } else if !given_out(id) {
             report.problem(format!(
                 "idempotency record: pet {id} was never given out (counter {next_id})"
             ));
         }
     }
+    check_sales(txn, &meta, &pets, report)?;
     check_events(txn, &meta, report, &given_out)?;
     let counted = pets.len().map_err(StoreError::storage)?;
     if counted != report.pets {
@@ -351,6 +370,212 @@ fn check_tables(txn: &ReadTransaction, report: &mut CheckReport) -> Result<(), S
             "pets: the table says {counted} entries, {} read",
             report.pets
         ));
+    }
+    Ok(())
+}
+
+/// Orders, categories, the category index and the inventory: each order reads back, sits in
+/// its indexes, and holds its pet (`pending`) exactly while placed; each category keeps its
+/// name key; every pet is in the category index once; the counters count the pets.
+fn check_sales(
+    txn: &ReadTransaction,
+    meta: &redb::ReadOnlyTable<&'static str, u64>,
+    pets: &redb::ReadOnlyTable<i64, &'static [u8]>,
+    report: &mut CheckReport,
+) -> Result<(), StoreError> {
+    let by_category = txn
+        .open_table(PETS_BY_CATEGORY)
+        .map_err(StoreError::storage)?;
+    let mut entries = 0;
+    for entry in by_category.iter().map_err(StoreError::storage)? {
+        let (key, _) = entry.map_err(StoreError::storage)?;
+        let (category, code, id) = key.value();
+        entries += 1;
+        let pet = pets
+            .get(id)
+            .map_err(StoreError::storage)?
+            .and_then(|json| Pet::from_json(json.value()).ok());
+        match pet {
+            Some(pet)
+                if pet.category_id == category && category_status_code(pet.status) == code => {}
+            _ => report.problem(format!(
+                "category index: entry ({category}, {code}, {id}) does not match pet {id}"
+            )),
+        }
+    }
+    if entries != report.pets {
+        report.problem(format!(
+            "category index: {entries} entries for {} pets",
+            report.pets
+        ));
+    }
+    let counted = [
+        report.by_status[0],
+        report.by_status[1],
+        report.by_status[2],
+        report.without_status,
+    ];
+    for (key, count) in META_INVENTORY.into_iter().zip(counted) {
+        let kept = meta_value(meta, key)?;
+        if kept != count {
+            report.problem(format!(
+                "inventory: meta {key} says {kept}, the pets {count}"
+            ));
+        }
+    }
+
+    let next_category = meta_value(meta, META_NEXT_CATEGORY_ID)?.max(1);
+    let categories = txn.open_table(CATEGORIES).map_err(StoreError::storage)?;
+    let names = txn
+        .open_table(CATEGORY_NAMES)
+        .map_err(StoreError::storage)?;
+    for entry in categories.iter().map_err(StoreError::storage)? {
+        let (id, json) = entry.map_err(StoreError::storage)?;
+        let id = id.value();
+        report.categories += 1;
+        if id < 1 || id.unsigned_abs() >= next_category {
+            report.problem(format!(
+                "category {id}: not below the counter ({next_category}) or not positive"
+            ));
+        }
+        match Category::from_json(json.value()) {
+            Ok(category) if category.id == id => {
+                let key = category::name_key(&category.name);
+                let named = names
+                    .get(key.as_str())
+                    .map_err(StoreError::storage)?
+                    .map(|v| v.value());
+                if named != Some(id) {
+                    report.problem(format!(
+                        "category {id}: its name {:?} is not kept for it",
+                        category.name
+                    ));
+                }
+            }
+            Ok(category) => {
+                report.problem(format!("category {id}: its JSON says id {}", category.id))
+            }
+            Err(err) => report.problem(format!("category {id}: does not read back: {err}")),
+        }
+    }
+    let named = names.len().map_err(StoreError::storage)?;
+    if named != report.categories {
+        report.problem(format!(
+            "category names: {named} names for {} categories",
+            report.categories
+        ));
+    }
+
+    let next_order = meta_value(meta, META_NEXT_ORDER_ID)?.max(1);
+    let orders = txn.open_table(ORDERS).map_err(StoreError::storage)?;
+    let by_status = txn
+        .open_table(ORDERS_BY_STATUS)
+        .map_err(StoreError::storage)?;
+    let by_pet = txn.open_table(ORDERS_BY_PET).map_err(StoreError::storage)?;
+    let holds = txn.open_table(HOLDS).map_err(StoreError::storage)?;
+    let hold_ends = txn.open_table(HOLD_ENDS).map_err(StoreError::storage)?;
+    let mut ends = 0;
+    for entry in orders.iter().map_err(StoreError::storage)? {
+        let (id, record) = entry.map_err(StoreError::storage)?;
+        let id = id.value();
+        report.orders += 1;
+        if id < 1 || id.unsigned_abs() >= next_order {
+            report.problem(format!(
+                "order {id}: not below the counter ({next_order}) or not positive"
+            ));
+        }
+        let order = match read_order(id, record.value()) {
+            Ok(order) if order.id == id => order,
+            Ok(order) => {
+                report.problem(format!("order {id}: its record says id {}", order.id));
+                continue;
+            }
+            Err(err) => {
+                report.problem(format!("order {id}: {err}"));
+                continue;
+            }
+        };
+        if by_status
+            .get((order.status.code(), id))
+            .map_err(StoreError::storage)?
+            .is_none()
+        {
+            report.problem(format!("order {id}: missing from the status index"));
+        }
+        if by_pet
+            .get((order.pet_id, id))
+            .map_err(StoreError::storage)?
+            .is_none()
+        {
+            report.problem(format!("order {id}: missing from the pet index"));
+        }
+        let held = holds
+            .get(order.pet_id)
+            .map_err(StoreError::storage)?
+            .map(|v| v.value());
+        if order.status != OrderStatus::Placed {
+            if held == Some(id) {
+                report.problem(format!(
+                    "order {id} is {} but still holds pet {}",
+                    order.status.as_str(),
+                    order.pet_id
+                ));
+            }
+            continue;
+        }
+        report.placed_orders += 1;
+        if held != Some(id) {
+            report.problem(format!(
+                "order {id} is placed but does not hold pet {}",
+                order.pet_id
+            ));
+        }
+        let pet = pets
+            .get(order.pet_id)
+            .map_err(StoreError::storage)?
+            .and_then(|json| Pet::from_json(json.value()).ok());
+        if pet.and_then(|pet| pet.status) != Some(PetStatus::Pending) {
+            report.problem(format!(
+                "order {id} is placed but pet {} is not pending",
+                order.pet_id
+            ));
+        }
+        if let Some(end) = order.expires_at_ms {
+            ends += 1;
+            if hold_ends
+                .get((end, id))
+                .map_err(StoreError::storage)?
+                .is_none()
+            {
+                report.problem(format!("order {id}: the end of its hold is not kept"));
+            }
+        }
+    }
+    for (table, count, expected) in [
+        (
+            "orders_by_status",
+            by_status.len().map_err(StoreError::storage)?,
+            report.orders,
+        ),
+        (
+            "orders_by_pet",
+            by_pet.len().map_err(StoreError::storage)?,
+            report.orders,
+        ),
+        (
+            "holds",
+            holds.len().map_err(StoreError::storage)?,
+            report.placed_orders,
+        ),
+        (
+            "hold_ends",
+            hold_ends.len().map_err(StoreError::storage)?,
+            ends,
+        ),
+    ] {
+        if count != expected {
+            report.problem(format!("{table}: {count} entries where {expected} belong"));
+        }
     }
     Ok(())
 }
@@ -389,7 +614,8 @@ fn check_events(
                 continue;
             }
         };
-        if !given_out(event.pet_id) {
+        // A category's event names no pet.
+        if event.kind.subject() != crate::event::Subject::Category && !given_out(event.pet_id) {
             report.problem(format!(
                 "event {seq}: pet {} was never given out",
                 event.pet_id

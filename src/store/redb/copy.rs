@@ -14,8 +14,15 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::handle::{RedbStore, Shared};
 use super::idempotency::{self, Index};
-use super::tables::{META, META_NEXT_ID, PETS, PETS_BY_STATUS, RECORDS, REVISIONS};
+use super::open::index_categories_and_count;
+use super::tables::{
+    CATEGORIES, META, META_INVENTORY, META_NEXT_CATEGORY_ID, META_NEXT_ID, META_NEXT_ORDER_ID,
+    ORDERS, PETS, PETS_BY_CATEGORY, PETS_BY_STATUS, RECORDS, REVISIONS, Sales, meta_value,
+    read_order,
+};
+use crate::category::{self, Category};
 use crate::clock::unix_now;
+use crate::order::OrderStatus;
 use crate::store::model::{
     Chunk, Exporting, IdempotencyRecord, NextIds, StoreError, StoredPet, pet_status,
 };
@@ -37,14 +44,10 @@ impl RedbStore {
             let begun = db
                 .begin_read()
                 .map_err(StoreError::storage)
-                .and_then(|txn| Ok((next_id_in(&txn)?, txn)));
+                .and_then(|txn| Ok((next_ids_in(&txn)?, txn)));
             let txn = match begun {
-                Ok((next_id, txn)) => {
-                    let _ = counter.send(Ok(NextIds {
-                        pets: next_id,
-                        orders: 1,
-                        categories: 1,
-                    }));
+                Ok((next_ids, txn)) => {
+                    let _ = counter.send(Ok(next_ids));
                     txn
                 }
                 Err(e) => {
@@ -73,7 +76,11 @@ impl RedbStore {
                 .and_then(|records| Ok(records.len()?))
                 .map_err(StoreError::storage)?;
             let next_id = next_id_in(&txn)?;
-            if pets > 0 || records > 0 || next_id != 1 {
+            let categories = txn
+                .open_table(CATEGORIES)
+                .and_then(|categories| Ok(categories.len()?))
+                .map_err(StoreError::storage)?;
+            if pets > 0 || records > 0 || next_id != 1 || categories > 0 {
                 return Err(StoreError::NotEmpty {
                     pets,
                     records,
@@ -130,9 +137,51 @@ impl RedbImport {
                 }
                 Ok(())
             }
-            Chunk::Categories(_) | Chunk::Orders(_) => Err(StoreError::Unsupported(
-                "orders and categories are not kept yet".into(),
-            )),
+            Chunk::Categories(categories) => {
+                let mut sales = Sales::open(txn)?;
+                for category in &categories {
+                    sales
+                        .categories
+                        .insert(category.id, category.to_json().as_slice())
+                        .map_err(StoreError::storage)?;
+                    sales
+                        .category_names
+                        .insert(category::name_key(&category.name).as_str(), category.id)
+                        .map_err(StoreError::storage)?;
+                }
+                Ok(())
+            }
+            Chunk::Orders(orders) => {
+                let mut sales = Sales::open(txn)?;
+                for order in &orders {
+                    let id = order.id;
+                    sales
+                        .orders
+                        .insert(id, order.to_record().as_slice())
+                        .map_err(StoreError::storage)?;
+                    sales
+                        .orders_by_status
+                        .insert((order.status.code(), id), ())
+                        .map_err(StoreError::storage)?;
+                    sales
+                        .orders_by_pet
+                        .insert((order.pet_id, id), ())
+                        .map_err(StoreError::storage)?;
+                    if order.status == OrderStatus::Placed {
+                        sales
+                            .holds
+                            .insert(order.pet_id, id)
+                            .map_err(StoreError::storage)?;
+                        if let Some(end) = order.expires_at_ms {
+                            sales
+                                .hold_ends
+                                .insert((end, id), ())
+                                .map_err(StoreError::storage)?;
+                        }
+                    }
+                }
+                Ok(())
+            }
         })
         .await
     }
@@ -140,12 +189,19 @@ impl RedbImport {
     /// Sets the id counter in a durable transaction, which makes every chunk before it durable
     /// too; then the in-memory index of idempotency records takes the imported ones.
     pub(in crate::store) async fn commit(self, next: NextIds) -> Result<(), StoreError> {
-        let next_id = next.pets;
         self.transaction(Durability::Immediate, move |txn| {
-            let mut meta = txn.open_table(META).map_err(StoreError::storage)?;
-            meta.insert(META_NEXT_ID, next_id)
-                .map_err(StoreError::storage)?;
-            Ok(())
+            {
+                let mut meta = txn.open_table(META).map_err(StoreError::storage)?;
+                for (key, value) in [
+                    (META_NEXT_ID, next.pets),
+                    (META_NEXT_ORDER_ID, next.orders),
+                    (META_NEXT_CATEGORY_ID, next.categories),
+                ] {
+                    meta.insert(key, value).map_err(StoreError::storage)?;
+                }
+            }
+            // The pets came without their category entries and counts: one pass makes both.
+            index_categories_and_count(txn)
         })
         .await?;
         let shared = Arc::clone(&self.shared);
@@ -167,15 +223,28 @@ impl RedbImport {
                 .map_err(StoreError::storage)?;
             txn.delete_table(REVISIONS).map_err(StoreError::storage)?;
             txn.delete_table(RECORDS).map_err(StoreError::storage)?;
+            txn.delete_table(PETS_BY_CATEGORY)
+                .map_err(StoreError::storage)?;
+            for name in super::tables::SALES_NAMES {
+                let table: redb::TableDefinition<'_, u64, u64> = redb::TableDefinition::new(name);
+                txn.delete_table(table).map_err(StoreError::storage)?;
+            }
+            Sales::open(txn)?;
+            txn.open_table(PETS_BY_CATEGORY)
+                .map_err(StoreError::storage)?;
             txn.open_table(PETS).map_err(StoreError::storage)?;
             txn.open_table(PETS_BY_STATUS)
                 .map_err(StoreError::storage)?;
             txn.open_table(REVISIONS).map_err(StoreError::storage)?;
             idempotency::create_tables(txn)?;
-            txn.open_table(META)
-                .map_err(StoreError::storage)?
-                .insert(META_NEXT_ID, 1)
-                .map_err(StoreError::storage)?;
+            let mut meta = txn.open_table(META).map_err(StoreError::storage)?;
+            meta.insert(META_NEXT_ID, 1).map_err(StoreError::storage)?;
+            for key in [META_NEXT_ORDER_ID, META_NEXT_CATEGORY_ID]
+                .into_iter()
+                .chain(META_INVENTORY)
+            {
+                meta.remove(key).map_err(StoreError::storage)?;
+            }
             Ok(())
         })
         .await
@@ -218,6 +287,16 @@ async fn on_blocking<T: Send + 'static>(
 
 fn worker_gone() -> StoreError {
     StoreError::Corrupt("the copy's database thread ended without an answer".into())
+}
+
+/// Every id counter, as `txn` sees them (1 where none was given yet).
+fn next_ids_in(txn: &ReadTransaction) -> Result<NextIds, StoreError> {
+    let meta = txn.open_table(META).map_err(StoreError::storage)?;
+    Ok(NextIds {
+        pets: meta_value(&meta, META_NEXT_ID)?.max(1),
+        orders: meta_value(&meta, META_NEXT_ORDER_ID)?.max(1),
+        categories: meta_value(&meta, META_NEXT_CATEGORY_ID)?.max(1),
+    })
 }
 
 fn next_id_in(txn: &ReadTransaction) -> Result<u64, StoreError> {
@@ -299,8 +378,43 @@ fn stream(
             }
         }
     }
+    if !batch.is_empty() && sender.blocking_send(Ok(Chunk::Records(batch))).is_err() {
+        return Ok(());
+    }
+    let categories = txn.open_table(CATEGORIES).map_err(StoreError::storage)?;
+    let mut batch = Vec::new();
+    for entry in categories.iter().map_err(StoreError::storage)? {
+        let (id, json) = entry.map_err(StoreError::storage)?;
+        let id = id.value();
+        batch.push(
+            Category::from_json(json.value()).map_err(|e| {
+                StoreError::Corrupt(format!("category {id} does not read back: {e}"))
+            })?,
+        );
+        if batch.len() == chunk {
+            let full = std::mem::take(&mut batch);
+            if sender.blocking_send(Ok(Chunk::Categories(full))).is_err() {
+                return Ok(());
+            }
+        }
+    }
+    if !batch.is_empty() && sender.blocking_send(Ok(Chunk::Categories(batch))).is_err() {
+        return Ok(());
+    }
+    let orders = txn.open_table(ORDERS).map_err(StoreError::storage)?;
+    let mut batch = Vec::new();
+    for entry in orders.iter().map_err(StoreError::storage)? {
+        let (id, record) = entry.map_err(StoreError::storage)?;
+        batch.push(read_order(id.value(), record.value())?);
+        if batch.len() == chunk {
+            let full = std::mem::take(&mut batch);
+            if sender.blocking_send(Ok(Chunk::Orders(full))).is_err() {
+                return Ok(());
+            }
+        }
+    }
     if !batch.is_empty() {
-        let _ = sender.blocking_send(Ok(Chunk::Records(batch)));
+        let _ = sender.blocking_send(Ok(Chunk::Orders(batch)));
     }
     Ok(())
 }

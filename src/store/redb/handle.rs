@@ -12,8 +12,8 @@ use bytes::Bytes;
 use redb::{Database, ReadableDatabase, ReadableTableMetadata};
 
 use super::idempotency::Index;
-use super::snapshot::{PageKey, Snapshot, Snapshots};
-use super::tables::{META, META_NEXT_ID, event_head, read_event};
+use super::snapshot::{PageKey, Snapshot, Snapshots, feed_state};
+use super::tables::{META, META_NEXT_ID, PETS, event_head, read_event};
 use crate::pet::{PetId, PetStatus};
 use crate::store::events::{EventPage, EventQuery, PageScan, ReadError};
 use crate::store::model::{Page, PageBuilder, PageQuery, Record, StoreError, StoredPet};
@@ -73,7 +73,7 @@ impl Shared {
     /// (15-20 ms with quick-repair), the read waits for it, at most `REOPEN_WAIT`: a read
     /// during a reopen is late, not refused. Reads stall their worker for that wait, as they do
     /// for a disk read (see `read`).
-    fn db_for_read(&self) -> RwLockReadGuard<'_, Option<Database>> {
+    pub(super) fn db_for_read(&self) -> RwLockReadGuard<'_, Option<Database>> {
         let db = self.db();
         if db.is_some() {
             return db;
@@ -178,6 +178,16 @@ impl RedbStore {
                 }
             },
         };
+        if query.category.is_some() {
+            // Not from the shared snapshot, whose tables are the pets' alone: one read
+            // transaction gives the page and its feed position.
+            return self.read_txn(|txn| {
+                let pets = txn.open_table(PETS).map_err(StoreError::storage)?;
+                let feed = feed_state(txn)?;
+                let page = self.list_category(txn, &pets, query, first)?;
+                Ok(page.at(feed.newest_position()))
+            });
+        }
         let key = PageKey {
             status,
             first,
@@ -287,7 +297,7 @@ impl RedbStore {
     /// cache, a few microseconds; handing them to a blocking thread cost more than the read on
     /// a one-core server (see benches/load). A read that must wait on the disk stalls this
     /// worker for that wait, a trade accepted for a store that fits in memory.
-    fn read<T>(
+    pub(super) fn read<T>(
         &self,
         work: impl FnOnce(&Snapshot) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {

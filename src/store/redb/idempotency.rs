@@ -143,6 +143,15 @@ pub(super) fn find(
     }
 }
 
+/// The live-or-not record of `key`'s scope inside a write transaction: this batch's first,
+/// then the committed one.
+pub(super) fn record(index: &Index, changes: &Changes, key: &IdempotencyKey) -> Option<Record> {
+    match changes.added.get(&short(key.scope())) {
+        Some(entry) => Some(*entry),
+        None => index.get(&key.scope()),
+    }
+}
+
 /// A record's value: its scope, then its fingerprint (`split` reads it back).
 pub(super) fn joined(scope: &Scope, fingerprint: &[u8; SHORT]) -> [u8; 2 * SHORT] {
     let mut value = [0; 2 * SHORT];

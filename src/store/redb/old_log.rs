@@ -61,6 +61,10 @@ pub(super) fn replay_once(db: &Database, path: &Path) -> Result<(), StoreError> 
             .remove(META_LOG_EPOCH)
             .map_err(StoreError::storage)?;
     }
+    // The log wrote pets alone: what version 5 keeps beside them is built again from them.
+    txn.delete_table(super::tables::PETS_BY_CATEGORY)
+        .map_err(StoreError::storage)?;
+    super::open::index_categories_and_count(&txn)?;
     txn.commit().map_err(StoreError::storage)?;
     tracing::info!(
         batches = records.len(),

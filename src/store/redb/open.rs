@@ -14,12 +14,14 @@ use super::file::Filled;
 use super::idempotency::{self, Index};
 use super::old_log;
 use super::tables::{
-    EVENTS, META, META_BATCH, META_FEED, META_NEXT_ID, META_SCHEMA_VERSION, PETS, PETS_BY_STATUS,
-    RECORDS, REVISIONS, SCHEMA_VERSION, begin, meta_value,
+    EVENTS, META, META_BATCH, META_FEED, META_INVENTORY, META_NEXT_ID, META_SCHEMA_VERSION, PETS,
+    PETS_BY_CATEGORY, PETS_BY_STATUS, RECORDS, REVISIONS, SCHEMA_VERSION, Sales, begin,
+    category_status_code, meta_value,
 };
 use crate::clock::unix_now;
+use crate::pet::Pet;
 use crate::store::events::new_feed_id;
-use crate::store::model::StoreError;
+use crate::store::model::{Inventory, StoreError};
 
 /// Why the file is being opened.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -171,8 +173,48 @@ fn create_tables(db: &Database, found: Option<u64>) -> Result<(), StoreError> {
         if found == Some(2) {
             idempotency::upgrade_from_v2(&txn, unix_now())?;
         }
+        drop(meta);
+        Sales::open(&txn)?;
+        txn.open_table(PETS_BY_CATEGORY)
+            .map_err(StoreError::storage)?;
+        if found.is_some_and(|found| found < 5) {
+            index_categories_and_count(&txn)?;
+        }
     }
     txn.commit().map_err(StoreError::storage)
+}
+
+/// Builds what version 5 keeps beside the pets of an older file: each pet's entry in
+/// `PETS_BY_CATEGORY` and the inventory's counters. One pass over the pets, in the upgrade's
+/// transaction.
+pub(super) fn index_categories_and_count(txn: &redb::WriteTransaction) -> Result<(), StoreError> {
+    use redb::ReadableTable;
+    let pets = txn.open_table(PETS).map_err(StoreError::storage)?;
+    let mut by_category = txn
+        .open_table(PETS_BY_CATEGORY)
+        .map_err(StoreError::storage)?;
+    let mut inventory = Inventory::default();
+    for entry in pets.iter().map_err(StoreError::storage)? {
+        let (id, json) = entry.map_err(StoreError::storage)?;
+        let id = id.value();
+        let pet = Pet::from_json(json.value())
+            .map_err(|e| StoreError::Corrupt(format!("pet {id} does not read back: {e}")))?;
+        by_category
+            .insert((pet.category_id, category_status_code(pet.status), id), ())
+            .map_err(StoreError::storage)?;
+        *inventory.count_mut(pet.status) += 1;
+    }
+    let mut meta = txn.open_table(META).map_err(StoreError::storage)?;
+    let counts = [
+        inventory.available,
+        inventory.pending,
+        inventory.sold,
+        inventory.unset,
+    ];
+    for (key, count) in META_INVENTORY.into_iter().zip(counts) {
+        meta.insert(key, count).map_err(StoreError::storage)?;
+    }
+    Ok(())
 }
 
 /// The number of the last batch committed to `db`.

@@ -34,14 +34,59 @@ pub(super) const META: TableDefinition<&str, u64> = TableDefinition::new("meta")
 /// (`store/events.rs`). Appended by the batch that made the change; purged from the front.
 pub(super) const EVENTS: TableDefinition<u64, &[u8]> = TableDefinition::new("events");
 
+/// (category id, status code or `NO_STATUS`, pet id) for every pet: `?categoryId=` is a
+/// range scan (with a status, one range; without, four merged by id), and a category in use
+/// is one lookup. Not covering: a page reads each pet from `PETS`, a bounded cost per page.
+pub(super) const PETS_BY_CATEGORY: TableDefinition<(i64, u8, i64), ()> =
+    TableDefinition::new("pets_by_category");
+/// The tables of orders and categories (`Sales`), by name.
+pub(super) const SALES_NAMES: [&str; 7] = [
+    "categories",
+    "category_names",
+    "orders",
+    "orders_by_status",
+    "orders_by_pet",
+    "holds",
+    "hold_ends",
+];
+/// The status code `PETS_BY_CATEGORY` files a pet without a status under.
+pub(super) const NO_STATUS: u8 = 3;
+/// Category id to the category's JSON object (`Category::to_json`).
+pub(super) const CATEGORIES: TableDefinition<i64, &[u8]> = TableDefinition::new("categories");
+/// A category's name as it must be unique (`category::name_key`) to its id.
+pub(super) const CATEGORY_NAMES: TableDefinition<&str, i64> =
+    TableDefinition::new("category_names");
+/// Order id to the order (`Order::to_record`).
+pub(super) const ORDERS: TableDefinition<i64, &[u8]> = TableDefinition::new("orders");
+/// (status code, order id) for every order: `?status=` is a range scan.
+pub(super) const ORDERS_BY_STATUS: TableDefinition<(u8, i64), ()> =
+    TableDefinition::new("orders_by_status");
+/// (pet id, order id) for every order: `?petId=` is a range scan.
+pub(super) const ORDERS_BY_PET: TableDefinition<(i64, i64), ()> =
+    TableDefinition::new("orders_by_pet");
+/// Pet id to the placed order that holds it: at most one per pet, so a second order for the
+/// pet, a status patch or a delete of it is refused with one lookup.
+pub(super) const HOLDS: TableDefinition<i64, i64> = TableDefinition::new("holds");
+/// (end of the hold in Unix milliseconds, order id) for every placed order with one: the
+/// expiry takes the ended ones from the front.
+pub(super) const HOLD_ENDS: TableDefinition<(u64, i64), ()> = TableDefinition::new("hold_ends");
+
 /// Every table of the current layout, by name: what a snapshot copies and a check expects.
-pub(super) const NAMES: [&str; 6] = [
+pub(super) const NAMES: [&str; 14] = [
     "pets",
     "pets_by_status",
     "revisions",
     "meta",
     "idempotency_records",
     "events",
+    "pets_by_category",
+    "categories",
+    "category_names",
+    "orders",
+    "orders_by_status",
+    "orders_by_pet",
+    "holds",
+    "hold_ends",
 ];
 
 pub(super) const META_SCHEMA_VERSION: &str = "schema_version";
@@ -61,12 +106,23 @@ pub(super) const META_EVENT_SEQ: &str = "event_seq";
 /// The highest sequence number purged: every event at or below it is gone.
 pub(super) const META_EVENTS_TRIMMED: &str = "events_trimmed";
 
+/// The id the next order gets.
+pub(super) const META_NEXT_ORDER_ID: &str = "next_order_id";
+/// The id the next category gets.
+pub(super) const META_NEXT_CATEGORY_ID: &str = "next_category_id";
+/// The inventory: pets by status, kept by every write (`store::Inventory`), in the order of
+/// `InventoryDelta::each`.
+pub(super) const META_INVENTORY: [&str; 4] =
+    ["pets_available", "pets_pending", "pets_sold", "pets_unset"];
+
 /// The layout of the tables; a file from a newer layout is refused, not misread. Version 1
 /// had no `REVISIONS` and no idempotency tables; opening one adds them. Version 2 kept
 /// idempotency records by scope, with a copy of the answer; opening one moves its live
 /// records to the table of version 3 (`redb/idempotency.rs`). Version 4 adds the event feed;
-/// an older petstore must not write to it, since its changes would have no events.
-pub(super) const SCHEMA_VERSION: u64 = 4;
+/// an older petstore must not write to it, since its changes would have no events. Version 5
+/// adds orders, categories, the category index and the inventory counters, built from the
+/// pets when an older file is opened; an older petstore would leave them stale.
+pub(super) const SCHEMA_VERSION: u64 = 5;
 
 /// Version 2's idempotency records: scope (32 bytes) to fingerprint (32 bytes), expiry (u64),
 /// pet id (i64) and the pet's JSON as first answered; and (expiry, scope) for the purge.
@@ -85,10 +141,12 @@ pub(super) fn begin(db: &Database, quick_repair: bool) -> Result<WriteTransactio
     Ok(txn)
 }
 
-/// Every table a write transaction may change, opened together.
+/// Every table a write transaction changes whatever it does, opened together; the tables of
+/// orders and categories are opened only by the batches that need them (`Sales`).
 pub(super) struct Tables<'txn> {
     pub(super) pets: Table<'txn, i64, &'static [u8]>,
     pub(super) by_status: Table<'txn, (u8, i64), &'static [u8]>,
+    pub(super) by_category: Table<'txn, (i64, u8, i64), ()>,
     pub(super) revisions: Table<'txn, i64, u64>,
     pub(super) records: Table<'txn, (u64, i64), [u8; 2 * SHORT_DIGEST]>,
     pub(super) meta: Table<'txn, &'static str, u64>,
@@ -102,12 +160,52 @@ impl<'txn> Tables<'txn> {
             by_status: txn
                 .open_table(PETS_BY_STATUS)
                 .map_err(StoreError::storage)?,
+            by_category: txn
+                .open_table(PETS_BY_CATEGORY)
+                .map_err(StoreError::storage)?,
             revisions: txn.open_table(REVISIONS).map_err(StoreError::storage)?,
             records: txn.open_table(RECORDS).map_err(StoreError::storage)?,
             meta: txn.open_table(META).map_err(StoreError::storage)?,
             events: txn.open_table(EVENTS).map_err(StoreError::storage)?,
         })
     }
+}
+
+/// The tables of orders and categories, for the batches that read or change them.
+pub(super) struct Sales<'txn> {
+    pub(super) categories: Table<'txn, i64, &'static [u8]>,
+    pub(super) category_names: Table<'txn, &'static str, i64>,
+    pub(super) orders: Table<'txn, i64, &'static [u8]>,
+    pub(super) orders_by_status: Table<'txn, (u8, i64), ()>,
+    pub(super) orders_by_pet: Table<'txn, (i64, i64), ()>,
+    pub(super) holds: Table<'txn, i64, i64>,
+    pub(super) hold_ends: Table<'txn, (u64, i64), ()>,
+}
+
+impl<'txn> Sales<'txn> {
+    pub(super) fn open(txn: &'txn WriteTransaction) -> Result<Sales<'txn>, StoreError> {
+        let e = StoreError::storage;
+        Ok(Sales {
+            categories: txn.open_table(CATEGORIES).map_err(e)?,
+            category_names: txn.open_table(CATEGORY_NAMES).map_err(e)?,
+            orders: txn.open_table(ORDERS).map_err(e)?,
+            orders_by_status: txn.open_table(ORDERS_BY_STATUS).map_err(e)?,
+            orders_by_pet: txn.open_table(ORDERS_BY_PET).map_err(e)?,
+            holds: txn.open_table(HOLDS).map_err(e)?,
+            hold_ends: txn.open_table(HOLD_ENDS).map_err(e)?,
+        })
+    }
+}
+
+/// The code `PETS_BY_CATEGORY` files a pet of this status under.
+pub(super) fn category_status_code(status: Option<crate::pet::PetStatus>) -> u8 {
+    status.map_or(NO_STATUS, |s| s.to_code())
+}
+
+/// The order in `ORDERS` under `id`, read back.
+pub(super) fn read_order(id: i64, record: &[u8]) -> Result<crate::order::Order, StoreError> {
+    crate::order::Order::from_record(record)
+        .map_err(|e| StoreError::Corrupt(format!("order {id} does not read back: {e}")))
 }
 
 /// Reads one `META` counter; 0 when absent.
@@ -125,18 +223,41 @@ pub(super) fn meta_value(
 /// and revision, big-endian.
 pub(super) const EVENT_HEADER: usize = 25;
 
+/// After the header, an order's or a category's event keeps its subject's id (8 bytes), the
+/// length of its JSON (4 bytes, 0: none) and the JSON, then the pet's JSON as a pet's event
+/// does.
+const SUBJECT_HEADER: usize = 12;
+
+fn has_subject(kind: EventType) -> bool {
+    kind.subject() != crate::event::Subject::Pet
+}
+
 /// Writes `event` as `EVENTS` keeps it into `value`, `event_length(event)` bytes long.
 pub(super) fn write_event(value: &mut [u8], event: &StoredEvent) {
-    let (header, pet) = value.split_at_mut(EVENT_HEADER);
+    let (header, mut rest) = value.split_at_mut(EVENT_HEADER);
     header[0] = event.kind.code();
     header[1..9].copy_from_slice(&event.at_ms.to_be_bytes());
     header[9..17].copy_from_slice(&event.pet_id.to_be_bytes());
     header[17..25].copy_from_slice(&event.revision.to_be_bytes());
-    pet.copy_from_slice(event.pet.as_deref().unwrap_or_default());
+    if has_subject(event.kind) {
+        let subject = event.subject.as_deref().unwrap_or_default();
+        let (head, after) = rest.split_at_mut(SUBJECT_HEADER);
+        head[..8].copy_from_slice(&event.subject_id.to_be_bytes());
+        head[8..].copy_from_slice(&(subject.len() as u32).to_be_bytes());
+        let (json, after) = after.split_at_mut(subject.len());
+        json.copy_from_slice(subject);
+        rest = after;
+    }
+    rest.copy_from_slice(event.pet.as_deref().unwrap_or_default());
 }
 
 pub(super) fn event_length(event: &StoredEvent) -> usize {
-    EVENT_HEADER + event.pet.as_ref().map_or(0, Bytes::len)
+    let subject = if has_subject(event.kind) {
+        SUBJECT_HEADER + event.subject.as_ref().map_or(0, Bytes::len)
+    } else {
+        0
+    };
+    EVENT_HEADER + subject + event.pet.as_ref().map_or(0, Bytes::len)
 }
 
 /// The type code and time of a value of `EVENTS`, without reading the rest.
@@ -152,16 +273,35 @@ pub(super) fn read_event(seq: u64, value: &[u8]) -> Result<StoredEvent, StoreErr
     let (code, at_ms) = event_head(value)?;
     let kind = EventType::from_code(code)
         .ok_or_else(|| StoreError::Corrupt(format!("event {seq} has the unknown type {code}")))?;
-    let pet = &value[EVENT_HEADER..];
+    let mut pet = &value[EVENT_HEADER..];
+    let (mut subject_id, mut subject) = (0, None);
+    if has_subject(kind) {
+        let short = || StoreError::Corrupt(format!("event {seq} is shorter than its subject"));
+        let head = pet.get(..SUBJECT_HEADER).ok_or_else(short)?;
+        subject_id = u64_at(head, 0) as i64;
+        let mut length = [0; 4];
+        length.copy_from_slice(&head[8..12]);
+        let length = u32::from_be_bytes(length) as usize;
+        let json = pet
+            .get(SUBJECT_HEADER..SUBJECT_HEADER + length)
+            .ok_or_else(short)?;
+        subject = (length > 0).then(|| Bytes::copy_from_slice(json));
+        pet = &pet[SUBJECT_HEADER + length..];
+    }
+    let has_pet = match kind.subject() {
+        crate::event::Subject::Pet => kind != EventType::PetDeleted,
+        crate::event::Subject::Order => true,
+        crate::event::Subject::Category => false,
+    };
     Ok(StoredEvent {
         seq,
         kind,
         at_ms,
         pet_id: u64_at(value, 9) as i64,
         revision: u64_at(value, 17),
-        pet: (kind != EventType::PetDeleted).then(|| Bytes::copy_from_slice(pet)),
-        subject_id: 0,
-        subject: None,
+        pet: has_pet.then(|| Bytes::copy_from_slice(pet)),
+        subject_id,
+        subject,
     })
 }
 
@@ -187,7 +327,52 @@ mod tests {
             META.name().to_owned(),
             RECORDS.name().to_owned(),
             EVENTS.name().to_owned(),
+            PETS_BY_CATEGORY.name().to_owned(),
+            CATEGORIES.name().to_owned(),
+            CATEGORY_NAMES.name().to_owned(),
+            ORDERS.name().to_owned(),
+            ORDERS_BY_STATUS.name().to_owned(),
+            ORDERS_BY_PET.name().to_owned(),
+            HOLDS.name().to_owned(),
+            HOLD_ENDS.name().to_owned(),
         ];
         assert_eq!(defined, NAMES.map(str::to_owned));
+    }
+
+    #[test]
+    fn every_kind_of_event_reads_back_as_written() {
+        let pet = Some(Bytes::from_static(br#"{"id":4,"name":"Rex"}"#));
+        let order = Some(Bytes::from_static(br#"{"id":9,"petId":4}"#));
+        let category = Some(Bytes::from_static(br#"{"id":2,"name":"Dogs"}"#));
+        for (kind, pet_id, revision, pet, subject_id, subject) in [
+            (EventType::PetCreated, 4, 1, pet.clone(), 0, None),
+            (EventType::PetDeleted, 4, 3, None, 0, None),
+            (EventType::OrderPlaced, 4, 2, pet.clone(), 9, order.clone()),
+            (EventType::OrderExpired, 4, 3, pet.clone(), 9, order),
+            (EventType::CategoryUpdated, 0, 0, None, 2, category),
+            (EventType::CategoryDeleted, 0, 0, None, 2, None),
+        ] {
+            let event = StoredEvent {
+                seq: 7,
+                kind,
+                at_ms: 123,
+                pet_id,
+                revision,
+                pet,
+                subject_id,
+                subject,
+            };
+            let mut value = vec![0; event_length(&event)];
+            write_event(&mut value, &event);
+            let read = read_event(7, &value).expect("reads");
+            assert_eq!(
+                (read.kind, read.pet_id, read.revision, &read.pet),
+                (kind, pet_id, revision, &event.pet)
+            );
+            assert_eq!(
+                (read.subject_id, &read.subject),
+                (subject_id, &event.subject)
+            );
+        }
     }
 }

@@ -18,13 +18,14 @@ use super::handle::Shared;
 use super::idempotency::{self, Changes, Index};
 use super::open::{Opening, open_database};
 use super::tables::{
-    META, META_BATCH, META_EVENT_SEQ, META_EVENTS_TRIMMED, META_NEXT_ID, Tables, begin, event_head,
+    META, META_BATCH, META_EVENT_SEQ, META_EVENTS_TRIMMED, META_INVENTORY, META_NEXT_CATEGORY_ID,
+    META_NEXT_ID, META_NEXT_ORDER_ID, Sales, Tables, begin, category_status_code, event_head,
     event_length, meta_value, write_event,
 };
 use crate::clock::unix_now;
 use crate::pet::{NewPet, Pet, PetId, PetPatch};
 use crate::store::events::{StoredEvent, now_ms};
-use crate::store::model::{Created, Precondition, StoreError, StoredPet};
+use crate::store::model::{Created, InventoryDelta, Precondition, StoreError, StoredPet};
 use crate::store::write::{Engine, Keyed, PURGE_BATCH, Write};
 
 /// The longest wait between two reopens. A disk that stays full fails every batch, and each
@@ -241,12 +242,7 @@ fn write_batch(
     changes: &mut Changes,
     batch: &mut [Write],
 ) -> Result<bool, StoreError> {
-    let mut txn = db.begin_write().map_err(StoreError::storage)?;
-    // Two phases always: the data is synced before the header that points at it is written,
-    // so a header the page cache holds but the disk refused never names pages the disk lacks
-    // (one phase trusts checksums that the page cache would vouch for).
-    txn.set_two_phase_commit(true);
-    txn.set_quick_repair(quick_repair);
+    let txn = begin(db, quick_repair)?;
     let changed = {
         let tables = Tables::open(&txn)?;
         let next_id = tables
@@ -255,23 +251,24 @@ fn write_batch(
             .map_err(StoreError::storage)?
             .map_or(1, |v| v.value());
         let mut run = Run {
+            txn: &txn,
             tables,
+            sales: None,
             index,
             changes,
             next_id,
+            next_order_id: None,
+            next_category_id: None,
+            inventory: InventoryDelta::default(),
             now: unix_now(),
+            now_ms: now_ms(),
         };
         for write in batch.iter_mut() {
             run.run(write)?;
         }
         let changed = batch.iter().any(Write::changed);
         if changed {
-            if run.next_id != next_id {
-                run.tables
-                    .meta
-                    .insert(META_NEXT_ID, run.next_id)
-                    .map_err(StoreError::storage)?;
-            }
+            run.save_counters(next_id)?;
             run.tables
                 .meta
                 .insert(META_BATCH, number)
@@ -317,19 +314,31 @@ fn append_events(tables: &mut Tables<'_>, batch: &[Write]) -> Result<(), StoreEr
     Ok(())
 }
 
-/// A batch being run: its tables, the idempotency records it sees, the next id.
-struct Run<'txn> {
-    tables: Tables<'txn>,
+/// A batch being run: its tables, the idempotency records it sees, the next ids, and what it
+/// does to the inventory.
+pub(super) struct Run<'txn> {
+    txn: &'txn redb::WriteTransaction,
+    pub(super) tables: Tables<'txn>,
+    /// The tables of orders and categories, opened by the first write of the batch that
+    /// needs them (`sales`).
+    sales: Option<Sales<'txn>>,
     /// The committed idempotency records, and what this batch changes in them.
-    index: &'txn Index,
-    changes: &'txn mut Changes,
+    pub(super) index: &'txn Index,
+    pub(super) changes: &'txn mut Changes,
     /// The id the next create gets; written back to `META` when the batch created any.
     next_id: u64,
+    /// The ids the next order and category get, once read; written back with the batch.
+    pub(super) next_order_id: Option<u64>,
+    pub(super) next_category_id: Option<u64>,
+    /// How the batch moves the inventory's counters.
+    inventory: InventoryDelta,
     /// The Unix time the batch runs at, for idempotency records.
-    now: u64,
+    pub(super) now: u64,
+    /// The same in milliseconds, for orders.
+    pub(super) now_ms: u64,
 }
 
-impl Run<'_> {
+impl<'txn> Run<'txn> {
     /// Runs one write and sets its outcome; an error returned fails the whole transaction.
     fn run(&mut self, write: &mut Write) -> Result<(), StoreError> {
         match write {
@@ -350,13 +359,70 @@ impl Run<'_> {
             Write::Trim(before_ms, pending) => {
                 pending.outcome = Some(Ok(self.trim(*before_ms)?));
             }
-            Write::PlaceOrder(_, pending) => pending.outcome = Some(Err(not_yet())),
-            Write::MoveOrder(.., pending) => pending.outcome = Some(Err(not_yet())),
-            Write::Expire(_, pending) => pending.outcome = Some(Ok(Vec::new())),
-            Write::CreateCategory(_, pending) | Write::PatchCategory(_, _, pending) => {
-                pending.outcome = Some(Err(not_yet()))
+            Write::PlaceOrder(place, pending) => {
+                pending.outcome = Some(self.place_order(place)?);
             }
-            Write::DeleteCategory(_, pending) => pending.outcome = Some(Err(not_yet())),
+            Write::MoveOrder(id, action, precondition, pending) => {
+                pending.outcome = Some(self.move_order(*id, *action, precondition)?);
+            }
+            Write::Expire(now_ms, pending) => {
+                pending.outcome = Some(Ok(self.expire(*now_ms)?));
+            }
+            Write::CreateCategory(new, pending) => {
+                pending.outcome = Some(self.create_category(new)?);
+            }
+            Write::PatchCategory(id, patch, pending) => {
+                pending.outcome = Some(self.patch_category(*id, patch)?);
+            }
+            Write::DeleteCategory(id, pending) => {
+                pending.outcome = Some(self.delete_category(*id)?);
+            }
+        }
+        Ok(())
+    }
+
+    /// The tables of orders and categories, opened on first use in this transaction.
+    pub(super) fn sales(&mut self) -> Result<&mut Sales<'txn>, StoreError> {
+        if self.sales.is_none() {
+            self.sales = Some(Sales::open(self.txn)?);
+        }
+        self.sales
+            .as_mut()
+            .ok_or_else(|| StoreError::Corrupt("the sales tables did not open".into()))
+    }
+
+    /// A `META` counter as this batch sees it: its own value once read, else the file's
+    /// (1 when absent).
+    pub(super) fn counter(&self, key: &str, kept: Option<u64>) -> Result<u64, StoreError> {
+        match kept {
+            Some(value) => Ok(value),
+            None => Ok(meta_value(&self.tables.meta, key)?.max(1)),
+        }
+    }
+
+    /// Writes back the counters the batch moved: the pet id counter (read as `next_id`), the
+    /// order and category counters, and the inventory.
+    fn save_counters(&mut self, next_id: u64) -> Result<(), StoreError> {
+        let meta = &mut self.tables.meta;
+        if self.next_id != next_id {
+            meta.insert(META_NEXT_ID, self.next_id)
+                .map_err(StoreError::storage)?;
+        }
+        if let Some(next) = self.next_order_id {
+            meta.insert(META_NEXT_ORDER_ID, next)
+                .map_err(StoreError::storage)?;
+        }
+        if let Some(next) = self.next_category_id {
+            meta.insert(META_NEXT_CATEGORY_ID, next)
+                .map_err(StoreError::storage)?;
+        }
+        if !self.inventory.is_zero() {
+            for ((_, delta), key) in self.inventory.each().into_iter().zip(META_INVENTORY) {
+                if delta != 0 {
+                    let count = meta_value(meta, key)?.saturating_add_signed(delta);
+                    meta.insert(key, count).map_err(StoreError::storage)?;
+                }
+            }
         }
         Ok(())
     }
@@ -418,6 +484,11 @@ impl Run<'_> {
                 .insert((status.to_code(), id), json.as_ref())
                 .map_err(StoreError::storage)?;
         }
+        self.tables
+            .by_category
+            .insert((pet.category_id, category_status_code(pet.status), id), ())
+            .map_err(StoreError::storage)?;
+        self.inventory.moved(None, Some(pet.status));
         self.next_id += 1;
         if let Some(keyed) = keyed {
             idempotency::insert(&mut self.tables.records, self.changes, keyed, id)?;
@@ -442,14 +513,40 @@ impl Run<'_> {
             Ok(current) => current,
             Err(e) => return Ok(Err(e)),
         };
+        if patch.status.is_some()
+            && let Some(order) = self.hold_of(id)?
+        {
+            return Ok(Err(StoreError::PetReserved { pet: id, order }));
+        }
         let new = patch.apply(old.clone());
+        Ok(Ok(self.rewrite_pet(&old, new, revision)?))
+    }
+
+    /// The placed order that holds pet `id`, if any.
+    pub(super) fn hold_of(&mut self, id: PetId) -> Result<Option<i64>, StoreError> {
+        Ok(self
+            .sales()?
+            .holds
+            .get(id)
+            .map_err(StoreError::storage)?
+            .map(|order| order.value()))
+    }
+
+    /// Replaces pet `old` (at `revision`) with `new`: its JSON, its index entries and the
+    /// inventory, at the next revision. The old entries go in the same transaction as the new
+    /// ones come: a filter never sees the pet twice, or as it was.
+    pub(super) fn rewrite_pet(
+        &mut self,
+        old: &Pet,
+        new: Pet,
+        revision: u64,
+    ) -> Result<StoredPet, StoreError> {
+        let id = old.id;
         let json = Bytes::from(new.to_json());
         self.tables
             .pets
             .insert(id, json.as_ref())
             .map_err(StoreError::storage)?;
-        // The old index entry goes in the same transaction as the new one comes: a status
-        // filter never sees the pet under two statuses, or under its old one.
         if let Some(status) = old.status {
             self.tables
                 .by_status
@@ -462,12 +559,25 @@ impl Run<'_> {
                 .insert((status.to_code(), id), json.as_ref())
                 .map_err(StoreError::storage)?;
         }
+        let old_key = (old.category_id, category_status_code(old.status), id);
+        let new_key = (new.category_id, category_status_code(new.status), id);
+        if old_key != new_key {
+            self.tables
+                .by_category
+                .remove(old_key)
+                .map_err(StoreError::storage)?;
+            self.tables
+                .by_category
+                .insert(new_key, ())
+                .map_err(StoreError::storage)?;
+        }
+        self.inventory.moved(Some(old.status), Some(new.status));
         let revision = revision + 1;
         self.tables
             .revisions
             .insert(id, revision)
             .map_err(StoreError::storage)?;
-        Ok(Ok(StoredPet { id, revision, json }))
+        Ok(StoredPet { id, revision, json })
     }
 
     fn delete(
@@ -479,6 +589,9 @@ impl Run<'_> {
             Ok(current) => current,
             Err(e) => return Ok(Err(e)),
         };
+        if let Some(order) = self.hold_of(id)? {
+            return Ok(Err(StoreError::PetReserved { pet: id, order }));
+        }
         self.tables.pets.remove(id).map_err(StoreError::storage)?;
         if let Some(status) = old.status {
             self.tables
@@ -487,6 +600,11 @@ impl Run<'_> {
                 .map_err(StoreError::storage)?;
         }
         self.tables
+            .by_category
+            .remove((old.category_id, category_status_code(old.status), id))
+            .map_err(StoreError::storage)?;
+        self.inventory.moved(Some(old.status), None);
+        self.tables
             .revisions
             .remove(id)
             .map_err(StoreError::storage)?;
@@ -494,7 +612,7 @@ impl Run<'_> {
     }
 
     /// The pet `id` and its revision, if it exists and meets `precondition`.
-    fn current(
+    pub(super) fn current(
         &self,
         id: PetId,
         precondition: &Precondition,
@@ -515,8 +633,4 @@ impl Run<'_> {
             .map_err(|e| StoreError::Corrupt(format!("pet {id} does not read back: {e}")));
         Ok(pet.map(|pet| (pet, revision)))
     }
-}
-
-fn not_yet() -> StoreError {
-    StoreError::Unsupported("orders and categories".into())
 }
