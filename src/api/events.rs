@@ -69,7 +69,10 @@ pub async fn list_events(
         64 + page
             .events
             .iter()
-            .map(|e| e.pet.as_ref().map_or(0, Bytes::len) + 160)
+            .map(|e| {
+                let object = |json: &Option<Bytes>| json.as_ref().map_or(0, Bytes::len);
+                object(&e.pet) + object(&e.subject) + 160
+            })
             .sum::<usize>(),
     );
     array.put_u8(b'[');
