@@ -204,11 +204,13 @@ async fn serve(config: Config) -> anyhow::Result<()> {
                 pets: Box::new(move || {
                     let store = counted.clone();
                     Box::pin(async move {
-                        let counts = store.count_by_status().await?;
-                        Ok(counts
-                            .into_iter()
-                            .map(|(status, count)| (status.map(pet::PetStatus::as_str), count))
-                            .collect())
+                        let counts = store.inventory().await?;
+                        Ok(vec![
+                            (Some("available"), counts.available),
+                            (Some("pending"), counts.pending),
+                            (Some("sold"), counts.sold),
+                            (None, counts.unset),
+                        ])
                     })
                 }),
                 certificate_not_after: tls::not_after,

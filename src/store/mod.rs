@@ -367,12 +367,6 @@ impl Store {
         matches!(self.backend, Backend::Postgres(_))
     }
 
-    /// Pets per status (`None`: pets without one). Reads every pet's index entry: for the
-    /// metrics, which bound how often they ask.
-    pub async fn count_by_status(&self) -> Result<Vec<(Option<PetStatus>, u64)>, StoreError> {
-        on_backend!(&self.backend, store => store.count_by_status().await)
-            .map_err(|e| self.closed_or(e))
-    }
 
     /// Whether the store can serve now: its writer runs and its engine answers a read.
     pub async fn check(&self) -> Result<(), StoreError> {

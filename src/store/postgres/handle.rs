@@ -13,7 +13,7 @@ use super::pool::Connections;
 use super::rows::{READ_RECORD, after_cursor, record_of, revision, status_code};
 use super::schema::migrate;
 use crate::event::{EventType, Position};
-use crate::pet::{PetId, PetStatus};
+use crate::pet::PetId;
 use crate::store::events::{EventPage, EventQuery, FeedState, ReadError, StoredEvent};
 use crate::store::model::{Page, PageBuilder, PageQuery, Record, StoreError, StoredPet, short};
 
@@ -233,42 +233,6 @@ impl PgStore {
             reached,
             state,
         })
-    }
-
-    /// Pets per status (`None`: without one): one scan of the status index, so its caller
-    /// decides how often.
-    pub(in crate::store) async fn count_by_status(
-        &self,
-    ) -> Result<Vec<(Option<PetStatus>, u64)>, StoreError> {
-        let rows = self
-            .pool
-            .run(async |client| {
-                client
-                    .query("SELECT status, count(*) FROM pets GROUP BY status", &[])
-                    .await
-                    .map_err(pg_error)
-            })
-            .await?;
-        let mut counts: Vec<(Option<PetStatus>, u64)> = [
-            Some(PetStatus::Available),
-            Some(PetStatus::Pending),
-            Some(PetStatus::Sold),
-            None,
-        ]
-        .into_iter()
-        .map(|status| (status, 0))
-        .collect();
-        for row in rows {
-            let code: Option<i16> = row.try_get(0).map_err(pg_error)?;
-            let count: i64 = row.try_get(1).map_err(pg_error)?;
-            if let Some(slot) = counts
-                .iter_mut()
-                .find(|(status, _)| status_code(*status) == code)
-            {
-                slot.1 = u64::try_from(count).unwrap_or(0);
-            }
-        }
-        Ok(counts)
     }
 
     pub(in crate::store) async fn check(&self) -> Result<(), StoreError> {
