@@ -3,11 +3,6 @@
 //! the outcome to an exit code: 0 for a clean stop, 1 with `error: ...` on stderr for a failed
 //! start or subcommand.
 
-#![allow(
-    dead_code,
-    reason = "issue 29 under way: the contract lands before its users"
-)]
-
 mod acme;
 mod api;
 mod auth;

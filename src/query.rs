@@ -423,6 +423,7 @@ fn parse_order_status(text: &str) -> Result<OrderStatus, InvalidParameter> {
 }
 
 /// A pet's id in a path: see `parse_id`.
+#[cfg(test)]
 pub fn parse_pet_id(text: &str) -> Result<PetId, InvalidParameter> {
     parse_id("petId", text)
 }
