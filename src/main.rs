@@ -3,11 +3,6 @@
 //! the outcome to an exit code: 0 for a clean stop, 1 with `error: ...` on stderr for a failed
 //! start or subcommand.
 
-#![allow(
-    dead_code,
-    reason = "issue 29 under way: the contract lands before its users"
-)]
-
 mod acme;
 mod api;
 mod auth;
@@ -181,7 +176,7 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         idempotency_ttl: config.idempotency_ttl,
         events_keep: config.events_keep,
         max_write_batch: config.max_write_batch,
-        order_hold: Some(store::DEFAULT_ORDER_HOLD),
+        order_hold: config.order_hold,
     };
     let (store, pets) = store::Store::open(location, tuning)
         .await

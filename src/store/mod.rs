@@ -367,7 +367,6 @@ impl Store {
         matches!(self.backend, Backend::Postgres(_))
     }
 
-
     /// Whether the store can serve now: its writer runs and its engine answers a read.
     pub async fn check(&self) -> Result<(), StoreError> {
         if self.front.is_closed() {

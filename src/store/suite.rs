@@ -1662,6 +1662,7 @@ async fn fresh_postgres(tuning: Tuning) -> (Store, Arc<Cluster>) {
 }
 
 /// What must live as long as a store the suite made: its file's directory, or its cluster.
+#[expect(dead_code, reason = "held for what its drop does, never read")]
 enum Keep {
     Dir(tempfile::TempDir),
     Cluster(Arc<Cluster>),

@@ -134,7 +134,7 @@ fn a_database_from_a_newer_schema_stops_startup() {
     }
     let stderr = start_failing(&path, &Options::default());
     assert!(
-        stderr.contains("schema version 99, newer than the 4"),
+        stderr.contains("schema version 99, newer than the 5"),
         "{stderr}"
     );
 }

@@ -303,7 +303,7 @@ fn a_newer_schema_or_an_unknown_scheme_stops_start_up_and_says_why() {
     );
     let stderr = start_failing(Path::new(&cluster.url()), &Options::default());
     assert!(
-        stderr.contains("schema version 7, newer than the 3 this petstore understands"),
+        stderr.contains("schema version 7, newer than the 4 this petstore understands"),
         "{stderr}"
     );
     // Nothing was changed by the refused start.
