@@ -16,7 +16,6 @@ use std::any::Any;
 use std::collections::{BTreeMap, VecDeque};
 use std::fmt;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -1604,7 +1603,7 @@ async fn a_position_beyond_the_newest_of_the_store_gets_410_as_after_an_older_fi
 #[tokio::test(flavor = "multi_thread")]
 async fn a_read_only_key_reads_the_feed_and_no_key_gets_401() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let (keys, reader) = keys_with_a_reader(dir.path());
+    let (keys, reader) = crate::support::keys_with_a_reader(dir.path());
     let server = Server::start_with(Options {
         api_keys: keys,
         ..Options::default()
@@ -1664,25 +1663,6 @@ async fn a_read_only_key_reads_the_feed_and_no_key_gets_401() {
     );
     assert_eq!(wrong.status, 401);
     server.stop();
-}
-
-/// A keys file with the development key and a read-only key; returns it and that key.
-fn keys_with_a_reader(dir: &Path) -> (PathBuf, String) {
-    let file = dir.join("api-keys");
-    std::fs::copy(cert("dev-keys.txt"), &file).expect("copy the keys");
-    let args = [
-        "keys".as_ref(),
-        "add".as_ref(),
-        "reader".as_ref(),
-        "--read-only".as_ref(),
-        "--expires".as_ref(),
-        "2999-12-31".as_ref(),
-        "--api-keys".as_ref(),
-        file.as_os_str(),
-    ];
-    let (code, stdout, stderr) = run(&args);
-    assert_eq!(code, Some(0), "{stderr}");
-    (file, stdout.trim().to_owned())
 }
 
 // ------------------------------------------------------------------------------------------
