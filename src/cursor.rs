@@ -1,71 +1,172 @@
-//! The page cursor of listPets: where the next page starts (after which id) and for which
-//! status filter, as the opaque token that next links carry. Pure: no HTTP, no store. It needs
-//! no secret, so every instance reading the same store accepts every other's cursors; it is
-//! checked, not signed, because it grants nothing a client could not ask for by hand.
+//! The page cursor of every list (pets, orders, categories): which list and filters it was made
+//! for and after which id the next page starts, as the opaque token that next links carry.
+//! Pure: no HTTP, no store. It needs no secret, so every instance reading the same store
+//! accepts every other's cursors; it is checked, not signed, because it grants nothing a client
+//! could not ask for by hand.
 //! Invariant: `decode(encode(c)) == Some(c)`, and anything `encode` cannot make decodes to `None`.
 
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 
+use crate::order::OrderStatus;
 use crate::pet::{PetId, PetStatus};
 
-/// The layout below; a token of another version is refused, so the layout can change later.
-const VERSION: u8 = 1;
-/// version, filter, id (8 bytes, big-endian), check (2 bytes).
-const TOKEN_BYTES: usize = 12;
+/// Layout 1, the first: listPets with at most a status filter. Still what such a list makes,
+/// so its tokens read the same as before layout 2 existed.
+const VERSION_1: u8 = 1;
+/// version, status filter, id (8 bytes, big-endian), check (2 bytes).
+const TOKEN_1_BYTES: usize = 12;
+/// Layout 2: every other list (issue 29). A token of an unknown version is refused, so the
+/// layout can change again later.
+const VERSION_2: u8 = 2;
+/// version, kind, status filter, whether an id filter is set, the id filter (8 bytes), id
+/// (8 bytes), check (2 bytes); every value big-endian.
+const TOKEN_2_BYTES: usize = 22;
 
-/// A position in a list: the next page holds the matching pets with ids above `after`.
+const KIND_PETS: u8 = 1;
+const KIND_ORDERS: u8 = 2;
+const KIND_CATEGORIES: u8 = 3;
+
+/// The list a cursor was made for, with its filters: a cursor is only good for the same ones.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum List {
+    /// listPets, by status and by category.
+    Pets {
+        status: Option<PetStatus>,
+        category: Option<i64>,
+    },
+    /// listOrders, by status and by pet.
+    Orders {
+        status: Option<OrderStatus>,
+        pet: Option<PetId>,
+    },
+    /// listCategories, which has no filter.
+    Categories,
+}
+
+/// A position in a list: the next page holds the matching items with ids above `after`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Cursor {
-    /// The status filter of the list the cursor was made for; a cursor is only good for it.
-    pub status: Option<PetStatus>,
-    pub after: PetId,
+    pub list: List,
+    pub after: i64,
 }
 
 impl Cursor {
     #[cfg(test)]
     pub fn encode(&self) -> String {
-        let mut token = String::with_capacity(16);
+        let mut token = String::with_capacity(32);
         self.encode_into(&mut token);
         token
     }
 
-    /// Appends the token, 16 characters of the URL-safe base64 alphabet: safe in a query as
-    /// it is.
+    /// Appends the token, of the URL-safe base64 alphabet: safe in a query as it is. 16
+    /// characters for listPets without a category, 30 for the rest.
     pub fn encode_into(&self, out: &mut String) {
-        let mut bytes = [0u8; TOKEN_BYTES];
-        bytes[0] = VERSION;
-        bytes[1] = filter_code(self.status);
-        bytes[2..10].copy_from_slice(&self.after.to_be_bytes());
-        let check = fletcher16(&bytes[..10]);
-        bytes[10..].copy_from_slice(&check.to_be_bytes());
+        let (kind, status, filter) = match self.list {
+            List::Pets {
+                status,
+                category: None,
+            } => {
+                let mut bytes = [0u8; TOKEN_1_BYTES];
+                bytes[0] = VERSION_1;
+                bytes[1] = pet_status_code(status);
+                bytes[2..10].copy_from_slice(&self.after.to_be_bytes());
+                let check = fletcher16(&bytes[..10]);
+                bytes[10..].copy_from_slice(&check.to_be_bytes());
+                URL_SAFE_NO_PAD.encode_string(bytes, out);
+                return;
+            }
+            List::Pets {
+                status,
+                category: Some(category),
+            } => (KIND_PETS, pet_status_code(status), Some(category)),
+            List::Orders { status, pet } => (KIND_ORDERS, status.map_or(0, OrderStatus::code), pet),
+            List::Categories => (KIND_CATEGORIES, 0, None),
+        };
+        let mut bytes = [0u8; TOKEN_2_BYTES];
+        bytes[0] = VERSION_2;
+        bytes[1] = kind;
+        bytes[2] = status;
+        bytes[3] = u8::from(filter.is_some());
+        bytes[4..12].copy_from_slice(&filter.unwrap_or(0).to_be_bytes());
+        bytes[12..20].copy_from_slice(&self.after.to_be_bytes());
+        let check = fletcher16(&bytes[..20]);
+        bytes[20..].copy_from_slice(&check.to_be_bytes());
         URL_SAFE_NO_PAD.encode_string(bytes, out);
     }
 
     /// The cursor in a token, or `None` for anything `encode` did not make: wrong length,
-    /// alphabet or version, an unknown filter, or a check that does not match (a token cut or
-    /// edited by hand).
+    /// alphabet or version, an unknown kind or filter, or a check that does not match (a token
+    /// cut or edited by hand).
     pub fn decode(token: &str) -> Option<Cursor> {
         let bytes = URL_SAFE_NO_PAD.decode(token).ok()?;
-        let bytes: [u8; TOKEN_BYTES] = bytes.try_into().ok()?;
-        let check = u16::from_be_bytes([bytes[10], bytes[11]]);
-        if bytes[0] != VERSION || check != fletcher16(&bytes[..10]) {
-            return None;
+        match bytes.len() {
+            TOKEN_1_BYTES => decode_1(bytes.try_into().ok()?),
+            TOKEN_2_BYTES => decode_2(bytes.try_into().ok()?),
+            _ => None,
         }
-        let status = match bytes[1] {
-            0 => None,
-            1 => Some(PetStatus::Available),
-            2 => Some(PetStatus::Pending),
-            3 => Some(PetStatus::Sold),
-            _ => return None,
-        };
-        let after = PetId::from_be_bytes(bytes[2..10].try_into().ok()?);
-        Some(Cursor { status, after })
     }
 }
 
-fn filter_code(status: Option<PetStatus>) -> u8 {
+fn decode_1(bytes: [u8; TOKEN_1_BYTES]) -> Option<Cursor> {
+    let check = u16::from_be_bytes([bytes[10], bytes[11]]);
+    if bytes[0] != VERSION_1 || check != fletcher16(&bytes[..10]) {
+        return None;
+    }
+    let status = pet_status_from_code(bytes[1])?;
+    let after = i64::from_be_bytes(bytes[2..10].try_into().ok()?);
+    Some(Cursor {
+        list: List::Pets {
+            status,
+            category: None,
+        },
+        after,
+    })
+}
+
+fn decode_2(bytes: [u8; TOKEN_2_BYTES]) -> Option<Cursor> {
+    let check = u16::from_be_bytes([bytes[20], bytes[21]]);
+    if bytes[0] != VERSION_2 || check != fletcher16(&bytes[..20]) {
+        return None;
+    }
+    let filter_value = i64::from_be_bytes(bytes[4..12].try_into().ok()?);
+    // One spelling per cursor: an absent filter is all zeros, so no two tokens mean the same.
+    let filter = match bytes[3] {
+        0 if filter_value == 0 => None,
+        1 => Some(filter_value),
+        _ => return None,
+    };
+    let list = match (bytes[1], bytes[2], filter) {
+        // A listPets cursor without a category is layout 1's: `encode` never makes this one.
+        (KIND_PETS, _, None) => return None,
+        (KIND_PETS, status, category) => List::Pets {
+            status: pet_status_from_code(status)?,
+            category,
+        },
+        (KIND_ORDERS, 0, pet) => List::Orders { status: None, pet },
+        (KIND_ORDERS, status, pet) => List::Orders {
+            status: Some(OrderStatus::from_code(status)?),
+            pet,
+        },
+        (KIND_CATEGORIES, 0, None) => List::Categories,
+        _ => return None,
+    };
+    let after = i64::from_be_bytes(bytes[12..20].try_into().ok()?);
+    Some(Cursor { list, after })
+}
+
+fn pet_status_code(status: Option<PetStatus>) -> u8 {
     status.map_or(0, |status| status.to_code() + 1)
+}
+
+fn pet_status_from_code(code: u8) -> Option<Option<PetStatus>> {
+    match code {
+        0 => Some(None),
+        1 => Some(Some(PetStatus::Available)),
+        2 => Some(Some(PetStatus::Pending)),
+        3 => Some(Some(PetStatus::Sold)),
+        _ => None,
+    }
 }
 
 /// Fletcher's 16-bit checksum: catches a token that was cut, padded or edited by hand. It is
@@ -84,7 +185,7 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    fn status() -> impl Strategy<Value = Option<PetStatus>> {
+    fn pet_status() -> impl Strategy<Value = Option<PetStatus>> {
         prop_oneof![
             Just(None),
             Just(Some(PetStatus::Available)),
@@ -93,49 +194,165 @@ mod tests {
         ]
     }
 
+    fn order_status() -> impl Strategy<Value = Option<OrderStatus>> {
+        prop_oneof![
+            Just(None),
+            Just(Some(OrderStatus::Placed)),
+            Just(Some(OrderStatus::Completed)),
+            Just(Some(OrderStatus::Cancelled)),
+            Just(Some(OrderStatus::Expired)),
+        ]
+    }
+
+    fn list() -> impl Strategy<Value = List> {
+        prop_oneof![
+            (pet_status(), proptest::option::of(any::<i64>()))
+                .prop_map(|(status, category)| List::Pets { status, category }),
+            (order_status(), proptest::option::of(any::<i64>()))
+                .prop_map(|(status, pet)| List::Orders { status, pet }),
+            Just(List::Categories),
+        ]
+    }
+
+    fn is_url_safe(token: &str) -> bool {
+        token
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+    }
+
     #[test]
     fn a_token_is_16_url_safe_characters() {
         let token = Cursor {
-            status: Some(PetStatus::Sold),
+            list: List::Pets {
+                status: Some(PetStatus::Sold),
+                category: None,
+            },
             after: 900_000,
         }
         .encode();
         assert_eq!(token.len(), 16);
-        assert!(
-            token
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_'),
-            "{token}"
+        assert!(is_url_safe(&token), "{token}");
+    }
+
+    #[test]
+    fn a_token_of_the_first_layout_still_reads_as_it_did() {
+        // Made by the server before layout 2: a sold listPets cursor after pet 41.
+        let token = "AQMAAAAAAAAAKU4t";
+        assert_eq!(
+            Cursor::decode(token),
+            Some(Cursor {
+                list: List::Pets {
+                    status: Some(PetStatus::Sold),
+                    category: None
+                },
+                after: 41
+            })
+        );
+        assert_eq!(
+            Cursor::decode(token).map(|cursor| cursor.encode()),
+            Some(token.to_owned())
         );
     }
 
     #[test]
-    fn empty_cut_padded_and_edited_tokens_are_refused() {
-        let token = Cursor {
-            status: None,
-            after: 41,
-        }
-        .encode();
-        let mut edited = token.clone().into_bytes();
-        edited[5] = if edited[5] == b'A' { b'B' } else { b'A' };
-        let edited = String::from_utf8(edited).expect("ASCII");
-        for bad in [
-            "",
-            &token[..15],
-            &format!("{token}A"),
-            &format!("{token}=="),
-            &edited,
-            "not a cursor",
-            "AAAAAAAAAAAAAAAA",
+    fn tokens_of_the_second_layout_are_30_url_safe_characters() {
+        for list in [
+            List::Pets {
+                status: None,
+                category: Some(-3),
+            },
+            List::Orders {
+                status: Some(OrderStatus::Expired),
+                pet: None,
+            },
+            List::Categories,
         ] {
-            assert_eq!(Cursor::decode(bad), None, "{bad:?}");
+            let token = Cursor { list, after: 7 }.encode();
+            assert_eq!(token.len(), 30, "{list:?}");
+            assert!(is_url_safe(&token), "{token}");
+        }
+    }
+
+    #[test]
+    fn empty_cut_padded_and_edited_tokens_are_refused() {
+        for list in [
+            List::Pets {
+                status: None,
+                category: None,
+            },
+            List::Orders {
+                status: None,
+                pet: Some(4),
+            },
+        ] {
+            let token = Cursor { list, after: 41 }.encode();
+            let mut edited = token.clone().into_bytes();
+            edited[5] = if edited[5] == b'A' { b'B' } else { b'A' };
+            let edited = String::from_utf8(edited).expect("ASCII");
+            for bad in [
+                "",
+                &token[..token.len() - 1],
+                &format!("{token}A"),
+                &format!("{token}=="),
+                &edited,
+                "not a cursor",
+                "AAAAAAAAAAAAAAAA",
+                "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAA",
+            ] {
+                assert_eq!(Cursor::decode(bad), None, "{bad:?}");
+            }
+        }
+    }
+
+    /// A layout 2 token with its check made right, whatever else its bytes say.
+    fn layout_2(mut bytes: [u8; TOKEN_2_BYTES]) -> String {
+        let check = fletcher16(&bytes[..20]);
+        bytes[20..].copy_from_slice(&check.to_be_bytes());
+        URL_SAFE_NO_PAD.encode(bytes)
+    }
+
+    #[test]
+    fn a_well_checked_token_that_encode_never_makes_is_refused() {
+        let mut base = [0u8; TOKEN_2_BYTES];
+        base[0] = VERSION_2;
+        let with = |changes: &[(usize, u8)]| {
+            let mut bytes = base;
+            for &(at, value) in changes {
+                bytes[at] = value;
+            }
+            layout_2(bytes)
+        };
+        // The categories list unchanged is a good token: the others differ from it in one way.
+        assert!(Cursor::decode(&with(&[(1, KIND_CATEGORIES)])).is_some());
+        for (what, token) in [
+            ("version 3", with(&[(0, 3), (1, KIND_CATEGORIES)])),
+            ("kind 0", with(&[])),
+            ("kind 4", with(&[(1, 4)])),
+            ("pets without a category", with(&[(1, KIND_PETS)])),
+            ("pet status 4", with(&[(1, KIND_PETS), (2, 4), (3, 1)])),
+            ("order status 5", with(&[(1, KIND_ORDERS), (2, 5)])),
+            ("filter flag 2", with(&[(1, KIND_ORDERS), (3, 2)])),
+            (
+                "an absent filter's value",
+                with(&[(1, KIND_ORDERS), (11, 1)]),
+            ),
+            (
+                "a category with a status",
+                with(&[(1, KIND_CATEGORIES), (2, 1)]),
+            ),
+            (
+                "a category with a filter",
+                with(&[(1, KIND_CATEGORIES), (3, 1)]),
+            ),
+        ] {
+            assert_eq!(Cursor::decode(&token), None, "{what}");
         }
     }
 
     proptest! {
         #[test]
-        fn every_cursor_decodes_to_itself(status in status(), after in any::<PetId>()) {
-            let cursor = Cursor { status, after };
+        fn every_cursor_decodes_to_itself(list in list(), after in any::<i64>()) {
+            let cursor = Cursor { list, after };
             prop_assert_eq!(Cursor::decode(&cursor.encode()), Some(cursor));
         }
 
@@ -143,6 +360,21 @@ mod tests {
         fn any_string_decodes_or_not_without_panicking(text in any::<String>()) {
             if let Some(cursor) = Cursor::decode(&text) {
                 prop_assert_eq!(cursor.encode(), text);
+            }
+        }
+
+        #[test]
+        fn any_well_checked_bytes_decode_only_to_a_cursor_that_encodes_to_them(
+            bytes in any::<[u8; TOKEN_2_BYTES]>(),
+            version_2 in any::<bool>(),
+        ) {
+            let mut bytes = bytes;
+            if version_2 {
+                bytes[0] = VERSION_2;
+            }
+            let token = layout_2(bytes);
+            if let Some(cursor) = Cursor::decode(&token) {
+                prop_assert_eq!(cursor.encode(), token);
             }
         }
     }

@@ -38,8 +38,11 @@ pub enum Error {
     /// The request body breaks a `NewPet` or `PetPatch` rule; the message says which.
     InvalidBody(String),
     Unauthorized(AuthFailure),
-    /// A read-only key asked to create, change or delete.
-    Forbidden,
+    /// A read-only key asked to create, change or delete; `what` names the resource
+    /// (`pets`, `orders`, `categories`).
+    Forbidden {
+        what: &'static str,
+    },
     /// Nothing at this path, or no pet with this id; the message says which.
     NotFound(String),
     /// The path exists but not for this method; `allow` lists the methods it has.
@@ -52,8 +55,9 @@ pub enum Error {
     UnsupportedMediaType,
     /// A PATCH body that is not a merge patch; the answer lists the types taken (RFC 5789 2.2).
     UnsupportedPatchType,
-    /// `If-Match` names no current tag of the pet; nothing was changed.
-    PreconditionFailed,
+    /// `If-Match` names no current tag of what it asked about (`pet`, `order`); nothing was
+    /// changed.
+    PreconditionFailed(&'static str),
     /// A create with this Idempotency-Key has not been answered yet.
     IdempotencyKeyInFlight,
     /// Over `--rate-limit` for this key, or over `--auth-failure-limit` for this address.
@@ -107,14 +111,14 @@ impl Error {
             Error::HeadersTooLarge { .. } => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
             Error::RequestTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
             Error::Unauthorized(_) => StatusCode::UNAUTHORIZED,
-            Error::Forbidden => StatusCode::FORBIDDEN,
+            Error::Forbidden { .. } => StatusCode::FORBIDDEN,
             Error::NotFound(_) => StatusCode::NOT_FOUND,
             Error::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
             Error::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             Error::UnsupportedMediaType | Error::UnsupportedPatchType => {
                 StatusCode::UNSUPPORTED_MEDIA_TYPE
             }
-            Error::PreconditionFailed => StatusCode::PRECONDITION_FAILED,
+            Error::PreconditionFailed(_) => StatusCode::PRECONDITION_FAILED,
             Error::IdempotencyKeyInFlight | Error::Conflict { .. } => StatusCode::CONFLICT,
             Error::IdempotencyKeyReused => StatusCode::UNPROCESSABLE_ENTITY,
             Error::RateLimited(_) => StatusCode::TOO_MANY_REQUESTS,
@@ -136,12 +140,12 @@ impl Error {
             Error::InvalidIdempotencyKey(_) => "invalid_idempotency_key",
             Error::InvalidBody(_) => "invalid_body",
             Error::Unauthorized(_) => "unauthorized",
-            Error::Forbidden => "forbidden",
+            Error::Forbidden { .. } => "forbidden",
             Error::NotFound(_) => "not_found",
             Error::MethodNotAllowed { .. } => "method_not_allowed",
             Error::PayloadTooLarge { .. } => "payload_too_large",
             Error::UnsupportedMediaType | Error::UnsupportedPatchType => "unsupported_media_type",
-            Error::PreconditionFailed => "precondition_failed",
+            Error::PreconditionFailed(_) => "precondition_failed",
             Error::IdempotencyKeyInFlight => "idempotency_key_in_flight",
             Error::IdempotencyKeyReused => "idempotency_key_reused",
             Error::RateLimited(_) => "rate_limited",
@@ -181,8 +185,9 @@ impl Error {
             Error::Unauthorized(AuthFailure::Expired { .. }) => {
                 "the API key has expired: ask for a new one".into()
             }
-            Error::Forbidden => {
-                "this API key is read-only: it may not create, change or delete pets".into()
+            Error::Forbidden { what } => {
+                format!("this API key is read-only: it may not create, change or delete {what}")
+                    .into()
             }
             Error::MethodNotAllowed { allow } => {
                 format!("method not allowed here; allowed: {allow}").into()
@@ -194,7 +199,9 @@ impl Error {
                 "request body must be sent as Content-Type: application/json".into()
             }
             Error::UnsupportedPatchType => "request body must be sent as Content-Type: application/merge-patch+json or application/json".into(),
-            Error::PreconditionFailed => "If-Match does not match the pet's current ETag".into(),
+            Error::PreconditionFailed(what) => {
+                format!("If-Match does not match the {what}'s current ETag").into()
+            }
             Error::IdempotencyKeyInFlight => {
                 "a request with this Idempotency-Key is still in progress; retry later".into()
             }
@@ -361,7 +368,9 @@ impl From<StoreError> for Error {
                 code: "category_in_use",
                 message: e.to_string(),
             },
-            StoreError::PreconditionFailed => Error::PreconditionFailed,
+            // The store's only precondition outside an order's move, whose handler names the
+            // order instead.
+            StoreError::PreconditionFailed => Error::PreconditionFailed("pet"),
             StoreError::IdempotencyKeyInFlight => Error::IdempotencyKeyInFlight,
             StoreError::IdempotencyKeyReused => Error::IdempotencyKeyReused,
             // A failed commit, a medium that failed, a reopen after one or a store that is
@@ -418,13 +427,13 @@ mod tests {
             Error::Unauthorized(AuthFailure::Expired {
                 label: "old".into(),
             }),
-            Error::Forbidden,
+            Error::Forbidden { what: "pets" },
             Error::NotFound("no pet has id 7".into()),
             Error::MethodNotAllowed { allow: "GET, HEAD" },
             Error::PayloadTooLarge { limit_bytes: 65536 },
             Error::UnsupportedMediaType,
             Error::UnsupportedPatchType,
-            Error::PreconditionFailed,
+            Error::PreconditionFailed("pet"),
             Error::IdempotencyKeyInFlight,
             Error::IdempotencyKeyReused,
             Error::RateLimited(REFUSAL),
@@ -473,6 +482,7 @@ mod tests {
                 "idempotency_key_reused",
                 "rate_limited",
                 "internal_error",
+                "pet_reserved",
                 "unavailable",
                 "outcome_unknown"
             ]
@@ -530,6 +540,47 @@ mod tests {
             "outcome_unknown"
         );
         assert_eq!(status(StoreError::Corrupt("bad page".into())), 500);
+        for (e, message) in [
+            (StoreError::OrderNotFound(4), "no order has id 4"),
+            (StoreError::CategoryNotFound(5), "no category has id 5"),
+        ] {
+            let e = Error::from(e);
+            assert_eq!((e.status().as_u16(), e.code()), (404, "not_found"));
+            assert_eq!(e.message(), message);
+        }
+        for (e, code) in [
+            (
+                StoreError::PetNotAvailable {
+                    pet: 1,
+                    status: Some(crate::pet::PetStatus::Sold),
+                },
+                "pet_not_available",
+            ),
+            (StoreError::PetReserved { pet: 1, order: 2 }, "pet_reserved"),
+            (
+                StoreError::InvalidTransition {
+                    order: 2,
+                    action: crate::order::OrderAction::Complete,
+                    refused: crate::order::Refused::NotPlaced(crate::order::OrderStatus::Cancelled),
+                },
+                "invalid_transition",
+            ),
+            (StoreError::NameTaken("Dogs".into()), "name_taken"),
+            (StoreError::CategoryInUse(3), "category_in_use"),
+        ] {
+            let message = e.to_string();
+            let e = Error::from(e);
+            assert_eq!((e.status().as_u16(), e.code()), (409, code));
+            assert_eq!(e.message(), message);
+        }
+        assert_eq!(
+            Error::from(StoreError::PreconditionFailed).message(),
+            "If-Match does not match the pet's current ETag"
+        );
+        assert_eq!(
+            Error::Forbidden { what: "pets" }.message(),
+            "this API key is read-only: it may not create, change or delete pets"
+        );
     }
 
     #[test]
@@ -540,6 +591,8 @@ mod tests {
             match (error.status().as_u16(), &error) {
                 (401, _) => assert_eq!(names, ["www-authenticate"]),
                 (405, _) => assert_eq!(names, ["allow"]),
+                // A conflict with the data stays until the data changes: no time to retry in.
+                (409, Error::Conflict { .. }) => assert_eq!(names, [] as [&str; 0]),
                 (409 | 503, _) => assert_eq!(names, ["retry-after"]),
                 (415, Error::UnsupportedPatchType) => assert_eq!(names, ["accept-patch"]),
                 (429, _) => assert_eq!(names, ["retry-after", "ratelimit-policy", "ratelimit"]),

@@ -3,11 +3,6 @@
 //! the outcome to an exit code: 0 for a clean stop, 1 with `error: ...` on stderr for a failed
 //! start or subcommand.
 
-#![allow(
-    dead_code,
-    reason = "issue 29 under way: the contract lands before its users"
-)]
-
 mod acme;
 mod api;
 mod auth;
@@ -181,7 +176,7 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         idempotency_ttl: config.idempotency_ttl,
         events_keep: config.events_keep,
         max_write_batch: config.max_write_batch,
-        order_hold: Some(store::DEFAULT_ORDER_HOLD),
+        order_hold: config.order_hold,
     };
     let (store, pets) = store::Store::open(location, tuning)
         .await
@@ -204,11 +199,13 @@ async fn serve(config: Config) -> anyhow::Result<()> {
                 pets: Box::new(move || {
                     let store = counted.clone();
                     Box::pin(async move {
-                        let counts = store.count_by_status().await?;
-                        Ok(counts
-                            .into_iter()
-                            .map(|(status, count)| (status.map(pet::PetStatus::as_str), count))
-                            .collect())
+                        let counts = store.inventory().await?;
+                        Ok(vec![
+                            (Some("available"), counts.available),
+                            (Some("pending"), counts.pending),
+                            (Some("sold"), counts.sold),
+                            (None, counts.unset),
+                        ])
                     })
                 }),
                 certificate_not_after: tls::not_after,

@@ -46,16 +46,31 @@ pub enum Route {
     OpenApi,
     Health,
     Events,
+    Orders,
+    Order,
+    OrderComplete,
+    OrderCancel,
+    Inventory,
+    Categories,
+    Category,
     /// Any path no route matched (and `/v1` paths refused before routing, without a key).
     Unmatched,
 }
 
-const ROUTES: [&str; 6] = [
+/// The label of each `Route`, in its order.
+const ROUTES: [&str; 13] = [
     "/v1/pets",
     "/v1/pets/{petId}",
     "/v1/openapi.json",
     "/healthz",
     "/v1/events",
+    "/v1/store/orders",
+    "/v1/store/orders/{orderId}",
+    "/v1/store/orders/{orderId}/complete",
+    "/v1/store/orders/{orderId}/cancel",
+    "/v1/store/inventory",
+    "/v1/categories",
+    "/v1/categories/{categoryId}",
     "unmatched",
 ];
 
@@ -317,9 +332,11 @@ pub fn orders_moved(changes: &[crate::store::model::Change]) {
     }
 }
 
-/// Orders by what became of them, in the order of `crate::order::OrderStatus::ALL`; the
-/// scrape's `petstore_orders_total{status}`.
+/// Orders by what became of them, in the order of `ORDER_STATUSES`; the scrape's
+/// `petstore_orders_total{status}`.
 static ORDERS: [AtomicU64; 4] = [const { AtomicU64::new(0) }; 4];
+/// The `status` label of each count in `ORDERS`.
+const ORDER_STATUSES: [&str; 4] = ["placed", "completed", "cancelled", "expired"];
 
 /// An open event stream, counted while it lives.
 pub struct Subscriber(());
@@ -729,6 +746,18 @@ impl Scrape {
                 .encode_family(&[("reason", *reason)])?
                 .encode_counter::<NoLabelSet, _, u64>(&count.load(Ordering::Relaxed), None)?;
         }
+        // Every status always, from 0: a rate over a series that appears late misses its start.
+        let mut orders = e.encode_descriptor(
+            "petstore_orders",
+            "Orders this process placed, completed, cancelled and expired, by what became of them.",
+            None,
+            MetricType::Counter,
+        )?;
+        for (status, count) in ORDER_STATUSES.iter().zip(&ORDERS) {
+            orders
+                .encode_family(&[("status", *status)])?
+                .encode_counter::<NoLabelSet, _, u64>(&count.load(Ordering::Relaxed), None)?;
+        }
         let oldest = EVENTS_OLDEST_MS.load(Ordering::Relaxed);
         let now_ms = SystemTime::now()
             .duration_since(UNIX_EPOCH)
@@ -849,6 +878,26 @@ mod tests {
         assert_eq!(counts, [2, 1, 2, 2]);
         assert_eq!(H.count(), 7);
         assert_eq!(H.sum.load(Ordering::Relaxed), 115);
+    }
+
+    #[test]
+    fn every_route_has_its_label_in_order() {
+        assert_eq!(ROUTES.len(), Route::Unmatched as usize + 1);
+        assert_eq!(ROUTES[Route::Unmatched as usize], "unmatched");
+        assert_eq!(ROUTES[Route::Orders as usize], "/v1/store/orders");
+        assert_eq!(
+            ROUTES[Route::Category as usize],
+            "/v1/categories/{categoryId}"
+        );
+    }
+
+    #[test]
+    fn order_labels_follow_the_order_statuses() {
+        let statuses: Vec<&str> = crate::order::OrderStatus::ALL
+            .iter()
+            .map(|status| status.as_str())
+            .collect();
+        assert_eq!(statuses, ORDER_STATUSES);
     }
 
     #[test]

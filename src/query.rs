@@ -1,13 +1,15 @@
-//! Input parsing for the operations: listPets's query string (with its cursor), the path id,
-//! the media type of a request body and the Idempotency-Key. Pure functions over text, no
-//! HTTP types and no I/O, so property tests and the fuzz target can drive them alone. A rule
-//! broken here is a sentence naming the parameter, for the caller's own error.
+//! Input parsing for the operations: the query strings of the lists (listPets, listOrders,
+//! listCategories, listEvents) with their cursors, path ids, the media type of a request body
+//! and the Idempotency-Key. Pure functions over text, no HTTP types and no I/O, so property
+//! tests and the fuzz target can drive them alone. A rule broken here is a sentence naming the
+//! parameter, for the caller's own error.
 
 use std::borrow::Cow;
 use std::fmt;
 
-use crate::cursor::Cursor;
+use crate::cursor::{Cursor, List};
 use crate::event::{EventType, Position, Types};
+use crate::order::OrderStatus;
 use crate::pet::{PetId, PetStatus};
 
 /// spec 4.1: limit defaults to 20 and ranges over 1..=100.
@@ -24,12 +26,12 @@ impl fmt::Display for InvalidParameter {
     }
 }
 
-/// Why listPets's query is refused.
+/// Why a list's query is refused.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum InvalidQuery {
-    /// `limit` or `status` is malformed or repeated.
+    /// `limit` or a filter is malformed or repeated.
     Parameter(InvalidParameter),
-    /// `cursor` is malformed, repeated, or made for a list with another status filter.
+    /// `cursor` is malformed, repeated, or made for another list or other filters.
     Cursor(&'static str),
 }
 
@@ -39,55 +41,47 @@ impl From<InvalidParameter> for InvalidQuery {
     }
 }
 
-/// listPets's query after its rules: limit 1..=100 (default 20), an optional status, and the
-/// id after which the page starts (from the cursor).
+/// listPets's query after its rules: limit 1..=100 (default 20), an optional status and
+/// category, and the id after which the page starts (from the cursor).
 #[derive(Debug, PartialEq, Eq)]
 pub struct ListQuery {
     pub limit: usize,
     pub status: Option<PetStatus>,
+    pub category: Option<i64>,
     pub after: Option<PetId>,
 }
 
 impl ListQuery {
-    /// Reads a query string. A bad `limit` or `status` is reported before a bad cursor, since
-    /// whether a cursor fits depends on the status filter.
+    /// Reads a query string. A bad `limit`, `status` or `categoryId` is reported before a bad
+    /// cursor, since whether a cursor fits depends on the filters.
     pub fn parse(query: &str) -> Result<ListQuery, InvalidQuery> {
         let mut limit = None;
         let mut status = None;
-        let mut cursor: Option<Result<Cursor, &'static str>> = None;
-        for pair in query.split('&').filter(|pair| !pair.is_empty()) {
-            let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
-            match &*decode_component(name) {
+        let mut category = None;
+        let mut cursor = None;
+        for (name, value) in pairs(query) {
+            match &*name {
                 "limit" => set_once(&mut limit, "limit", parse_limit(&decode_component(value)))?,
                 "status" => set_once(
                     &mut status,
                     "status",
                     parse_status(&decode_component(value)),
                 )?,
-                "cursor" => {
-                    cursor = Some(match cursor {
-                        Some(_) => Err("cursor must be given at most once"),
-                        None => Cursor::decode(&decode_component(value))
-                            .ok_or("cursor is not valid: pass the cursor of a next link unchanged"),
-                    });
-                }
+                "categoryId" => set_once(
+                    &mut category,
+                    "categoryId",
+                    parse_id("categoryId", &decode_component(value)),
+                )?,
+                "cursor" => read_cursor(&mut cursor, value),
                 // Decision: unknown parameters are ignored, so clients can add tracing tags.
                 _ => {}
             }
         }
-        let after = match cursor {
-            None => None,
-            Some(Err(problem)) => return Err(InvalidQuery::Cursor(problem)),
-            Some(Ok(cursor)) if cursor.status != status => {
-                return Err(InvalidQuery::Cursor(
-                    "cursor belongs to a list with another status filter",
-                ));
-            }
-            Some(Ok(cursor)) => Some(cursor.after),
-        };
+        let after = after_in(cursor, List::Pets { status, category })?;
         Ok(ListQuery {
             limit: limit.unwrap_or(DEFAULT_LIMIT),
             status,
+            category,
             after,
         })
     }
@@ -100,7 +94,7 @@ impl ListQuery {
     }
 
     /// Appends the query of the page after this one, which ends at `last_id`: the same limit
-    /// and status, and a cursor. Its characters need no escaping in a URL. Every page with
+    /// and filters, and a cursor. Its characters need no escaping in a URL. Every page with
     /// more after it builds one, so it is written piece by piece, without `core::fmt`.
     pub fn next_into(&self, last_id: PetId, out: &mut String) {
         out.push_str("limit=");
@@ -109,12 +103,184 @@ impl ListQuery {
             out.push_str("&status=");
             out.push_str(status.as_str());
         }
+        if let Some(category) = self.category {
+            out.push_str("&categoryId=");
+            out.push_str(itoa::Buffer::new().format(category));
+        }
         out.push_str("&cursor=");
         Cursor {
-            status: self.status,
+            list: List::Pets {
+                status: self.status,
+                category: self.category,
+            },
             after: last_id,
         }
         .encode_into(out);
+    }
+}
+
+/// listOrders's query after its rules: limit as listPets's, an optional status and pet, and
+/// the id after which the page starts.
+#[derive(Debug, PartialEq, Eq)]
+pub struct OrdersQuery {
+    pub limit: usize,
+    pub status: Option<OrderStatus>,
+    pub pet_id: Option<PetId>,
+    pub after: Option<i64>,
+}
+
+impl OrdersQuery {
+    /// Reads a query string; as listPets, the filters are checked before the cursor.
+    pub fn parse(query: &str) -> Result<OrdersQuery, InvalidQuery> {
+        let mut limit = None;
+        let mut status = None;
+        let mut pet_id = None;
+        let mut cursor = None;
+        for (name, value) in pairs(query) {
+            match &*name {
+                "limit" => set_once(&mut limit, "limit", parse_limit(&decode_component(value)))?,
+                "status" => set_once(
+                    &mut status,
+                    "status",
+                    parse_order_status(&decode_component(value)),
+                )?,
+                "petId" => set_once(
+                    &mut pet_id,
+                    "petId",
+                    parse_id("petId", &decode_component(value)),
+                )?,
+                "cursor" => read_cursor(&mut cursor, value),
+                _ => {}
+            }
+        }
+        let after = after_in(
+            cursor,
+            List::Orders {
+                status,
+                pet: pet_id,
+            },
+        )?;
+        Ok(OrdersQuery {
+            limit: limit.unwrap_or(DEFAULT_LIMIT),
+            status,
+            pet_id,
+            after,
+        })
+    }
+
+    /// Appends the query of the page after the one ending at `last_id`: `limit`, then
+    /// `status` and `petId` when filtered, then `cursor`.
+    pub fn next_into(&self, last_id: i64, out: &mut String) {
+        out.push_str("limit=");
+        out.push_str(itoa::Buffer::new().format(self.limit));
+        if let Some(status) = self.status {
+            out.push_str("&status=");
+            out.push_str(status.as_str());
+        }
+        if let Some(pet_id) = self.pet_id {
+            out.push_str("&petId=");
+            out.push_str(itoa::Buffer::new().format(pet_id));
+        }
+        out.push_str("&cursor=");
+        Cursor {
+            list: List::Orders {
+                status: self.status,
+                pet: self.pet_id,
+            },
+            after: last_id,
+        }
+        .encode_into(out);
+    }
+}
+
+/// listCategories's query after its rules: a limit and where the page starts.
+#[derive(Debug, PartialEq, Eq)]
+pub struct CategoriesQuery {
+    pub limit: usize,
+    pub after: Option<i64>,
+}
+
+impl CategoriesQuery {
+    pub fn parse(query: &str) -> Result<CategoriesQuery, InvalidQuery> {
+        let mut limit = None;
+        let mut cursor = None;
+        for (name, value) in pairs(query) {
+            match &*name {
+                "limit" => set_once(&mut limit, "limit", parse_limit(&decode_component(value)))?,
+                "cursor" => read_cursor(&mut cursor, value),
+                _ => {}
+            }
+        }
+        let after = after_in(cursor, List::Categories)?;
+        Ok(CategoriesQuery {
+            limit: limit.unwrap_or(DEFAULT_LIMIT),
+            after,
+        })
+    }
+
+    /// Appends the query of the page after the one ending at `last_id`.
+    pub fn next_into(&self, last_id: i64, out: &mut String) {
+        out.push_str("limit=");
+        out.push_str(itoa::Buffer::new().format(self.limit));
+        out.push_str("&cursor=");
+        Cursor {
+            list: List::Categories,
+            after: last_id,
+        }
+        .encode_into(out);
+    }
+}
+
+/// A query's `name=value` pairs, the name decoded and the value as sent (each parameter
+/// decodes its own, so an unknown one costs nothing).
+fn pairs(query: &str) -> impl Iterator<Item = (Cow<'_, str>, &str)> {
+    query
+        .split('&')
+        .filter(|pair| !pair.is_empty())
+        .map(|pair| {
+            let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+            (decode_component(name), value)
+        })
+}
+
+/// Notes a `cursor` value: the cursor it holds, or why it is none. A second one is refused
+/// whatever either says.
+fn read_cursor(slot: &mut Option<Result<Cursor, &'static str>>, value: &str) {
+    *slot = Some(match slot {
+        Some(_) => Err("cursor must be given at most once"),
+        None => Cursor::decode(&decode_component(value))
+            .ok_or("cursor is not valid: pass the cursor of a next link unchanged"),
+    });
+}
+
+/// The id a list's page starts after: the cursor's, if it was made for this list with these
+/// filters.
+fn after_in(
+    cursor: Option<Result<Cursor, &'static str>>,
+    list: List,
+) -> Result<Option<i64>, InvalidQuery> {
+    match cursor {
+        None => Ok(None),
+        Some(Err(problem)) => Err(InvalidQuery::Cursor(problem)),
+        Some(Ok(cursor)) if cursor.list == list => Ok(Some(cursor.after)),
+        Some(Ok(cursor)) => Err(InvalidQuery::Cursor(foreign(cursor.list, list))),
+    }
+}
+
+/// Why a cursor made for the list `made` does not fit the list `used`: the first filter that
+/// differs, in the order the next links name them.
+fn foreign(made: List, used: List) -> &'static str {
+    const STATUS: &str = "cursor belongs to a list with another status filter";
+    match (made, used) {
+        (List::Pets { status: a, .. }, List::Pets { status: b, .. }) if a != b => STATUS,
+        (List::Pets { .. }, List::Pets { .. }) => {
+            "cursor belongs to a list with another categoryId filter"
+        }
+        (List::Orders { status: a, .. }, List::Orders { status: b, .. }) if a != b => STATUS,
+        (List::Orders { .. }, List::Orders { .. }) => {
+            "cursor belongs to a list with another petId filter"
+        }
+        _ => "cursor belongs to another list: pass the cursor of this list's next link unchanged",
     }
 }
 
@@ -250,10 +416,23 @@ fn parse_status(text: &str) -> Result<PetStatus, InvalidParameter> {
         .ok_or_else(|| InvalidParameter("status must be one of available, pending, sold".into()))
 }
 
-/// A decimal int64: an optional minus and digits, nothing else (no `+`, spaces or escapes).
+fn parse_order_status(text: &str) -> Result<OrderStatus, InvalidParameter> {
+    OrderStatus::parse(text).ok_or_else(|| {
+        InvalidParameter("status must be one of placed, completed, cancelled, expired".into())
+    })
+}
+
+/// A pet's id in a path: see `parse_id`.
+#[cfg(test)]
 pub fn parse_pet_id(text: &str) -> Result<PetId, InvalidParameter> {
+    parse_id("petId", text)
+}
+
+/// A decimal int64: an optional minus and digits, nothing else (no `+`, spaces or escapes).
+/// `name` is the parameter's, for the message.
+pub fn parse_id(name: &str, text: &str) -> Result<i64, InvalidParameter> {
     let digits = text.strip_prefix('-').unwrap_or(text);
-    let invalid = || InvalidParameter("petId must be a decimal integer within int64".into());
+    let invalid = || InvalidParameter(format!("{name} must be a decimal integer within int64"));
     if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
         return Err(invalid());
     }
@@ -374,6 +553,7 @@ mod tests {
             Some(ListQuery {
                 limit: 20,
                 status: None,
+                category: None,
                 after: None
             })
         );
@@ -499,6 +679,8 @@ mod tests {
         Limit(String, Option<usize>),
         /// `status=` with a value; `Some(s)` when the value is a status spelled exactly.
         Status(String, Option<PetStatus>),
+        /// `categoryId=` with a value; `Some(id)` when the value is a decimal int64.
+        Category(String, Option<i64>),
         /// Any other name: ignored whatever its value.
         Unknown(String, String),
     }
@@ -570,23 +752,32 @@ mod tests {
         prop_oneof![valid, invalid]
     }
 
+    fn category_pair() -> impl Strategy<Value = Pair> {
+        let valid = any::<i64>().prop_map(|id| Pair::Category(id.to_string(), Some(id)));
+        let invalid = prop_oneof![any::<String>(), "[-+ ]?[0-9]{1,20}(\\.[0-9])?"]
+            .prop_filter("a valid id", |text| parse_id("categoryId", text).is_err())
+            .prop_map(|text| Pair::Category(text, None));
+        prop_oneof![valid, invalid]
+    }
+
     fn unknown_pair() -> impl Strategy<Value = Pair> {
         (any::<String>(), any::<String>())
             .prop_filter("a known name", |(name, _)| {
-                !name.is_empty() && name != "limit" && name != "status"
+                !name.is_empty() && !["limit", "status", "categoryId", "cursor"].contains(&&**name)
             })
             .prop_map(|(name, value)| Pair::Unknown(name, value))
     }
 
     /// A query string of up to five pairs, each name and value encoded at random.
     fn query() -> impl Strategy<Value = (String, Vec<Pair>)> {
-        let pair = prop_oneof![limit_pair(), status_pair(), unknown_pair()];
+        let pair = prop_oneof![limit_pair(), status_pair(), category_pair(), unknown_pair()];
         prop::collection::vec((pair, choices(), choices(), 1usize..3), 0..5).prop_map(|pairs| {
             let mut text = String::new();
             for (pair, name_choices, value_choices, separators) in &pairs {
                 let (name, value) = match pair {
                     Pair::Limit(value, _) => ("limit", value.as_str()),
                     Pair::Status(value, _) => ("status", value.as_str()),
+                    Pair::Category(value, _) => ("categoryId", value.as_str()),
                     Pair::Unknown(name, value) => (name.as_str(), value.as_str()),
                 };
                 text.push_str(&encode(name, name_choices));
@@ -602,6 +793,7 @@ mod tests {
     fn expected(pairs: &[Pair]) -> Result<ListQuery, InvalidQuery> {
         let mut limit = None;
         let mut status = None;
+        let mut category = None;
         let invalid = |text: &str| Err(InvalidQuery::Parameter(InvalidParameter(text.into())));
         for pair in pairs {
             match pair {
@@ -617,12 +809,20 @@ mod tests {
                 Pair::Status(_, None) => {
                     return invalid("status must be one of available, pending, sold");
                 }
+                Pair::Category(..) if category.is_some() => {
+                    return invalid("categoryId must be given at most once");
+                }
+                Pair::Category(_, Some(id)) => category = Some(*id),
+                Pair::Category(_, None) => {
+                    return invalid("categoryId must be a decimal integer within int64");
+                }
                 Pair::Unknown(..) => {}
             }
         }
         Ok(ListQuery {
             limit: limit.unwrap_or(20),
             status,
+            category,
             after: None,
         })
     }
@@ -671,6 +871,192 @@ mod tests {
         assert_eq!(
             ListQuery::parse(&format!("status=sold&cursor={sold_cursor}")).map(|q| q.after),
             Ok(Some(3))
+        );
+    }
+
+    /// The cursor at the end of a next query.
+    fn cursor_in(next: &str) -> &str {
+        next.rsplit_once("cursor=").expect("a cursor").1
+    }
+
+    #[test]
+    fn a_category_filter_is_an_int64_given_once_and_comes_back_in_the_next_query() {
+        let query = ListQuery::parse("categoryId=-4&status=sold&limit=3").expect("valid");
+        assert_eq!(
+            (query.status, query.category),
+            (Some(PetStatus::Sold), Some(-4))
+        );
+        let next = query.next(9);
+        assert!(
+            next.starts_with("limit=3&status=sold&categoryId=-4&cursor="),
+            "{next}"
+        );
+        let again = ListQuery::parse(&next).expect("a next query is valid");
+        assert_eq!(
+            again,
+            ListQuery {
+                limit: 3,
+                status: Some(PetStatus::Sold),
+                category: Some(-4),
+                after: Some(9)
+            }
+        );
+        assert_eq!(
+            ListQuery::parse("categoryId=%37").map(|q| q.category),
+            Ok(Some(7))
+        );
+        for (text, expected) in [
+            (
+                "categoryId=",
+                "categoryId must be a decimal integer within int64",
+            ),
+            (
+                "categoryId=x",
+                "categoryId must be a decimal integer within int64",
+            ),
+            (
+                "categoryId=9223372036854775808",
+                "categoryId must be a decimal integer within int64",
+            ),
+            (
+                "categoryId=1&categoryId=1",
+                "categoryId must be given at most once",
+            ),
+        ] {
+            assert_eq!(message(ListQuery::parse(text)), expected, "{text}");
+        }
+        // Without a category, the next query is the one listPets always made.
+        let plain = ListQuery::parse("status=sold&limit=5")
+            .expect("valid")
+            .next(41);
+        assert_eq!(plain, "limit=5&status=sold&cursor=AQMAAAAAAAAAKU4t");
+    }
+
+    #[test]
+    fn a_pets_cursor_is_bound_to_its_category_filter() {
+        let dogs = ListQuery::parse("categoryId=1").expect("valid").next(3);
+        let cats = ListQuery::parse("categoryId=2").expect("valid").next(3);
+        let all = ListQuery::parse("").expect("valid").next(3);
+        let sold_dogs = ListQuery::parse("categoryId=1&status=sold")
+            .expect("valid")
+            .next(3);
+        let category = "cursor: cursor belongs to a list with another categoryId filter";
+        let status = "cursor: cursor belongs to a list with another status filter";
+        for (query, expected) in [
+            (
+                format!("categoryId=1&cursor={}", cursor_in(&cats)),
+                category,
+            ),
+            (format!("cursor={}", cursor_in(&dogs)), category),
+            (format!("categoryId=1&cursor={}", cursor_in(&all)), category),
+            (
+                format!("categoryId=1&cursor={}", cursor_in(&sold_dogs)),
+                status,
+            ),
+            (format!("status=sold&cursor={}", cursor_in(&dogs)), status),
+        ] {
+            assert_eq!(message(ListQuery::parse(&query)), expected, "{query}");
+        }
+        assert_eq!(
+            ListQuery::parse(&format!("categoryId=1&cursor={}", cursor_in(&dogs))).map(|q| q.after),
+            Ok(Some(3))
+        );
+    }
+
+    #[test]
+    fn orders_take_an_order_status_and_a_pet_and_link_on_with_both() {
+        assert_eq!(
+            OrdersQuery::parse(""),
+            Ok(OrdersQuery {
+                limit: 20,
+                status: None,
+                pet_id: None,
+                after: None
+            })
+        );
+        let query = OrdersQuery::parse("petId=5&status=placed&limit=2").expect("valid");
+        let mut next = String::new();
+        query.next_into(11, &mut next);
+        assert!(
+            next.starts_with("limit=2&status=placed&petId=5&cursor="),
+            "{next}"
+        );
+        assert_eq!(
+            OrdersQuery::parse(&next),
+            Ok(OrdersQuery {
+                limit: 2,
+                status: Some(OrderStatus::Placed),
+                pet_id: Some(5),
+                after: Some(11)
+            })
+        );
+        let refused = |text: &str| match OrdersQuery::parse(text).expect_err(text) {
+            InvalidQuery::Parameter(e) => e.0,
+            InvalidQuery::Cursor(problem) => format!("cursor: {problem}"),
+        };
+        for (text, expected) in [
+            (
+                "status=available",
+                "status must be one of placed, completed, cancelled, expired",
+            ),
+            (
+                "status=placed&status=placed",
+                "status must be given at most once",
+            ),
+            ("petId=one", "petId must be a decimal integer within int64"),
+            ("limit=0", "limit must be an integer from 1 to 100"),
+            (
+                "cursor=abc",
+                "cursor: cursor is not valid: pass the cursor of a next link unchanged",
+            ),
+        ] {
+            assert_eq!(refused(text), expected, "{text}");
+        }
+        let other_pet = format!("petId=6&limit=2&status=placed&cursor={}", cursor_in(&next));
+        assert_eq!(
+            refused(&other_pet),
+            "cursor: cursor belongs to a list with another petId filter"
+        );
+        let other_status = format!("petId=5&status=completed&cursor={}", cursor_in(&next));
+        assert_eq!(
+            refused(&other_status),
+            "cursor: cursor belongs to a list with another status filter"
+        );
+    }
+
+    #[test]
+    fn a_cursor_of_one_list_is_refused_by_every_other() {
+        let pets = ListQuery::parse("").expect("valid").next(1);
+        let dogs = ListQuery::parse("categoryId=1").expect("valid").next(1);
+        let mut orders = String::new();
+        OrdersQuery::parse("")
+            .expect("valid")
+            .next_into(1, &mut orders);
+        let mut categories = String::new();
+        CategoriesQuery::parse("")
+            .expect("valid")
+            .next_into(1, &mut categories);
+        assert!(categories.starts_with("limit=20&cursor="), "{categories}");
+        let another = InvalidQuery::Cursor(
+            "cursor belongs to another list: pass the cursor of this list's next link unchanged",
+        );
+        for pets in [&pets, &dogs] {
+            let pets = format!("cursor={}", cursor_in(pets));
+            assert_eq!(OrdersQuery::parse(&pets), Err(another.clone()));
+            assert_eq!(CategoriesQuery::parse(&pets), Err(another.clone()));
+        }
+        let orders = format!("cursor={}", cursor_in(&orders));
+        assert_eq!(ListQuery::parse(&orders), Err(another.clone()));
+        assert_eq!(CategoriesQuery::parse(&orders), Err(another.clone()));
+        let categories = format!("cursor={}", cursor_in(&categories));
+        assert_eq!(ListQuery::parse(&categories), Err(another.clone()));
+        assert_eq!(OrdersQuery::parse(&categories), Err(another));
+        assert_eq!(
+            CategoriesQuery::parse(&format!("limit=7&{categories}")),
+            Ok(CategoriesQuery {
+                limit: 7,
+                after: Some(1)
+            })
         );
     }
 
@@ -723,6 +1109,56 @@ mod tests {
         #[test]
         fn a_generated_query_parses_to_what_its_pairs_say((text, pairs) in query()) {
             prop_assert_eq!(ListQuery::parse(&text), expected(&pairs), "{}", text);
+        }
+
+        #[test]
+        fn any_query_string_is_an_orders_or_categories_query_or_refused(
+            text in prop_oneof![any::<String>(), "[a-zA-Z=&%+0-9-]{0,40}"],
+        ) {
+            if let Ok(query) = OrdersQuery::parse(&text) {
+                prop_assert!((1..=100).contains(&query.limit));
+            }
+            if let Ok(query) = CategoriesQuery::parse(&text) {
+                prop_assert!((1..=100).contains(&query.limit));
+            }
+        }
+
+        #[test]
+        fn every_next_query_reads_back_as_its_list_one_page_on(
+            limit in 1usize..=100,
+            status in proptest::option::of(prop_oneof![
+                Just(PetStatus::Available),
+                Just(PetStatus::Pending),
+                Just(PetStatus::Sold),
+            ]),
+            order_status in proptest::option::of(prop_oneof![
+                Just(OrderStatus::Placed),
+                Just(OrderStatus::Completed),
+                Just(OrderStatus::Cancelled),
+                Just(OrderStatus::Expired),
+            ]),
+            filter in proptest::option::of(any::<i64>()),
+            last in any::<i64>(),
+        ) {
+            let pets = ListQuery { limit, status, category: filter, after: None };
+            prop_assert_eq!(
+                ListQuery::parse(&pets.next(last)),
+                Ok(ListQuery { after: Some(last), ..pets })
+            );
+            let orders = OrdersQuery { limit, status: order_status, pet_id: filter, after: None };
+            let mut next = String::new();
+            orders.next_into(last, &mut next);
+            prop_assert_eq!(
+                OrdersQuery::parse(&next),
+                Ok(OrdersQuery { after: Some(last), ..orders })
+            );
+            let categories = CategoriesQuery { limit, after: None };
+            let mut next = String::new();
+            categories.next_into(last, &mut next);
+            prop_assert_eq!(
+                CategoriesQuery::parse(&next),
+                Ok(CategoriesQuery { limit, after: Some(last) })
+            );
         }
 
         #[test]

@@ -19,11 +19,12 @@ use hyper::header::{
 use hyper::http::request::Parts;
 use hyper::{Method, Request, Response, StatusCode, Version};
 
-use crate::api::{self, Reply};
+use crate::api::{self, Reply, categories, events, orders, pets};
 use crate::auth::{AuthFailure, Keys};
 use crate::error::Error;
 use crate::feed::{Feed, Frames};
 use crate::metrics;
+use crate::order::OrderAction;
 use crate::ratelimit::RateLimits;
 use crate::store::Store;
 
@@ -63,7 +64,7 @@ static STARTING_FIELDS: LazyLock<[HeaderMap; 8]> = LazyLock::new(|| {
         // no browser may read a JSON body as HTML.
         fields.insert(X_CONTENT_TYPE_OPTIONS, NOSNIFF);
         if get_pet {
-            fields.extend(api::deprecation_headers());
+            fields.extend(api::pets::deprecation_headers());
         }
         if has_etag {
             fields.insert(ETAG, HeaderValue::from_static("\"\""));
@@ -112,7 +113,7 @@ struct Shared {
     feed: Feed,
 }
 
-/// An operation, chosen by method and path.
+/// An operation, chosen by method and path; a path's id is checked by its operation.
 enum Route<'a> {
     ListPets,
     CreatePet,
@@ -120,8 +121,72 @@ enum Route<'a> {
     PatchPet(&'a str),
     DeletePet(&'a str),
     ListEvents,
+    PlaceOrder,
+    ListOrders,
+    GetOrder(&'a str),
+    MoveOrder(&'a str, OrderAction),
+    GetInventory,
+    ListCategories,
+    CreateCategory,
+    GetCategory(&'a str),
+    PatchCategory(&'a str),
+    DeleteCategory(&'a str),
     OpenApi,
     Health,
+}
+
+/// A path this server has, whatever the method: what `route` and `route_template` share, so
+/// that a request and its metrics always agree on where it went.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Resource<'a> {
+    OpenApi,
+    Health,
+    Pets,
+    Pet(&'a str),
+    Events,
+    Orders,
+    Order(&'a str),
+    OrderAction(&'a str, OrderAction),
+    Inventory,
+    Categories,
+    Category(&'a str),
+}
+
+impl<'a> Resource<'a> {
+    /// The resource at `path`, or `None` when there is none (404).
+    fn of(path: &'a str) -> Option<Resource<'a>> {
+        // One segment, the id: not empty and without a `/`.
+        let id = |rest: &'a str| (!rest.is_empty() && !rest.contains('/')).then_some(rest);
+        Some(match path {
+            OPENAPI_PATH => Resource::OpenApi,
+            HEALTH_PATH => Resource::Health,
+            "/v1/pets" => Resource::Pets,
+            "/v1/events" => Resource::Events,
+            "/v1/store/orders" => Resource::Orders,
+            "/v1/store/inventory" => Resource::Inventory,
+            "/v1/categories" => Resource::Categories,
+            _ => {
+                if let Some(rest) = path.strip_prefix("/v1/pets/") {
+                    Resource::Pet(id(rest)?)
+                } else if let Some(rest) = path.strip_prefix("/v1/categories/") {
+                    Resource::Category(id(rest)?)
+                } else if let Some(rest) = path.strip_prefix("/v1/store/orders/") {
+                    match rest.split_once('/') {
+                        None => Resource::Order(id(rest)?),
+                        Some((order, "complete")) => {
+                            Resource::OrderAction(id(order)?, OrderAction::Complete)
+                        }
+                        Some((order, "cancel")) => {
+                            Resource::OrderAction(id(order)?, OrderAction::Cancel)
+                        }
+                        Some(_) => return None,
+                    }
+                } else {
+                    return None;
+                }
+            }
+        })
+    }
 }
 
 impl App {
@@ -290,18 +355,24 @@ impl App {
         let headers = &parts.headers;
         let routed = routed?;
         // After routing, so a read-only key still learns of a 404 or 405 like any other.
-        if caller.as_ref().is_some_and(|caller| caller.read_only) && routed.writes() {
-            return Err(Error::Forbidden);
+        if caller.as_ref().is_some_and(|caller| caller.read_only)
+            && let Some(what) = routed.writes()
+        {
+            return Err(Error::Forbidden { what });
         }
         // The writes' futures (a body read under a timeout, a wait on the writer) are boxed, as
         // the store's are on PostgreSQL, so that a read's request future stays small: HTTP/2
         // copies it into each stream's task, and memcpy was the largest cost of an HTTP/2 list
         // under callgrind. With the PostgreSQL reads still inline it was 3,264 bytes; now 1,304.
+        // The reads of orders, categories and the inventory are boxed too: they are rarer than
+        // a pet's, and inline the largest of them would set the size of every request's future.
+        let store = &self.0.store;
+        let query = parts.uri.query();
         match routed {
-            Route::ListPets => api::list_pets(&self.0.store, parts.uri.query()).await,
+            Route::ListPets => pets::list_pets(store, query).await,
             Route::CreatePet => {
                 let caller = caller.expect("every /v1/pets request passed the key check");
-                Box::pin(api::create_pet(
+                Box::pin(pets::create_pet(
                     &self.0.store,
                     &caller,
                     headers,
@@ -310,9 +381,9 @@ impl App {
                 ))
                 .await
             }
-            Route::GetPet(id) => api::get_pet(&self.0.store, id, headers).await,
+            Route::GetPet(id) => pets::get_pet(store, id, headers).await,
             Route::PatchPet(id) => {
-                Box::pin(api::patch_pet(
+                Box::pin(pets::patch_pet(
                     &self.0.store,
                     id,
                     headers,
@@ -321,19 +392,37 @@ impl App {
                 ))
                 .await
             }
-            Route::DeletePet(id) => Box::pin(api::delete_pet(&self.0.store, id, headers)).await,
+            Route::DeletePet(id) => Box::pin(pets::delete_pet(store, id, headers)).await,
             Route::ListEvents => {
                 let head = parts.method == Method::HEAD;
-                let (store, feed) = (&self.0.store, &self.0.feed);
-                Box::pin(api::list_events(
-                    store,
-                    feed,
-                    parts.uri.query(),
-                    headers,
-                    head,
+                let feed = &self.0.feed;
+                Box::pin(events::list_events(store, feed, query, headers, head)).await
+            }
+            Route::PlaceOrder => {
+                let caller = caller.expect("every /v1 request passed the key check");
+                let timeout = self.0.body_timeout;
+                Box::pin(orders::place_order(store, &caller, headers, body, timeout)).await
+            }
+            Route::ListOrders => Box::pin(orders::list_orders(store, query)).await,
+            Route::GetOrder(id) => Box::pin(orders::get_order(store, id, headers)).await,
+            Route::MoveOrder(id, action) => {
+                Box::pin(orders::move_order(store, id, action, headers)).await
+            }
+            Route::GetInventory => Box::pin(orders::get_inventory(store)).await,
+            Route::ListCategories => Box::pin(categories::list_categories(store, query)).await,
+            Route::CreateCategory => {
+                let timeout = self.0.body_timeout;
+                Box::pin(categories::create_category(store, headers, body, timeout)).await
+            }
+            Route::GetCategory(id) => Box::pin(categories::get_category(store, id)).await,
+            Route::PatchCategory(id) => {
+                let timeout = self.0.body_timeout;
+                Box::pin(categories::patch_category(
+                    store, id, headers, body, timeout,
                 ))
                 .await
             }
+            Route::DeleteCategory(id) => Box::pin(categories::delete_category(store, id)).await,
             Route::OpenApi => Ok(api::openapi()),
             Route::Health => api::healthz(&self.0.store, self.0.certificate_health).await,
         }
@@ -341,12 +430,26 @@ impl App {
 }
 
 impl Route<'_> {
-    /// Whether the operation creates, changes or deletes: what a read-only key may not do.
-    fn writes(&self) -> bool {
-        matches!(
-            self,
-            Route::CreatePet | Route::PatchPet(_) | Route::DeletePet(_)
-        )
+    /// What the operation creates, changes or deletes, if it does (what a read-only key may
+    /// not do): the resource as `Error::Forbidden` names it.
+    fn writes(&self) -> Option<&'static str> {
+        match self {
+            Route::CreatePet | Route::PatchPet(_) | Route::DeletePet(_) => Some("pets"),
+            Route::PlaceOrder | Route::MoveOrder(..) => Some("orders"),
+            Route::CreateCategory | Route::PatchCategory(_) | Route::DeleteCategory(_) => {
+                Some("categories")
+            }
+            Route::ListPets
+            | Route::GetPet(_)
+            | Route::ListEvents
+            | Route::ListOrders
+            | Route::GetOrder(_)
+            | Route::GetInventory
+            | Route::ListCategories
+            | Route::GetCategory(_)
+            | Route::OpenApi
+            | Route::Health => None,
+        }
     }
 }
 
@@ -369,45 +472,63 @@ fn needs_key(path: &str) -> bool {
 /// The route table. HEAD is served wherever GET is (RFC 9110 9.1).
 fn route<'a>(method: &Method, path: &'a str) -> Result<Route<'a>, Error> {
     let readable = method == Method::GET || method == Method::HEAD;
+    let (post, patch, delete) = (
+        method == Method::POST,
+        method == Method::PATCH,
+        method == Method::DELETE,
+    );
     let not_allowed = |allow| Err(Error::MethodNotAllowed { allow });
-    let read_only = |route| {
-        if readable {
-            Ok(route)
-        } else {
+    let Some(resource) = Resource::of(path) else {
+        return Err(Error::NotFound(format!("no resource at {path}")));
+    };
+    match resource {
+        Resource::OpenApi if readable => Ok(Route::OpenApi),
+        Resource::Health if readable => Ok(Route::Health),
+        Resource::Events if readable => Ok(Route::ListEvents),
+        Resource::Inventory if readable => Ok(Route::GetInventory),
+        Resource::OpenApi | Resource::Health | Resource::Events | Resource::Inventory => {
             not_allowed("GET, HEAD")
         }
-    };
-    match path {
-        OPENAPI_PATH => read_only(Route::OpenApi),
-        HEALTH_PATH => read_only(Route::Health),
-        "/v1/pets" if *method == Method::POST => Ok(Route::CreatePet),
-        "/v1/pets" if readable => Ok(Route::ListPets),
-        "/v1/pets" => not_allowed("GET, HEAD, POST"),
-        "/v1/events" => read_only(Route::ListEvents),
-        _ => match path.strip_prefix("/v1/pets/") {
-            Some(id) if !id.is_empty() && !id.contains('/') => match *method {
-                Method::PATCH => Ok(Route::PatchPet(id)),
-                Method::DELETE => Ok(Route::DeletePet(id)),
-                _ if readable => Ok(Route::GetPet(id)),
-                _ => not_allowed("GET, HEAD, PATCH, DELETE"),
-            },
-            _ => Err(Error::NotFound(format!("no resource at {path}"))),
-        },
+        Resource::Pets if post => Ok(Route::CreatePet),
+        Resource::Pets if readable => Ok(Route::ListPets),
+        Resource::Orders if post => Ok(Route::PlaceOrder),
+        Resource::Orders if readable => Ok(Route::ListOrders),
+        Resource::Categories if post => Ok(Route::CreateCategory),
+        Resource::Categories if readable => Ok(Route::ListCategories),
+        Resource::Pets | Resource::Orders | Resource::Categories => not_allowed("GET, HEAD, POST"),
+        Resource::Pet(id) if patch => Ok(Route::PatchPet(id)),
+        Resource::Pet(id) if delete => Ok(Route::DeletePet(id)),
+        Resource::Pet(id) if readable => Ok(Route::GetPet(id)),
+        Resource::Category(id) if patch => Ok(Route::PatchCategory(id)),
+        Resource::Category(id) if delete => Ok(Route::DeleteCategory(id)),
+        Resource::Category(id) if readable => Ok(Route::GetCategory(id)),
+        Resource::Pet(_) | Resource::Category(_) => not_allowed("GET, HEAD, PATCH, DELETE"),
+        Resource::Order(id) if readable => Ok(Route::GetOrder(id)),
+        Resource::Order(_) => not_allowed("GET, HEAD"),
+        Resource::OrderAction(id, action) if post => Ok(Route::MoveOrder(id, action)),
+        Resource::OrderAction(..) => not_allowed("POST"),
     }
 }
 
 /// The route template a path falls under, for the metrics: by path alone, so a 405 still
 /// counts under the resource it asked for.
 fn route_template(path: &str) -> metrics::Route {
-    match path {
-        "/v1/pets" => metrics::Route::Pets,
-        "/v1/events" => metrics::Route::Events,
-        OPENAPI_PATH => metrics::Route::OpenApi,
-        HEALTH_PATH => metrics::Route::Health,
-        _ => match path.strip_prefix("/v1/pets/") {
-            Some(id) if !id.is_empty() && !id.contains('/') => metrics::Route::Pet,
-            _ => metrics::Route::Unmatched,
-        },
+    use metrics::Route as Template;
+    match Resource::of(path) {
+        Some(Resource::OpenApi) => Template::OpenApi,
+        Some(Resource::Health) => Template::Health,
+        Some(Resource::Pets) => Template::Pets,
+        Some(Resource::Pet(_)) => Template::Pet,
+        Some(Resource::Events) => Template::Events,
+        Some(Resource::Orders) => Template::Orders,
+        Some(Resource::Order(_)) => Template::Order,
+        Some(Resource::OrderAction(_, OrderAction::Complete)) => Template::OrderComplete,
+        // `Resource::of` makes no other action.
+        Some(Resource::OrderAction(..)) => Template::OrderCancel,
+        Some(Resource::Inventory) => Template::Inventory,
+        Some(Resource::Categories) => Template::Categories,
+        Some(Resource::Category(_)) => Template::Category,
+        None => Template::Unmatched,
     }
 }
 
@@ -610,6 +731,130 @@ mod tests {
     }
 
     #[test]
+    fn orders_categories_and_the_inventory_have_their_routes_and_allow() {
+        let routed = |method: Method, path| route(&method, path);
+        assert!(matches!(
+            routed(Method::POST, "/v1/store/orders"),
+            Ok(Route::PlaceOrder)
+        ));
+        assert!(matches!(
+            routed(Method::HEAD, "/v1/store/orders"),
+            Ok(Route::ListOrders)
+        ));
+        assert!(matches!(
+            routed(Method::GET, "/v1/store/orders/7"),
+            Ok(Route::GetOrder("7"))
+        ));
+        assert!(matches!(
+            routed(Method::POST, "/v1/store/orders/x/complete"),
+            Ok(Route::MoveOrder("x", OrderAction::Complete))
+        ));
+        assert!(matches!(
+            routed(Method::POST, "/v1/store/orders/7/cancel"),
+            Ok(Route::MoveOrder("7", OrderAction::Cancel))
+        ));
+        assert!(matches!(
+            routed(Method::GET, "/v1/store/inventory"),
+            Ok(Route::GetInventory)
+        ));
+        assert!(matches!(
+            routed(Method::GET, "/v1/categories"),
+            Ok(Route::ListCategories)
+        ));
+        assert!(matches!(
+            routed(Method::POST, "/v1/categories"),
+            Ok(Route::CreateCategory)
+        ));
+        assert!(matches!(
+            routed(Method::HEAD, "/v1/categories/3"),
+            Ok(Route::GetCategory("3"))
+        ));
+        assert!(matches!(
+            routed(Method::PATCH, "/v1/categories/3"),
+            Ok(Route::PatchCategory("3"))
+        ));
+        assert!(matches!(
+            routed(Method::DELETE, "/v1/categories/3"),
+            Ok(Route::DeleteCategory("3"))
+        ));
+        let allowed = |method: Method, path| match route(&method, path) {
+            Err(Error::MethodNotAllowed { allow }) => allow,
+            _ => "",
+        };
+        for (method, path, allow) in [
+            (Method::DELETE, "/v1/store/orders", "GET, HEAD, POST"),
+            (Method::POST, "/v1/store/orders/1", "GET, HEAD"),
+            (Method::DELETE, "/v1/store/orders/1", "GET, HEAD"),
+            (Method::GET, "/v1/store/orders/1/complete", "POST"),
+            (Method::PUT, "/v1/store/orders/1/cancel", "POST"),
+            (Method::POST, "/v1/store/inventory", "GET, HEAD"),
+            (Method::PATCH, "/v1/categories", "GET, HEAD, POST"),
+            (Method::POST, "/v1/categories/1", "GET, HEAD, PATCH, DELETE"),
+        ] {
+            assert_eq!(allowed(method.clone(), path), allow, "{method} {path}");
+        }
+        for path in [
+            "/v1/store",
+            "/v1/store/",
+            "/v1/store/orders/",
+            "/v1/store/orders/1/",
+            "/v1/store/orders/1/x",
+            "/v1/store/orders//complete",
+            "/v1/store/orders/1/complete/",
+            "/v1/store/orders/1/cancel/x",
+            "/v1/store/ordersx",
+            "/v1/store/inventory/",
+            "/v1/categories/",
+            "/v1/categories/1/x",
+            "/v1/categoriesx",
+        ] {
+            for method in [Method::GET, Method::POST] {
+                assert!(
+                    matches!(route(&method, path), Err(Error::NotFound(_))),
+                    "{method} {path}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn every_write_and_only_a_write_is_forbidden_to_a_read_only_key() {
+        let writes = |method: Method, path| match route(&method, path) {
+            Ok(route) => route.writes(),
+            Err(e) => panic!("{method} {path}: {e:?}"),
+        };
+        for (method, path, what) in [
+            (Method::POST, "/v1/pets", "pets"),
+            (Method::PATCH, "/v1/pets/1", "pets"),
+            (Method::DELETE, "/v1/pets/1", "pets"),
+            (Method::POST, "/v1/store/orders", "orders"),
+            (Method::POST, "/v1/store/orders/1/complete", "orders"),
+            (Method::POST, "/v1/store/orders/1/cancel", "orders"),
+            (Method::POST, "/v1/categories", "categories"),
+            (Method::PATCH, "/v1/categories/1", "categories"),
+            (Method::DELETE, "/v1/categories/1", "categories"),
+        ] {
+            assert_eq!(writes(method.clone(), path), Some(what), "{method} {path}");
+        }
+        for path in [
+            "/v1/pets",
+            "/v1/pets/1",
+            "/v1/events",
+            "/v1/store/orders",
+            "/v1/store/orders/1",
+            "/v1/store/inventory",
+            "/v1/categories",
+            "/v1/categories/1",
+            OPENAPI_PATH,
+            HEALTH_PATH,
+        ] {
+            for method in [Method::GET, Method::HEAD] {
+                assert_eq!(writes(method.clone(), path), None, "{method} {path}");
+            }
+        }
+    }
+
+    #[test]
     fn metrics_count_by_route_template_never_by_raw_path() {
         use metrics::Route as Template;
         assert_eq!(route_template("/v1/pets"), Template::Pets);
@@ -617,7 +862,22 @@ mod tests {
         assert_eq!(route_template("/v1/pets/not-an-id"), Template::Pet);
         assert_eq!(route_template(OPENAPI_PATH), Template::OpenApi);
         assert_eq!(route_template(HEALTH_PATH), Template::Health);
+        for (path, template) in [
+            ("/v1/events", Template::Events),
+            ("/v1/store/orders", Template::Orders),
+            ("/v1/store/orders/12", Template::Order),
+            ("/v1/store/orders/x/complete", Template::OrderComplete),
+            ("/v1/store/orders/12/cancel", Template::OrderCancel),
+            ("/v1/store/inventory", Template::Inventory),
+            ("/v1/categories", Template::Categories),
+            ("/v1/categories/dogs", Template::Category),
+        ] {
+            assert_eq!(route_template(path), template, "{path}");
+        }
         for path in [
+            "/v1/store/orders/1/x",
+            "/v1/store/orders/",
+            "/v1/categories/1/x",
             "/",
             "/v1",
             "/v1/pets/",

@@ -13,7 +13,8 @@ use std::time::Duration;
 use clap::{Parser, Subcommand, ValueEnum};
 
 use super::values::{
-    ListenAddress, parse_expiry, parse_statement_timeout, parse_timeout, parse_ttl,
+    Hold, ListenAddress, parse_expiry, parse_hold, parse_statement_timeout, parse_timeout,
+    parse_ttl,
 };
 use crate::ratelimit::{Rate, RateOrOff};
 
@@ -215,6 +216,20 @@ pub struct Cli {
         help_heading = STORE
     )]
     pub(super) events_keep: Duration,
+
+    /// How long a new order holds its pet before it expires, e.g. `15m`, `2h`, `1d`; `0` for
+    /// no expiry.
+    ///
+    /// An order keeps the hold it was placed with; a change applies to new orders only.
+    #[arg(
+        long,
+        env = "PETSTORE_ORDER_HOLD",
+        default_value_t = Hold(Some(crate::store::DEFAULT_ORDER_HOLD)),
+        value_name = "DURATION",
+        value_parser = parse_hold,
+        help_heading = STORE
+    )]
+    pub(super) order_hold: Hold,
 
     /// PostgreSQL only: file holding the database password (a trailing line break is
     /// ignored), e.g. `$CREDENTIALS_DIRECTORY/db-password` with systemd's LoadCredential=.

@@ -49,6 +49,8 @@ pub struct Config {
     pub idempotency_ttl: Duration,
     /// How long the event feed keeps an event.
     pub events_keep: Duration,
+    /// How long a new order holds its pet; `None`: until it is completed or cancelled.
+    pub order_hold: Option<Duration>,
     /// Event streams open at once.
     pub max_subscribers: usize,
     /// Most writes one transaction takes.
@@ -148,6 +150,7 @@ impl Cli {
             cache_bytes: self.cache_size.saturating_mul(1 << 20),
             idempotency_ttl: self.idempotency_ttl,
             events_keep: self.events_keep,
+            order_hold: self.order_hold.0,
             max_subscribers: self.max_subscribers as usize,
             max_write_batch: self.max_write_batch as usize,
             shared_reads: self.shared_reads,
@@ -191,6 +194,7 @@ mod tests {
         assert_eq!(config.shutdown_timeout, Duration::from_secs(10));
         assert_eq!(config.idle_timeout, Duration::from_secs(60));
         assert_eq!(config.idempotency_ttl, Duration::from_secs(24 * 3600));
+        assert_eq!(config.order_hold, Some(Duration::from_secs(30 * 60)));
         assert_eq!(
             (config.log_format, config.log_level),
             (LogFormat::Text, None)
@@ -214,6 +218,17 @@ mod tests {
             Action::Serve(config) => Ok(*config),
             _ => panic!("expected a serve action"),
         }
+    }
+
+    #[test]
+    fn an_order_hold_of_0_means_no_expiry() {
+        let hold = |flags: &[&str]| serve(flags).map(|config| config.order_hold).ok();
+        assert_eq!(hold(&["--order-hold", "0"]), Some(None));
+        assert_eq!(
+            hold(&["--order-hold", "2h"]),
+            Some(Some(Duration::from_secs(7200)))
+        );
+        assert_eq!(hold(&["--order-hold", "5"]), None);
     }
 
     #[test]

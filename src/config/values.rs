@@ -125,6 +125,34 @@ pub(super) fn parse_ttl(text: &str) -> Result<Duration, String> {
     Ok(ttl)
 }
 
+/// `--order-hold`'s value: how long a new order holds its pet, `None` for no expiry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Hold(pub Option<Duration>);
+
+impl fmt::Display for Hold {
+    /// As `parse_hold` reads it: for clap to show the default.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            None => f.write_str("0"),
+            Some(hold) => humantime::format_duration(hold).fmt(f),
+        }
+    }
+}
+
+/// A hold as `--order-hold` takes it: `0` (any zero duration) for no expiry, else a duration
+/// as `--idempotency-ttl` takes it, at least a second.
+pub(super) fn parse_hold(text: &str) -> Result<Hold, String> {
+    if text.trim() == "0" {
+        return Ok(Hold(None));
+    }
+    match humantime::parse_duration(text) {
+        Ok(hold) if hold.is_zero() => Ok(Hold(None)),
+        _ => parse_ttl(text)
+            .map(|hold| Hold(Some(hold)))
+            .map_err(|e| format!("{e}; `0` for no expiry")),
+    }
+}
+
 /// An expiry as `keys add --expires` takes it: seconds since the epoch.
 pub(super) fn parse_expiry(text: &str) -> Result<u64, String> {
     crate::auth::parse_time(text).map_err(|e| format!("{e:#}"))
@@ -191,6 +219,22 @@ mod tests {
         assert_eq!(parse_timeout("500ms"), Ok(Duration::from_millis(500)));
         for bad in ["", "-1", "soon", "10 parsecs"] {
             assert!(parse_timeout(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn an_order_hold_is_a_duration_of_a_second_or_more_or_0_for_none() {
+        assert_eq!(parse_hold("30m"), Ok(Hold(Some(Duration::from_secs(1800)))));
+        assert_eq!(parse_hold("1s"), Ok(Hold(Some(Duration::from_secs(1)))));
+        for none in ["0", "0s", "0m"] {
+            assert_eq!(parse_hold(none), Ok(Hold(None)), "{none}");
+        }
+        for hold in [Hold(None), Hold(Some(Duration::from_secs(5400)))] {
+            assert_eq!(parse_hold(&hold.to_string()), Ok(hold));
+        }
+        for bad in ["", "10", "500ms", "soon", "-1"] {
+            let error = parse_hold(bad).expect_err(bad);
+            assert!(error.ends_with("`0` for no expiry"), "{bad}: {error}");
         }
     }
 

@@ -275,6 +275,13 @@ impl Store {
         self.front.patch_category(id, patch).await
     }
 
+    /// Expires the placed orders whose hold ended by `now_ms` now, as the once-a-second loop
+    /// does; answers how many. For tests, which cannot wait for the loop.
+    #[cfg(test)]
+    pub async fn expire_holds(&self, now_ms: u64) -> Result<usize, StoreError> {
+        self.front.expire(now_ms).await
+    }
+
     /// Removes a category no pet names; `CategoryInUse` otherwise.
     pub async fn delete_category(&self, id: CategoryId) -> Result<(), StoreError> {
         self.front.delete_category(id).await
@@ -358,13 +365,6 @@ impl Store {
     /// from time to time, since this process hears only of its own commits.
     pub fn shared_by_instances(&self) -> bool {
         matches!(self.backend, Backend::Postgres(_))
-    }
-
-    /// Pets per status (`None`: pets without one). Reads every pet's index entry: for the
-    /// metrics, which bound how often they ask.
-    pub async fn count_by_status(&self) -> Result<Vec<(Option<PetStatus>, u64)>, StoreError> {
-        on_backend!(&self.backend, store => store.count_by_status().await)
-            .map_err(|e| self.closed_or(e))
     }
 
     /// Whether the store can serve now: its writer runs and its engine answers a read.

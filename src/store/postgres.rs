@@ -2,13 +2,15 @@
 //! schema and its migrations (under an advisory lock, so instances starting together apply
 //! each once), the reads, and the engine that runs each batch of the write front (one per
 //! instance, `store/write.rs`) as one transaction.
-//! Invariant: ids come from one counter row, locked by every transaction that creates, so they
-//! are unique and increase in commit order across instances and a failover; a pet, its
-//! revision and its idempotency record change in one transaction. No PostgreSQL type leaves
-//! this module and its children.
+//! Invariant: ids of each kind come from one counter row, locked by every transaction that
+//! gives them, so they are unique and increase in commit order across instances and a
+//! failover; a pet, its revision, its idempotency record, its orders and the inventory's
+//! counters change in one transaction. No PostgreSQL type leaves this module and its children.
 //!
-//! Its parts: `handle.rs` (the pool, the open, the reads), `batch.rs` (the engine under the
-//! write front), `schema.rs` (migrations), `rows.rs` (values in rows), `errors.rs` (errors by
+//! Its parts: `handle.rs` (the pool, the open, the reads of pets and events), `sales.rs` (the
+//! reads of orders, categories and the inventory), `batch.rs` (the engine under the write
+//! front, its lock order and the pets' writes), `sale_writes.rs` (the writes of orders and
+//! categories), `schema.rs` (migrations), `rows.rs` (values in rows), `errors.rs` (errors by
 //! meaning), `connect` (the URL and TLS), `pool.rs`, `copy.rs`.
 
 mod batch;
@@ -18,6 +20,7 @@ mod errors;
 mod handle;
 mod pool;
 mod rows;
+mod sale_writes;
 mod sales;
 mod schema;
 

@@ -14,6 +14,7 @@ use super::model::{Change, IdempotencyRecord, SHORT_DIGEST};
 use super::pg_cluster::Cluster;
 use super::*;
 use crate::event::{EventType, Position, Types};
+use crate::order::{OrderStatus, Refused};
 use crate::pet::PetPatch;
 
 const TUNING: Tuning = Tuning {
@@ -564,6 +565,1023 @@ pub(super) async fn trimmed_events_are_gone_and_a_cursor_before_them_expires(sto
     );
 }
 
+/// A hold that ends a minute after the order: neither ends by itself during a test nor is
+/// expired by the store's once-a-second loop, so `expire_holds` decides when.
+const HOLD_A_MINUTE: Tuning = Tuning {
+    order_hold: Some(Duration::from_secs(60)),
+    ..TUNING
+};
+
+/// A hold that has ended by the time a client could complete its order.
+const HOLD_ENDED: Tuning = Tuning {
+    order_hold: Some(Duration::from_millis(1)),
+    ..TUNING
+};
+
+fn an_order(pet: PetId) -> NewOrder {
+    NewOrder {
+        pet_id: pet,
+        note: None,
+    }
+}
+
+async fn place(store: &Store, pet: PetId) -> Result<Placed, StoreError> {
+    store.place_order(an_order(pet), None).await
+}
+
+/// The pet's status as its stored JSON gives it.
+fn status_of(pet: &StoredPet) -> Option<PetStatus> {
+    crate::pet::Pet::from_json(&pet.json)
+        .expect("a stored pet reads back")
+        .status
+}
+
+/// The pet `id` as the store has it now.
+async fn pet_now(store: &Store, id: PetId) -> StoredPet {
+    store.get(id).await.expect("get").expect("the pet exists")
+}
+
+fn objects(page: &Page) -> Vec<serde_json::Value> {
+    let value: serde_json::Value = serde_json::from_slice(&page.json).expect("a page is JSON");
+    value.as_array().expect("a page is an array").clone()
+}
+
+/// Every pet a walk of the list finds (pages of 7, each after the last one's last id), by id
+/// with its status.
+async fn walk_pets(
+    store: &Store,
+    status: Option<PetStatus>,
+    category: Option<CategoryId>,
+) -> Vec<(PetId, Option<PetStatus>)> {
+    let mut found = Vec::new();
+    let mut after = None;
+    loop {
+        let page = store.list(status, category, after, 7).await.expect("list");
+        for pet in objects(&page) {
+            let id = pet["id"].as_i64().expect("id");
+            let status = pet["status"].as_str().and_then(PetStatus::parse);
+            found.push((id, status));
+        }
+        if !page.more {
+            return found;
+        }
+        after = page.last_id;
+    }
+}
+
+/// Every order a walk of the list finds with `status` and of `pet` (pages of 3).
+async fn walk_orders(
+    store: &Store,
+    status: Option<OrderStatus>,
+    pet_id: Option<PetId>,
+) -> Vec<serde_json::Value> {
+    let mut found = Vec::new();
+    let mut after = None;
+    loop {
+        let query = OrderQuery {
+            status,
+            pet_id,
+            after,
+            limit: 3,
+        };
+        let page = store.list_orders(query).await.expect("list orders");
+        found.extend(objects(&page));
+        if !page.more {
+            return found;
+        }
+        after = page.last_id;
+    }
+}
+
+/// The inventory a walk of every pet counts.
+async fn counted(store: &Store) -> Inventory {
+    let mut inventory = Inventory::default();
+    for (_, status) in walk_pets(store, None, None).await {
+        *inventory.count_mut(status) += 1;
+    }
+    inventory
+}
+
+pub(super) async fn an_order_holds_its_pet_until_it_is_completed_or_cancelled(store: Store) {
+    let store = &store;
+    let a = add(store, new_pet("a", Some(PetStatus::Available)))
+        .await
+        .expect("create");
+    let b = add(store, new_pet("b", Some(PetStatus::Available)))
+        .await
+        .expect("create");
+    let note = Some("Ann, collects Saturday".to_string());
+    let placed = store
+        .place_order(
+            NewOrder {
+                pet_id: a.id,
+                note: note.clone(),
+            },
+            None,
+        )
+        .await
+        .expect("placed");
+    assert!(!placed.replayed);
+    let order = placed.order.clone();
+    assert_eq!(
+        (order.id, order.pet_id, order.status, order.revision),
+        (1, a.id, OrderStatus::Placed, 1)
+    );
+    assert_eq!((order.note, order.expires_at_ms), (note, None), "no hold");
+    let pet = placed.pet.expect("the pet after the order");
+    assert_eq!(
+        (pet.revision, status_of(&pet)),
+        (2, Some(PetStatus::Pending))
+    );
+    assert_eq!(pet_now(store, a.id).await.json, pet.json);
+    assert_eq!(store.get_order(1).await.expect("get"), Some(placed.order));
+
+    let done = store
+        .move_order(1, OrderAction::Complete, Precondition::None)
+        .await
+        .expect("completed");
+    assert_eq!(
+        (done.order.status, done.order.revision),
+        (OrderStatus::Completed, 2)
+    );
+    assert!(done.order.closed_at_ms.is_some());
+    assert_eq!(
+        (done.pet.id, done.pet.revision, status_of(&done.pet)),
+        (a.id, 3, Some(PetStatus::Sold))
+    );
+    assert_eq!(pet_now(store, a.id).await.json, done.pet.json);
+
+    let second = place(store, b.id).await.expect("placed").order;
+    assert_eq!(second.id, 2);
+    let cancelled = store
+        .move_order(2, OrderAction::Cancel, Precondition::None)
+        .await
+        .expect("cancelled");
+    assert_eq!(cancelled.order.status, OrderStatus::Cancelled);
+    assert_eq!(
+        (cancelled.pet.revision, status_of(&cancelled.pet)),
+        (3, Some(PetStatus::Available))
+    );
+    assert_eq!(
+        store.get_order(2).await.expect("get"),
+        Some(cancelled.order)
+    );
+    assert_eq!(store.get_order(3).await.expect("get"), None);
+    let listed: Vec<(i64, String)> = walk_orders(store, None, None)
+        .await
+        .iter()
+        .map(|o| (o["id"].as_i64().expect("id"), o["status"].to_string()))
+        .collect();
+    assert_eq!(
+        listed,
+        [(1, "\"completed\"".into()), (2, "\"cancelled\"".into())]
+    );
+    let of_b = walk_orders(store, Some(OrderStatus::Cancelled), Some(b.id)).await;
+    assert_eq!(of_b.len(), 1);
+    assert!(
+        walk_orders(store, Some(OrderStatus::Placed), None)
+            .await
+            .is_empty()
+    );
+    assert_eq!(
+        store.inventory().await.expect("inventory"),
+        Inventory {
+            available: 1,
+            sold: 1,
+            ..Inventory::default()
+        }
+    );
+}
+
+pub(super) async fn an_order_needs_a_pet_that_exists_and_is_available_and_failing_takes_no_id(
+    store: Store,
+) {
+    let store = &store;
+    assert!(matches!(
+        place(store, 99).await,
+        Err(StoreError::NotFound(99))
+    ));
+    for status in [None, Some(PetStatus::Pending), Some(PetStatus::Sold)] {
+        let pet = add(store, new_pet("x", status)).await.expect("create");
+        match place(store, pet.id).await {
+            Err(StoreError::PetNotAvailable { pet: id, status: s }) => {
+                assert_eq!((id, s), (pet.id, status));
+            }
+            other => panic!("{status:?}: {other:?}"),
+        }
+        assert_eq!(pet_now(store, pet.id).await.revision, 1, "left as it was");
+    }
+    assert!(walk_orders(store, None, None).await.is_empty());
+    let available = add(store, new_pet("y", Some(PetStatus::Available)))
+        .await
+        .expect("create");
+    let placed = place(store, available.id).await.expect("placed");
+    assert_eq!(placed.order.id, 1, "refused orders took no id");
+}
+
+pub(super) async fn of_fifty_concurrent_orders_for_one_pet_exactly_one_is_placed(store: Store) {
+    let pet = add(&store, new_pet("one", Some(PetStatus::Available)))
+        .await
+        .expect("create");
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..50 {
+        let store = store.clone();
+        tasks.spawn(async move { place(&store, pet.id).await });
+    }
+    let mut placed = Vec::new();
+    for outcome in tasks.join_all().await {
+        match outcome {
+            Ok(order) => placed.push(order.order.id),
+            Err(StoreError::PetNotAvailable { pet: id, status }) => {
+                assert_eq!((id, status), (pet.id, Some(PetStatus::Pending)));
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+    assert_eq!(placed, [1]);
+    assert_eq!(walk_orders(&store, None, Some(pet.id)).await.len(), 1);
+    assert_eq!(pet_now(&store, pet.id).await.revision, 2);
+}
+
+pub(super) async fn only_a_placed_order_moves_and_if_match_is_the_order_s_revision(store: Store) {
+    let store = &store;
+    let pet = add(store, new_pet("a", Some(PetStatus::Available)))
+        .await
+        .expect("create");
+    let order = place(store, pet.id).await.expect("placed").order;
+    assert!(matches!(
+        store
+            .move_order(99, OrderAction::Complete, Precondition::None)
+            .await,
+        Err(StoreError::OrderNotFound(99))
+    ));
+    for stale in [vec![2], vec![]] {
+        let moved = store
+            .move_order(
+                order.id,
+                OrderAction::Complete,
+                Precondition::RevisionIn(stale),
+            )
+            .await;
+        assert!(
+            matches!(moved, Err(StoreError::PreconditionFailed)),
+            "{moved:?}"
+        );
+    }
+    assert_eq!(
+        store.get_order(order.id).await.expect("get"),
+        Some(order.clone()),
+        "unchanged"
+    );
+    store
+        .move_order(
+            order.id,
+            OrderAction::Complete,
+            Precondition::RevisionIn(vec![1]),
+        )
+        .await
+        .expect("completed at revision 1");
+    for action in [OrderAction::Complete, OrderAction::Cancel] {
+        match store.move_order(order.id, action, Precondition::None).await {
+            Err(StoreError::InvalidTransition {
+                order: id,
+                action: asked,
+                refused,
+            }) => assert_eq!(
+                (id, asked, refused),
+                (order.id, action, Refused::NotPlaced(OrderStatus::Completed))
+            ),
+            other => panic!("{other:?}"),
+        }
+    }
+    let pet = pet_now(store, pet.id).await;
+    assert_eq!((pet.revision, status_of(&pet)), (3, Some(PetStatus::Sold)));
+}
+
+pub(super) async fn an_ended_hold_cannot_complete(store: Store) {
+    let store = &store;
+    let pet = add(store, new_pet("a", Some(PetStatus::Available)))
+        .await
+        .expect("create");
+    let order = place(store, pet.id).await.expect("placed").order;
+    let end = order.expires_at_ms.expect("a hold");
+    assert_eq!(end, order.placed_at_ms + 1);
+    let completed = store
+        .move_order(order.id, OrderAction::Complete, Precondition::None)
+        .await;
+    // The store's own loop may have expired it first; either way it is not sold.
+    match completed {
+        Err(StoreError::InvalidTransition {
+            refused: Refused::HoldEnded(at),
+            ..
+        }) => assert_eq!(at, end),
+        Err(StoreError::InvalidTransition {
+            refused: Refused::NotPlaced(OrderStatus::Expired),
+            ..
+        }) => {}
+        other => panic!("{other:?}"),
+    }
+    assert_ne!(
+        status_of(&pet_now(store, pet.id).await),
+        Some(PetStatus::Sold)
+    );
+    match store
+        .move_order(order.id, OrderAction::Cancel, Precondition::None)
+        .await
+    {
+        Ok(cancelled) => assert_eq!(status_of(&cancelled.pet), Some(PetStatus::Available)),
+        Err(StoreError::InvalidTransition {
+            refused: Refused::NotPlaced(OrderStatus::Expired),
+            ..
+        }) => {}
+        other => panic!("an ended hold can still be cancelled: {other:?}"),
+    }
+    assert_eq!(
+        status_of(&pet_now(store, pet.id).await),
+        Some(PetStatus::Available)
+    );
+}
+
+pub(super) async fn a_held_pet_keeps_its_status_and_stays_while_its_order_is_placed(store: Store) {
+    let store = &store;
+    let pet = add(store, new_pet("a", Some(PetStatus::Available)))
+        .await
+        .expect("create");
+    let order = place(store, pet.id).await.expect("placed").order;
+    let reserved = |outcome: Result<(), StoreError>| match outcome {
+        Err(StoreError::PetReserved { pet: p, order: o }) => assert_eq!((p, o), (pet.id, order.id)),
+        other => panic!("{other:?}"),
+    };
+    for status in [Some(PetStatus::Available), Some(PetStatus::Pending), None] {
+        let patch = PetPatch {
+            status: Some(status),
+            ..PetPatch::default()
+        };
+        reserved(
+            store
+                .patch(pet.id, patch, Precondition::None)
+                .await
+                .map(|_| ()),
+        );
+    }
+    reserved(store.delete(pet.id, Precondition::None).await);
+    // The older checks answer first.
+    assert!(matches!(
+        store
+            .delete(pet.id, Precondition::RevisionIn(vec![1]))
+            .await,
+        Err(StoreError::PreconditionFailed)
+    ));
+    let renamed = PetPatch {
+        name: Some("renamed".into()),
+        category_id: Some(5),
+        ..PetPatch::default()
+    };
+    let patched = store
+        .patch(pet.id, renamed, Precondition::RevisionIn(vec![2]))
+        .await
+        .expect("a name and a category go through");
+    assert_eq!(
+        &patched.json[..],
+        format!(
+            r#"{{"id":{},"name":"renamed","categoryId":5,"status":"pending"}}"#,
+            pet.id
+        )
+        .as_bytes()
+    );
+    assert_eq!(
+        walk_pets(store, None, Some(5)).await,
+        [(pet.id, Some(PetStatus::Pending))]
+    );
+    store
+        .move_order(order.id, OrderAction::Cancel, Precondition::None)
+        .await
+        .expect("cancelled");
+    store
+        .patch(pet.id, sold(), Precondition::None)
+        .await
+        .expect("free again");
+    store
+        .delete(pet.id, Precondition::None)
+        .await
+        .expect("and deleted");
+    let inventory = store.inventory().await.expect("inventory");
+    assert_eq!(inventory.total(), 0);
+}
+
+pub(super) async fn an_ended_hold_expires_once_and_frees_its_pet(store: Store) {
+    let store = &store;
+    let mut orders = Vec::new();
+    for name in ["a", "b", "c"] {
+        let pet = add(store, new_pet(name, Some(PetStatus::Available)))
+            .await
+            .expect("create");
+        orders.push(place(store, pet.id).await.expect("placed").order);
+    }
+    store
+        .move_order(orders[2].id, OrderAction::Complete, Precondition::None)
+        .await
+        .expect("completed before its hold ended");
+    let end = orders[0].expires_at_ms.expect("a hold");
+    assert_eq!(end, orders[0].placed_at_ms + 60_000);
+    assert_eq!(
+        store
+            .expire_holds(orders[0].placed_at_ms)
+            .await
+            .expect("expire"),
+        0
+    );
+    let later = orders[1].expires_at_ms.expect("a hold") + 1000;
+    assert_eq!(store.expire_holds(later).await.expect("expire"), 2);
+    for order in &orders[..2] {
+        let expired = store.get_order(order.id).await.expect("get").expect("kept");
+        assert_eq!(
+            (expired.status, expired.revision, expired.closed_at_ms),
+            (OrderStatus::Expired, 2, Some(later))
+        );
+        let pet = pet_now(store, order.pet_id).await;
+        assert_eq!(
+            (pet.revision, status_of(&pet)),
+            (3, Some(PetStatus::Available))
+        );
+    }
+    assert_eq!(store.expire_holds(later).await.expect("once"), 0);
+    assert_eq!(
+        store
+            .get_order(orders[2].id)
+            .await
+            .expect("get")
+            .map(|o| o.status),
+        Some(OrderStatus::Completed)
+    );
+    assert_eq!(
+        store.inventory().await.expect("inventory"),
+        Inventory {
+            available: 2,
+            sold: 1,
+            ..Inventory::default()
+        }
+    );
+    let (events, _) = feed(store, None).await;
+    let expired: Vec<i64> = events
+        .iter()
+        .filter(|e| e["type"] == "order.expired")
+        .map(|e| e["orderId"].as_i64().expect("orderId"))
+        .collect();
+    assert_eq!(expired, [orders[0].id, orders[1].id], "one event each");
+}
+
+/// xorshift64* (as `tests/api/support.rs`): a repeatable mix.
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, n: usize) -> usize {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        (self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) % n.max(1) as u64) as usize
+    }
+
+    fn status(&mut self) -> Option<PetStatus> {
+        [
+            None,
+            Some(PetStatus::Available),
+            Some(PetStatus::Available),
+            Some(PetStatus::Pending),
+            Some(PetStatus::Sold),
+        ][self.below(5)]
+    }
+}
+
+pub(super) async fn the_inventory_counts_what_a_walk_of_every_pet_counts(store: Store) {
+    let store = &store;
+    assert_eq!(
+        store.inventory().await.expect("inventory"),
+        Inventory::default()
+    );
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let mut pets: Vec<PetId> = Vec::new();
+    let mut orders: Vec<OrderId> = Vec::new();
+    for round in 0..40 {
+        // Eight writes at once, so batches mix them.
+        let mut writes = tokio::task::JoinSet::new();
+        for _ in 0..8 {
+            let pet = pets.get(rng.below(pets.len())).copied().unwrap_or(1);
+            let order = orders.get(rng.below(orders.len())).copied().unwrap_or(1);
+            let (store, status, kind) = (store.clone(), rng.status(), rng.below(8));
+            writes.spawn(async move {
+                match kind {
+                    0 | 1 => add(&store, new_pet("n", status))
+                        .await
+                        .map(|p| (Some(p.id), None)),
+                    2 => {
+                        let patch = PetPatch {
+                            status: Some(status),
+                            ..PetPatch::default()
+                        };
+                        store
+                            .patch(pet, patch, Precondition::None)
+                            .await
+                            .map(|_| (None, None))
+                    }
+                    3 => store
+                        .delete(pet, Precondition::None)
+                        .await
+                        .map(|_| (None, None)),
+                    4 | 5 => place(&store, pet).await.map(|p| (None, Some(p.order.id))),
+                    6 => store
+                        .move_order(order, OrderAction::Complete, Precondition::None)
+                        .await
+                        .map(|_| (None, None)),
+                    _ => store
+                        .move_order(order, OrderAction::Cancel, Precondition::None)
+                        .await
+                        .map(|_| (None, None)),
+                }
+            });
+        }
+        for outcome in writes.join_all().await {
+            match outcome {
+                Ok((pet, order)) => {
+                    pets.extend(pet);
+                    orders.extend(order);
+                }
+                Err(
+                    StoreError::NotFound(_)
+                    | StoreError::PetNotAvailable { .. }
+                    | StoreError::PetReserved { .. }
+                    | StoreError::InvalidTransition { .. }
+                    | StoreError::OrderNotFound(_),
+                ) => {}
+                Err(e) => panic!("round {round}: {e}"),
+            }
+        }
+        if round % 10 == 9 {
+            assert_eq!(
+                store.inventory().await.expect("inventory"),
+                counted(store).await,
+                "round {round}"
+            );
+        }
+    }
+    assert!(
+        !orders.is_empty() && pets.len() > 50,
+        "the mix did something"
+    );
+    // Every placed order's pet is pending.
+    for order in walk_orders(store, Some(OrderStatus::Placed), None).await {
+        let pet = pet_now(store, order["petId"].as_i64().expect("petId")).await;
+        assert_eq!(status_of(&pet), Some(PetStatus::Pending));
+    }
+}
+
+pub(super) async fn categories_have_unique_names_ignoring_case_and_leave_only_when_unused(
+    store: Store,
+) {
+    let store = &store;
+    let named = |name: &str| NewCategory { name: name.into() };
+    let dogs = store.create_category(named("Dogs")).await.expect("create");
+    assert_eq!(
+        dogs,
+        Category {
+            id: 1,
+            name: "Dogs".into()
+        }
+    );
+    match store.create_category(named("dOGS")).await {
+        Err(StoreError::NameTaken(name)) => assert_eq!(name.to_lowercase(), "dogs"),
+        other => panic!("{other:?}"),
+    }
+    let cats = store.create_category(named("Cats")).await.expect("create");
+    assert_eq!(cats.id, 2, "a name taken took no id");
+    let rename = |name: &str| CategoryPatch {
+        name: Some(name.into()),
+    };
+    assert!(matches!(
+        store.patch_category(cats.id, rename("DOGS")).await,
+        Err(StoreError::NameTaken(_))
+    ));
+    let renamed = store
+        .patch_category(cats.id, rename("cats"))
+        .await
+        .expect("its own name in another case");
+    assert_eq!(renamed.name, "cats");
+    assert_eq!(
+        store
+            .patch_category(cats.id, CategoryPatch::default())
+            .await
+            .expect("an empty patch"),
+        renamed
+    );
+    assert!(matches!(
+        store.patch_category(9, rename("x")).await,
+        Err(StoreError::CategoryNotFound(9))
+    ));
+    assert_eq!(store.get_category(2).await.expect("get"), Some(renamed));
+    let pet = add(store, new_pet("rex", None)).await.expect("create");
+    assert_eq!(pet.id, 1);
+    assert!(matches!(
+        store.delete_category(dogs.id).await,
+        Err(StoreError::CategoryInUse(1))
+    ));
+    store.delete_category(cats.id).await.expect("unused");
+    assert_eq!(store.get_category(cats.id).await.expect("get"), None);
+    assert!(matches!(
+        store.delete_category(cats.id).await,
+        Err(StoreError::CategoryNotFound(2))
+    ));
+    let cats = store
+        .create_category(named("Cats"))
+        .await
+        .expect("the name is free");
+    assert_eq!(cats.id, 3, "ids are not reused");
+    for name in ["Birds", "Fish", "Newts"] {
+        store.create_category(named(name)).await.expect("create");
+    }
+    let mut listed = Vec::new();
+    let mut after = None;
+    loop {
+        let page = store.list_categories(after, 2).await.expect("list");
+        listed.extend(objects(&page));
+        if !page.more {
+            break;
+        }
+        after = page.last_id;
+    }
+    assert_eq!(
+        serde_json::Value::Array(listed),
+        serde_json::json!([
+            {"id": 1, "name": "Dogs"}, {"id": 3, "name": "Cats"}, {"id": 4, "name": "Birds"},
+            {"id": 5, "name": "Fish"}, {"id": 6, "name": "Newts"},
+        ])
+    );
+}
+
+pub(super) async fn pets_list_by_category_with_and_without_status_across_pages(store: Store) {
+    let store = &store;
+    let mut expected = Vec::new();
+    for i in 0..40_i64 {
+        let status = [None, Some(PetStatus::Available), Some(PetStatus::Sold)][(i % 3) as usize];
+        let pet = NewPet {
+            name: format!("p{i}"),
+            category_id: i % 4,
+            status,
+        };
+        let id = add(store, pet).await.expect("create").id;
+        expected.push((id, i % 4, status));
+    }
+    for category in 0..5 {
+        let of = |status: Option<PetStatus>| -> Vec<(PetId, Option<PetStatus>)> {
+            expected
+                .iter()
+                .filter(|(_, c, s)| {
+                    *c == category && status.is_none_or(|status| *s == Some(status))
+                })
+                .map(|(id, _, s)| (*id, *s))
+                .collect()
+        };
+        assert_eq!(walk_pets(store, None, Some(category)).await, of(None));
+        for status in [PetStatus::Available, PetStatus::Pending, PetStatus::Sold] {
+            assert_eq!(
+                walk_pets(store, Some(status), Some(category)).await,
+                of(Some(status)),
+                "{category} {status:?}"
+            );
+        }
+    }
+    // A patch moves a pet to another category's list.
+    store
+        .patch(
+            1,
+            PetPatch {
+                category_id: Some(9),
+                ..PetPatch::default()
+            },
+            Precondition::None,
+        )
+        .await
+        .expect("patch");
+    assert_eq!(walk_pets(store, None, Some(9)).await, [(1, None)]);
+    assert!(
+        !walk_pets(store, None, Some(0))
+            .await
+            .iter()
+            .any(|(id, _)| *id == 1)
+    );
+}
+
+pub(super) async fn every_order_and_category_change_appends_its_event_with_its_subject(
+    store: Store,
+) {
+    let store = &store;
+    let mut settled = store.subscribe();
+    let a = add(store, new_pet("a", Some(PetStatus::Available)))
+        .await
+        .expect("create");
+    let b = add(store, new_pet("b", Some(PetStatus::Available)))
+        .await
+        .expect("create");
+    let placed = place(store, a.id).await.expect("placed");
+    let done = store
+        .move_order(placed.order.id, OrderAction::Complete, Precondition::None)
+        .await
+        .expect("completed");
+    let second = place(store, b.id).await.expect("placed");
+    let third_pet = add(store, new_pet("c", Some(PetStatus::Available)))
+        .await
+        .expect("create");
+    let third = place(store, third_pet.id).await.expect("placed");
+    // One transaction expires two orders: two events, in the order of their ends.
+    let ended = third.order.expires_at_ms.expect("a hold") + 1000;
+    assert_eq!(store.expire_holds(ended).await.expect("expire"), 2);
+    // Category 1 is the pets' (`new_pet`), so it stays.
+    for name in ["Cats", "Dogs"] {
+        store
+            .create_category(NewCategory { name: name.into() })
+            .await
+            .expect("create");
+    }
+    let dogs = store.get_category(2).await.expect("get").expect("created");
+    let renamed = store
+        .patch_category(
+            dogs.id,
+            CategoryPatch {
+                name: Some("Hounds".into()),
+            },
+        )
+        .await
+        .expect("patch");
+    store.delete_category(dogs.id).await.expect("delete");
+    // Writes that change nothing make no event.
+    assert!(place(store, 99).await.is_err());
+    assert!(store.delete_category(dogs.id).await.is_err());
+
+    let (events, _) = feed(store, None).await;
+    let order_events: Vec<(&str, i64, i64)> = events
+        .iter()
+        .filter(|e| e.get("orderId").is_some())
+        .map(|e| {
+            (
+                e["type"].as_str().expect("type"),
+                e["orderId"].as_i64().expect("orderId"),
+                e["petId"].as_i64().expect("petId"),
+            )
+        })
+        .collect();
+    assert_eq!(
+        order_events,
+        [
+            ("order.placed", placed.order.id, a.id),
+            ("order.completed", placed.order.id, a.id),
+            ("order.placed", second.order.id, b.id),
+            ("order.placed", third.order.id, third_pet.id),
+            ("order.expired", second.order.id, b.id),
+            ("order.expired", third.order.id, third_pet.id),
+        ]
+    );
+    let json = |bytes: &[u8]| serde_json::from_slice::<serde_json::Value>(bytes).expect("JSON");
+    let completed = events
+        .iter()
+        .find(|e| e["type"] == "order.completed")
+        .expect("the completion's event");
+    assert_eq!(completed["order"], json(&done.order.to_json()));
+    assert_eq!(completed["pet"], json(&done.pet.json));
+    assert_eq!(completed["etag"], format!("\"{}.3\"", a.id));
+    let category_events: Vec<serde_json::Value> = events
+        .iter()
+        .filter(|e| e["categoryId"] == dogs.id)
+        .map(|e| serde_json::json!([e["type"], e["categoryId"], e["category"]]))
+        .collect();
+    assert_eq!(
+        category_events,
+        [
+            serde_json::json!(["category.created", dogs.id, json(&dogs.to_json())]),
+            serde_json::json!(["category.updated", dogs.id, json(&renamed.to_json())]),
+            serde_json::json!(["category.deleted", dogs.id, null]),
+        ]
+    );
+    // What listeners heard is what the feed keeps, change for change, in the same order.
+    let mut heard = Vec::new();
+    while let Ok(batch) = settled.try_recv() {
+        heard.extend(batch.iter().map(|c| (c.kind, c.pet_id, c.subject_id)));
+    }
+    let page = store
+        .events(EventQuery {
+            after: None,
+            types: Types::ALL,
+            limit: 1000,
+            scan: 1000,
+        })
+        .await
+        .expect("feed");
+    let kept: Vec<_> = page
+        .events
+        .iter()
+        .map(|e| (e.kind, e.pet_id, e.subject_id))
+        .collect();
+    assert_eq!(heard, kept);
+    assert_eq!(kept.len(), 3 + 6 + 4);
+}
+
+pub(super) async fn a_keyed_order_replays_its_first_answer_and_refuses_another_body(store: Store) {
+    let store = &store;
+    let pet = add(store, new_pet("a", Some(PetStatus::Available)))
+        .await
+        .expect("create");
+    let sold_pet = add(store, new_pet("b", Some(PetStatus::Sold)))
+        .await
+        .expect("create");
+    // A refused order leaves no record: the key still places once the pet is available.
+    assert!(matches!(
+        store
+            .place_order(an_order(sold_pet.id), Some(key(store, 4, 4)))
+            .await,
+        Err(StoreError::PetNotAvailable { .. })
+    ));
+    let first = store
+        .place_order(an_order(pet.id), Some(key(store, 5, 5)))
+        .await
+        .expect("placed");
+    assert!(!first.replayed);
+    store
+        .move_order(first.order.id, OrderAction::Complete, Precondition::None)
+        .await
+        .expect("completed");
+    let again = store
+        .place_order(an_order(pet.id), Some(key(store, 5, 5)))
+        .await
+        .expect("replayed");
+    assert!(again.replayed);
+    assert_eq!(again.order, first.order, "the order as it was placed");
+    assert!(again.pet.is_none());
+    assert!(matches!(
+        store
+            .place_order(an_order(sold_pet.id), Some(key(store, 5, 6)))
+            .await,
+        Err(StoreError::IdempotencyKeyReused)
+    ));
+    // A key used for a pet is not an order's.
+    store
+        .create(new_pet("k", None), Some(key(store, 6, 6)))
+        .await
+        .expect("create");
+    assert!(matches!(
+        store
+            .place_order(an_order(pet.id), Some(key(store, 6, 7)))
+            .await,
+        Err(StoreError::IdempotencyKeyReused)
+    ));
+    store
+        .patch(
+            sold_pet.id,
+            PetPatch {
+                status: Some(Some(PetStatus::Available)),
+                ..PetPatch::default()
+            },
+            Precondition::None,
+        )
+        .await
+        .expect("patch");
+    let later = store
+        .place_order(an_order(sold_pet.id), Some(key(store, 4, 4)))
+        .await
+        .expect("placed");
+    assert_eq!((later.replayed, later.order.id), (false, 2));
+    assert_eq!(walk_orders(store, None, None).await.len(), 2);
+}
+
+pub(super) async fn a_copy_carries_categories_orders_next_ids_and_the_inventory(store: Store) {
+    let source = &store;
+    for name in ["Dogs", "Cats", "Gone"] {
+        source
+            .create_category(NewCategory { name: name.into() })
+            .await
+            .expect("create");
+    }
+    source.delete_category(3).await.expect("delete");
+    let mut pets = Vec::new();
+    for i in 0..5 {
+        let pet = NewPet {
+            name: format!("p{i}"),
+            category_id: 1 + i % 2,
+            status: Some(PetStatus::Available),
+        };
+        pets.push(add(source, pet).await.expect("create").id);
+    }
+    let keyed = source
+        .place_order(an_order(pets[0]), Some(key(source, 8, 8)))
+        .await
+        .expect("placed")
+        .order;
+    let completed = place(source, pets[1]).await.expect("placed").order;
+    source
+        .move_order(completed.id, OrderAction::Complete, Precondition::None)
+        .await
+        .expect("complete");
+    let cancelled = place(source, pets[2]).await.expect("placed").order;
+    source
+        .move_order(cancelled.id, OrderAction::Cancel, Precondition::None)
+        .await
+        .expect("cancel");
+    source
+        .delete(pets[4], Precondition::None)
+        .await
+        .expect("delete");
+
+    let mut export = source
+        .export(2, crate::clock::unix_now())
+        .await
+        .expect("export");
+    assert_eq!(
+        export.next_ids,
+        NextIds {
+            pets: 6,
+            orders: 4,
+            categories: 4
+        }
+    );
+    let (target, _keep) = fresh_like(source).await;
+    let mut import = target.import().await.expect("an empty target");
+    let mut kinds = Vec::new();
+    while let Some(chunk) = export.next().await {
+        let chunk = chunk.expect("a chunk");
+        let kind = match &chunk {
+            Chunk::Pets(_) => "pets",
+            Chunk::Records(_) => "records",
+            Chunk::Categories(_) => "categories",
+            Chunk::Orders(_) => "orders",
+        };
+        if kinds.last() != Some(&kind) {
+            kinds.push(kind);
+        }
+        import.write(chunk).await.expect("write");
+    }
+    assert_eq!(kinds, ["pets", "records", "categories", "orders"]);
+    import.commit(export.next_ids).await.expect("commit");
+
+    for id in 1..=3 {
+        assert_eq!(
+            target.get_order(id).await.expect("get"),
+            source.get_order(id).await.expect("get"),
+        );
+    }
+    assert_eq!(
+        target.list_categories(None, 10).await.expect("list").json,
+        source.list_categories(None, 10).await.expect("list").json
+    );
+    assert_eq!(
+        target
+            .list(None, Some(2), None, 10)
+            .await
+            .expect("list")
+            .json,
+        source
+            .list(None, Some(2), None, 10)
+            .await
+            .expect("list")
+            .json
+    );
+    let inventory = source.inventory().await.expect("inventory");
+    assert_eq!(
+        inventory,
+        Inventory {
+            available: 2,
+            pending: 1,
+            sold: 1,
+            unset: 0
+        }
+    );
+    assert_eq!(target.inventory().await.expect("inventory"), inventory);
+    // The copy's placed order still holds its pet, and its key still replays.
+    assert!(matches!(
+        target.delete(pets[0], Precondition::None).await,
+        Err(StoreError::PetReserved { .. })
+    ));
+    let replayed = target
+        .place_order(an_order(pets[0]), Some(key(&target, 8, 8)))
+        .await
+        .expect("replayed");
+    assert_eq!((replayed.replayed, replayed.order), (true, keyed));
+    // The next ids go on from the source's.
+    let cat = target
+        .create_category(NewCategory {
+            name: "Gone".into(),
+        })
+        .await
+        .expect("create");
+    assert_eq!(cat.id, 4);
+    assert_eq!(place(&target, pets[3]).await.expect("placed").order.id, 4);
+    assert_eq!(
+        add(&target, new_pet("new", None)).await.expect("create").id,
+        6
+    );
+    assert!(matches!(
+        target.import().await.err(),
+        Some(StoreError::NotEmpty { .. })
+    ));
+    target.close().await;
+}
+
 /// A throwaway cluster shared by the PostgreSQL tests that run at the same time; it stops when
 /// the last of them ends.
 fn shared_cluster() -> Arc<Cluster> {
@@ -577,8 +1595,9 @@ fn shared_cluster() -> Arc<Cluster> {
     cluster
 }
 
-/// Runs `case` on a fresh store of each backend.
-fn on_every_backend<F>(case: fn(Store) -> F)
+/// Runs `case` on a fresh redb store, opened each way redb opens its file: this process's
+/// alone (the default), and shared with other processes that read it.
+fn on_redb<F>(case: fn(Store) -> F, tuning: Tuning)
 where
     F: std::future::Future<Output = ()>,
 {
@@ -586,23 +1605,48 @@ where
         .enable_all()
         .build()
         .expect("a current-thread runtime builds");
-    // Both ways redb opens its file: this process's alone (the default), and shared with
-    // other processes that read it.
     for shared in [false, true] {
-        let dir = tempfile::tempdir().expect("temp dir");
         runtime.block_on(async {
-            let redb = Location::Redb {
-                path: dir.path().join("pets.redb"),
-                cache_bytes: 1 << 20,
-                shared,
-            };
-            let (store, _) = Store::open(redb, TUNING).await.expect("open redb");
+            let (store, _dir) = fresh_redb(shared, tuning).await;
             case(store.clone()).await;
             store.close().await;
         });
     }
-    let cluster = shared_cluster();
+}
+
+/// Runs `case` on a fresh PostgreSQL store: a new database of the shared cluster.
+fn on_postgres<F>(case: fn(Store) -> F, tuning: Tuning)
+where
+    F: std::future::Future<Output = ()>,
+{
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a current-thread runtime builds");
+    runtime.block_on(async {
+        let (store, _cluster) = fresh_postgres(tuning).await;
+        case(store.clone()).await;
+        store.close().await;
+    });
+}
+
+/// A new, empty redb store in a temp dir, which lives as long as the dir returned.
+async fn fresh_redb(shared: bool, tuning: Tuning) -> (Store, tempfile::TempDir) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let redb = Location::Redb {
+        path: dir.path().join("pets.redb"),
+        cache_bytes: 1 << 20,
+        shared,
+    };
+    let (store, _) = Store::open(redb, tuning).await.expect("open redb");
+    (store, dir)
+}
+
+/// A new, empty PostgreSQL store: a database of its own in the shared cluster, which runs as
+/// long as the cluster returned is held.
+async fn fresh_postgres(tuning: Tuning) -> (Store, Arc<Cluster>) {
     static DATABASES: AtomicUsize = AtomicUsize::new(0);
+    let cluster = shared_cluster();
     let database = format!("suite_{}", DATABASES.fetch_add(1, Ordering::Relaxed));
     cluster.psql(&format!("CREATE DATABASE {database}"));
     let url = cluster
@@ -610,45 +1654,88 @@ where
         .replace("/petstore?", &format!("/{database}?"));
     let target = postgres::connect::parse(&url, None, None, 4, Duration::from_secs(5))
         .expect("a test cluster URL");
-    runtime.block_on(async {
-        let (store, pets) = Store::open(Location::Postgres(Box::new(target)), TUNING)
-            .await
-            .expect("open postgres");
-        assert_eq!(pets, 0);
-        case(store.clone()).await;
-        store.close().await;
-    });
+    let (store, pets) = Store::open(Location::Postgres(Box::new(target)), tuning)
+        .await
+        .expect("open postgres");
+    assert_eq!(pets, 0);
+    (store, cluster)
 }
 
+/// What must live as long as a store the suite made: its file's directory, or its cluster.
+#[expect(dead_code, reason = "held for what its drop does, never read")]
+enum Keep {
+    Dir(tempfile::TempDir),
+    Cluster(Arc<Cluster>),
+}
+
+/// A new, empty store of the same backend as `store`, with the suite's tuning.
+async fn fresh_like(store: &Store) -> (Store, Keep) {
+    match &store.backend {
+        Backend::Redb(_) => {
+            let (store, dir) = fresh_redb(false, TUNING).await;
+            (store, Keep::Dir(dir))
+        }
+        Backend::Postgres(_) => {
+            let (store, cluster) = fresh_postgres(TUNING).await;
+            (store, Keep::Cluster(cluster))
+        }
+    }
+}
+
+/// Makes one test a backend of each case, named `on_redb::CASE` and `on_postgres::CASE`, so
+/// one backend's tests run alone with a filter (`store::suite::on_postgres`). A case may name
+/// the `Tuning` its store is opened with (`CASE with TUNING`), else it gets `TUNING`.
 macro_rules! suite {
-    ($($case:ident),* $(,)?) => {
-        $(
-            #[test]
-            fn $case() {
-                on_every_backend(super::$case);
-            }
-        )*
+    ($($case:ident $(with $tuning:ident)?),* $(,)?) => {
+        mod on_redb {
+            $(
+                #[test]
+                fn $case() {
+                    super::on_redb(super::$case, suite!(@tuning $($tuning)?));
+                }
+            )*
+        }
+
+        mod on_postgres {
+            $(
+                #[test]
+                fn $case() {
+                    super::on_postgres(super::$case, suite!(@tuning $($tuning)?));
+                }
+            )*
+        }
     };
+    (@tuning) => { super::TUNING };
+    (@tuning $tuning:ident) => { super::$tuning };
 }
 
-mod on_both_backends {
-    use super::on_every_backend;
-
-    suite!(
-        ids_start_at_one_and_a_created_pet_reads_back,
-        concurrent_creates_get_unique_ids_in_the_order_they_are_listed,
-        a_page_starts_after_its_cursor_and_says_whether_more_follow,
-        a_patch_moves_the_index_entry_and_bumps_the_revision,
-        a_stale_revision_or_a_missing_pet_changes_nothing,
-        a_delete_removes_the_pet_its_index_entry_and_its_revision_and_ids_are_not_reused,
-        a_key_replays_its_first_answer_refuses_another_pet_and_is_scoped,
-        a_key_in_flight_is_refused_and_released_when_its_create_ends,
-        an_export_reads_every_pet_in_id_order_with_its_revision_the_counter_and_live_records,
-        every_committed_change_is_published_in_commit_order_with_its_revision,
-        every_change_appends_one_event_in_commit_order_in_its_transaction,
-        trimmed_events_are_gone_and_a_cursor_before_them_expires,
-    );
-}
+suite!(
+    ids_start_at_one_and_a_created_pet_reads_back,
+    concurrent_creates_get_unique_ids_in_the_order_they_are_listed,
+    a_page_starts_after_its_cursor_and_says_whether_more_follow,
+    a_patch_moves_the_index_entry_and_bumps_the_revision,
+    a_stale_revision_or_a_missing_pet_changes_nothing,
+    a_delete_removes_the_pet_its_index_entry_and_its_revision_and_ids_are_not_reused,
+    a_key_replays_its_first_answer_refuses_another_pet_and_is_scoped,
+    a_key_in_flight_is_refused_and_released_when_its_create_ends,
+    an_export_reads_every_pet_in_id_order_with_its_revision_the_counter_and_live_records,
+    every_committed_change_is_published_in_commit_order_with_its_revision,
+    every_change_appends_one_event_in_commit_order_in_its_transaction,
+    trimmed_events_are_gone_and_a_cursor_before_them_expires,
+    an_order_holds_its_pet_until_it_is_completed_or_cancelled,
+    an_order_needs_a_pet_that_exists_and_is_available_and_failing_takes_no_id,
+    of_fifty_concurrent_orders_for_one_pet_exactly_one_is_placed,
+    only_a_placed_order_moves_and_if_match_is_the_order_s_revision,
+    an_ended_hold_cannot_complete with HOLD_ENDED,
+    a_held_pet_keeps_its_status_and_stays_while_its_order_is_placed,
+    an_ended_hold_expires_once_and_frees_its_pet with HOLD_A_MINUTE,
+    the_inventory_counts_what_a_walk_of_every_pet_counts,
+    categories_have_unique_names_ignoring_case_and_leave_only_when_unused,
+    pets_list_by_category_with_and_without_status_across_pages,
+    every_order_and_category_change_appends_its_event_with_its_subject with HOLD_A_MINUTE,
+    a_keyed_order_replays_its_first_answer_and_refuses_another_body,
+    a_copy_carries_categories_orders_next_ids_and_the_inventory,
+);
 
 /// Runs `case` on a store opened through `url`, a database of the shared cluster that the
 /// caller has made (with a schema or options of its own), with the pets it held at open.
@@ -695,6 +1782,15 @@ fn a_version_1_postgres_database_is_upgraded_and_its_records_still_replay() {
     let url = cluster.url().replace("/petstore?", "/upgrade_v1?");
     on_postgres_url(&url, async |store, pets| {
         assert_eq!(pets, 1);
+        // Version 4 read the pet's category from its JSON and counted it.
+        assert_eq!(walk_pets(&store, None, Some(1)).await, [(1, None)]);
+        assert_eq!(
+            store.inventory().await.expect("inventory"),
+            Inventory {
+                unset: 1,
+                ..Inventory::default()
+            }
+        );
         let replayed = store
             .create(new_pet("old", None), Some(key(&store, 9, 9)))
             .await
@@ -718,7 +1814,7 @@ fn a_version_1_postgres_database_is_upgraded_and_its_records_still_replay() {
         "\\connect upgrade_v1\nSELECT value, (SELECT octet_length(scope) FROM idempotency) \
          FROM petstore_meta WHERE name = 'schema_version'",
     );
-    assert_eq!(upgraded, "3|16");
+    assert_eq!(upgraded, "4|16");
 }
 
 /// The URL's own `options` reach the server beside our statement bound: here a search_path
@@ -798,5 +1894,110 @@ fn on_postgres_a_transaction_that_commits_later_numbers_its_event_later() {
         assert_eq!(kinds, [("pet.updated", held.id)]);
         a.close().await;
         b.close().await;
+    });
+}
+
+/// Two instances on one database (two `Store`s, each with its own writer and pool) race
+/// orders, completions and cancellations for the same 20 pets from many tasks. Every pet ends
+/// in at most one order that is placed or completed, with the status that order gives it; no
+/// batch fails on a deadlock (the lock order of `postgres/batch.rs`); the inventory matches a
+/// walk of every pet. Then both expire the ended holds at once, and each expires once.
+#[test]
+fn on_postgres_two_instances_sell_each_pet_at_most_once() {
+    let cluster = shared_cluster();
+    cluster.psql("CREATE DATABASE two_instances");
+    let url = cluster.url().replace("/petstore?", "/two_instances?");
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime builds");
+    runtime.block_on(async {
+        let open = || async {
+            let target = postgres::connect::parse(&url, None, None, 4, Duration::from_secs(5))
+                .expect("a test cluster URL");
+            Store::open(Location::Postgres(Box::new(target)), HOLD_A_MINUTE)
+                .await
+                .expect("open")
+                .0
+        };
+        let instances = [open().await, open().await];
+        let mut pets = Vec::new();
+        for i in 0..20 {
+            let pet = add(&instances[i % 2], new_pet("p", Some(PetStatus::Available)))
+                .await
+                .expect("create");
+            pets.push(pet.id);
+        }
+        let mut tasks = tokio::task::JoinSet::new();
+        for task in 0..64_u64 {
+            let store = instances[(task % 2) as usize].clone();
+            let pets = pets.clone();
+            tasks.spawn(async move {
+                let mut rng = Rng(0x2545_f491_4f6c_dd1d ^ (task + 1));
+                for _ in 0..6 {
+                    let order = i64::try_from(rng.below(60)).expect("small") + 1;
+                    let outcome = match rng.below(6) {
+                        0..=2 => place(&store, pets[rng.below(pets.len())]).await.map(|_| ()),
+                        3 | 4 => store
+                            .move_order(order, OrderAction::Complete, Precondition::None)
+                            .await
+                            .map(|_| ()),
+                        _ => store
+                            .move_order(order, OrderAction::Cancel, Precondition::None)
+                            .await
+                            .map(|_| ()),
+                    };
+                    match outcome {
+                        Ok(())
+                        | Err(
+                            StoreError::PetNotAvailable { .. }
+                            | StoreError::InvalidTransition { .. }
+                            | StoreError::OrderNotFound(_),
+                        ) => {}
+                        Err(e) => panic!("task {task}: {e}"),
+                    }
+                }
+            });
+        }
+        tasks.join_all().await;
+        let [a, b] = &instances;
+        let mut placed = 0;
+        for &pet in &pets {
+            let holding: Vec<String> = walk_orders(b, None, Some(pet))
+                .await
+                .iter()
+                .map(|order| order["status"].as_str().expect("status").to_string())
+                .filter(|status| status == "placed" || status == "completed")
+                .collect();
+            let expected = match holding.as_slice() {
+                [] => Some(PetStatus::Available),
+                [one] if one == "placed" => Some(PetStatus::Pending),
+                [_completed] => Some(PetStatus::Sold),
+                more => panic!("pet {pet} was sold more than once: {more:?}"),
+            };
+            placed += usize::from(expected == Some(PetStatus::Pending));
+            assert_eq!(status_of(&pet_now(a, pet).await), expected, "pet {pet}");
+        }
+        assert_eq!(a.inventory().await.expect("inventory"), counted(b).await);
+        assert!(placed > 0, "the race left some orders placed, to expire");
+
+        let ended = crate::store::events::now_ms() + 120_000;
+        let (by_a, by_b) = tokio::join!(a.expire_holds(ended), b.expire_holds(ended));
+        assert_eq!(by_a.expect("expire") + by_b.expect("expire"), placed);
+        assert!(
+            walk_orders(a, Some(OrderStatus::Placed), None)
+                .await
+                .is_empty()
+        );
+        let (events, _) = feed(a, None).await;
+        let expired = events
+            .iter()
+            .filter(|e| e["type"] == "order.expired")
+            .count();
+        assert_eq!(expired, placed, "one event an order");
+        assert_eq!(b.inventory().await.expect("inventory"), counted(a).await);
+        for store in instances {
+            store.close().await;
+        }
     });
 }

@@ -233,10 +233,11 @@ async fn a_redb_copy_refuses_a_target_with_pets_or_used_ids_and_leaves_it_as_it_
 /// would have stored them, the last one with JSON that does not read back if `broken`.
 fn fill(cluster: &Cluster, count: u32, broken: bool) {
     cluster.psql(&format!(
-        "INSERT INTO pets (id, status, revision, json)
-             SELECT g, 0, 1, format('{{\"id\":%s,\"name\":\"p%s\",\"categoryId\":1,\"status\":\"available\"}}', g, g)
+        "INSERT INTO pets (id, status, category_id, revision, json)
+             SELECT g, 0, 1, 1, format('{{\"id\":%s,\"name\":\"p%s\",\"categoryId\":1,\"status\":\"available\"}}', g, g)
              FROM generate_series(1, {count}) AS g;
-         UPDATE petstore_meta SET value = {count} + 1 WHERE name = 'next_id';"
+         UPDATE petstore_meta SET value = {count} + 1 WHERE name = 'next_id';
+         UPDATE petstore_meta SET value = value + {count} WHERE name = 'pets_available';"
     ));
     if broken {
         cluster.psql(&format!(
@@ -410,8 +411,9 @@ async fn a_source_written_during_the_copy_fails_the_check_with_both_sides_printe
 /// Adds the pet `id` to the PostgreSQL store at `cluster` straight in SQL.
 fn fill_one(cluster: &Cluster, id: u32) {
     cluster.psql(&format!(
-        "INSERT INTO pets (id, status, revision, json)
-             VALUES ({id}, NULL, 1, '{{\"id\":{id},\"name\":\"late\",\"categoryId\":1}}');
-         UPDATE petstore_meta SET value = {id} + 1 WHERE name = 'next_id';"
+        "INSERT INTO pets (id, status, category_id, revision, json)
+             VALUES ({id}, NULL, 1, 1, '{{\"id\":{id},\"name\":\"late\",\"categoryId\":1}}');
+         UPDATE petstore_meta SET value = {id} + 1 WHERE name = 'next_id';
+         UPDATE petstore_meta SET value = value + 1 WHERE name = 'pets_unset';"
     ));
 }

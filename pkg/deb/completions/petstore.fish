@@ -1,6 +1,6 @@
 # Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
 function __fish_petstore_global_optspecs
-    string join \n listen= tls-cert= tls-key= api-keys= acme-domain= acme-directory= acme-email= acme-ca-root= acme-eab-kid= acme-eab-hmac-key-file= acme-state-dir= db= cache-size= max-write-batch= shared-reads idempotency-ttl= events-keep= db-password-file= db-ca= db-pool-size= db-statement-timeout= max-connections= max-subscribers= handshake-timeout= header-timeout= body-timeout= idle-timeout= shutdown-timeout= rate-limit= rate-burst= auth-failure-limit= auth-failure-burst= backup-dir= backup-keep= backup-every= metrics-listen= log-format= log-level= h/help V/version
+    string join \n listen= tls-cert= tls-key= api-keys= acme-domain= acme-directory= acme-email= acme-ca-root= acme-eab-kid= acme-eab-hmac-key-file= acme-state-dir= db= cache-size= max-write-batch= shared-reads idempotency-ttl= events-keep= order-hold= db-password-file= db-ca= db-pool-size= db-statement-timeout= max-connections= max-subscribers= handshake-timeout= header-timeout= body-timeout= idle-timeout= shutdown-timeout= rate-limit= rate-burst= auth-failure-limit= auth-failure-burst= backup-dir= backup-keep= backup-every= metrics-listen= log-format= log-level= h/help V/version
 end
 
 function __fish_petstore_needs_command
@@ -40,6 +40,7 @@ complete -c petstore -n "__fish_petstore_needs_command" -l cache-size -d 'Most m
 complete -c petstore -n "__fish_petstore_needs_command" -l max-write-batch -d 'Most queued writes one transaction takes (group commit)' -r
 complete -c petstore -n "__fish_petstore_needs_command" -l idempotency-ttl -d 'How long a create\'s Idempotency-Key is remembered and answers retries, e.g. `90s`, `15m`, `24h`, `7d`' -r
 complete -c petstore -n "__fish_petstore_needs_command" -l events-keep -d 'How long the event feed (`GET /v1/events`) keeps an event, e.g. `12h`, `7d`, `30d`' -r
+complete -c petstore -n "__fish_petstore_needs_command" -l order-hold -d 'How long a new order holds its pet before it expires, e.g. `15m`, `2h`, `1d`; `0` for no expiry' -r
 complete -c petstore -n "__fish_petstore_needs_command" -l db-password-file -d 'PostgreSQL only: file holding the database password (a trailing line break is ignored), e.g. `$CREDENTIALS_DIRECTORY/db-password` with systemd\'s LoadCredential=' -r -F
 complete -c petstore -n "__fish_petstore_needs_command" -l db-ca -d 'PostgreSQL only: PEM file with the CA certificates that sign the server\'s certificate; without it, sslmode=verify-ca and verify-full use the system\'s roots' -r -F
 complete -c petstore -n "__fish_petstore_needs_command" -l db-pool-size -d 'PostgreSQL only: connections the pool keeps at most [default: 16]' -r

@@ -1,7 +1,10 @@
 //! The PostgreSQL engine under the write front: each batch is one transaction on a pooled
-//! connection. Pet rows to change are locked in id order and the id counter row last, so
-//! two instances' batches never wait on each other in a cycle and ids increase in commit
-//! order; a batch a concurrent transaction got in the way of runs again.
+//! connection, its pets' writes here and its orders' and categories' in `sale_writes.rs`.
+//! Every transaction of every instance takes its locks in one order (`lock_rows`: order rows,
+//! pet rows, then the counter rows, the event counter last), so no two wait on each other in
+//! a cycle, and ids and event numbers increase in commit order; the inventory's counters move
+//! once a batch, by what its writes did. A batch a concurrent transaction got in the way of
+//! runs again.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -11,13 +14,18 @@ use tokio_postgres::error::SqlState;
 
 use super::errors::pg_error;
 use super::pool::Connections;
-use super::rows::{READ_RECORD, record_of, revision, status_code};
-use super::sales;
+use super::rows::{INVENTORY_COUNTERS, READ_RECORD, record_of, revision, status_code};
+use super::sale_writes;
 use crate::clock::unix_now;
+use crate::event::Subject;
+use crate::order::OrderId;
 use crate::pet::{NewPet, Pet, PetId, PetPatch};
 use crate::store::events::{StoredEvent, now_ms};
-use crate::store::model::{Created, Precondition, StoreError, StoredPet, short};
+use crate::store::model::{Created, InventoryDelta, Precondition, StoreError, StoredPet, short};
 use crate::store::write::{Engine, Keyed, PURGE_BATCH, Write};
+
+/// The transaction a batch runs in.
+pub(super) type Txn<'a> = deadpool_postgres::Transaction<'a>;
 
 /// How many times a batch that a concurrent transaction got in the way of (a serialization
 /// failure, a deadlock: nothing of it committed) runs again before its callers get 503.
@@ -62,59 +70,49 @@ async fn commit(pool: &Connections, batch: &mut [Write]) -> Result<(), StoreErro
     }
 }
 
-/// Runs a batch in one transaction. Pet rows to change are locked first, in id order, so two
-/// instances' batches never wait on each other in a cycle; the counter row comes next, only
-/// when the batch creates. An error fails the whole batch: nothing of it is committed, or, when
-/// the commit itself failed, its outcome is unknown and the callers get 503 (a retry with the
-/// same Idempotency-Key then finds the truth).
+/// Runs a batch in one transaction: takes its locks (`lock_rows`), runs each write in order,
+/// then inserts the new pets, writes the counters and appends the events. An error fails the
+/// whole batch: nothing of it is committed, or, when the commit itself failed, its outcome is
+/// unknown and the callers get 503 (a retry with the same Idempotency-Key then finds the
+/// truth).
 async fn run_batch(
     client: &mut ClientWrapper,
     batch: &mut [Write],
     committing: &AtomicBool,
 ) -> Result<(), StoreError> {
     let txn = client.transaction().await.map_err(pg_error)?;
-    let mut locked: Vec<PetId> = batch
-        .iter()
-        .filter_map(|write| match write {
-            Write::Patch(id, ..) | Write::Delete(id, ..) => Some(*id),
-            _ => None,
-        })
-        .collect();
-    if !locked.is_empty() {
-        locked.sort_unstable();
-        locked.dedup();
-        txn.execute(
-            "SELECT 1 FROM pets WHERE id = ANY($1) ORDER BY id FOR UPDATE",
-            &[&locked],
-        )
-        .await
-        .map_err(pg_error)?;
-    }
-    let creates = batch
-        .iter()
-        .filter(|write| matches!(write, Write::Create(..)))
-        .count();
-    let mut next_id = match creates {
-        0 => 0,
-        n => allocate_ids(&txn, n).await?,
-    };
+    let mut tally = Tally::default();
+    let Locked {
+        mut next_id,
+        expiring,
+    } = lock_rows(&txn, batch, &mut tally).await?;
+    let mut expiring = expiring.into_iter();
     let now = unix_now();
+    // One time for every order the batch places or moves, as one commit makes them.
+    let now_ms = now_ms();
     let mut new_pets = NewRows::default();
     for write in batch.iter_mut() {
         match write {
             Write::Create(pet, keyed, pending) => {
                 let id = next_id;
                 next_id += 1;
-                pending.outcome =
-                    Some(create(&txn, pet, keyed.as_ref(), id, now, &mut new_pets).await?);
+                let created = create(&txn, pet, keyed.as_ref(), id, now, &mut new_pets).await?;
+                if let Ok(Created {
+                    replayed: false, ..
+                }) = &created
+                {
+                    tally.inventory.moved(None, Some(pet.status));
+                }
+                pending.outcome = Some(created);
             }
             Write::Patch(id, patch, precondition, pending) => {
                 // A clone, not the patch itself: the batch may run again.
                 let patch = patch.clone();
-                pending.outcome = Some(patch_pet(&txn, *id, patch, precondition).await?);
+                pending.outcome =
+                    Some(patch_pet(&txn, *id, patch, precondition, &mut tally).await?);
             }
             Write::Delete(id, precondition, pending) => {
-                pending.outcome = Some(delete_pet(&txn, *id, precondition).await?);
+                pending.outcome = Some(delete_pet(&txn, *id, precondition, &mut tally).await?);
             }
             Write::Purge(now, pending) => {
                 let purged = txn
@@ -133,22 +131,45 @@ async fn run_batch(
             Write::Trim(before_ms, pending) => {
                 pending.outcome = Some(Ok(trim_events(&txn, *before_ms).await?));
             }
-            Write::PlaceOrder(_, pending) => pending.outcome = Some(Err(sales::refused())),
-            Write::MoveOrder(.., pending) => pending.outcome = Some(Err(sales::refused())),
-            // Nothing to expire while orders are not kept.
-            Write::Expire(_, pending) => pending.outcome = Some(Ok(Vec::new())),
-            Write::CreateCategory(_, pending) | Write::PatchCategory(_, _, pending) => {
-                pending.outcome = Some(Err(sales::refused()))
+            Write::PlaceOrder(place, pending) => {
+                let placed = sale_writes::place_order(&txn, place, now, now_ms, &mut tally);
+                pending.outcome = Some(placed.await?);
             }
-            Write::DeleteCategory(_, pending) => pending.outcome = Some(Err(sales::refused())),
+            Write::MoveOrder(id, action, precondition, pending) => {
+                let moved =
+                    sale_writes::move_order(&txn, *id, *action, precondition, now_ms, &mut tally);
+                pending.outcome = Some(moved.await?);
+            }
+            Write::Expire(at_ms, pending) => {
+                // Each Expire of the batch took its own orders, in batch order.
+                let taken = expiring.next().unwrap_or_default();
+                let expired = sale_writes::expire(&txn, &taken, *at_ms, &mut tally);
+                pending.outcome = Some(Ok(expired.await?));
+            }
+            Write::CreateCategory(new, pending) => {
+                let created = sale_writes::create_category(&txn, new, &mut tally);
+                pending.outcome = Some(created.await?);
+            }
+            Write::PatchCategory(id, patch, pending) => {
+                pending.outcome = Some(sale_writes::patch_category(&txn, *id, patch).await?);
+            }
+            Write::DeleteCategory(id, pending) => {
+                pending.outcome = Some(sale_writes::delete_category(&txn, *id).await?);
+            }
         }
     }
     if !new_pets.ids.is_empty() {
         txn.execute(
-            "INSERT INTO pets (id, status, revision, json)
-             SELECT id, status, 1, json FROM UNNEST($1::bigint[], $2::smallint[], $3::text[])
-                 AS new(id, status, json)",
-            &[&new_pets.ids, &new_pets.statuses, &new_pets.jsons],
+            "INSERT INTO pets (id, status, category_id, revision, json)
+             SELECT id, status, category_id, 1, json
+             FROM UNNEST($1::bigint[], $2::smallint[], $3::bigint[], $4::text[])
+                 AS new(id, status, category_id, json)",
+            &[
+                &new_pets.ids,
+                &new_pets.statuses,
+                &new_pets.categories,
+                &new_pets.jsons,
+            ],
         )
         .await
         .map_err(pg_error)?;
@@ -156,6 +177,7 @@ async fn run_batch(
     if !batch.iter().any(Write::changed) {
         return txn.rollback().await.map_err(pg_error);
     }
+    tally.write(&txn).await?;
     append_events(&txn, batch).await?;
     committing.store(true, Ordering::Relaxed);
     txn.commit().await.map_err(|e| match pg_error(e) {
@@ -164,17 +186,210 @@ async fn run_batch(
     })
 }
 
+/// What `lock_rows` hands the writes: the first pet id the batch's creates take, and the
+/// orders each `Expire` of the batch took, in batch order.
+struct Locked {
+    next_id: PetId,
+    expiring: Vec<Vec<OrderId>>,
+}
+
+/// Takes every lock the batch needs before any write runs, in the one order every transaction
+/// of every instance follows, so that none waits on another in a cycle:
+/// 1. order rows: those the batch's `MoveOrder`s name, in id order; then each `Expire`'s, up to
+///    `PURGE_BATCH` placed ones whose hold has ended, `SKIP LOCKED`: rows another instance is
+///    expiring or moving are left to it, so each order expires once and expiry never waits;
+/// 2. pet rows, in id order: those patched or deleted, those orders are placed for, and the
+///    pets of the orders locked in 1;
+/// 3. the counter rows, each only when needed: `next_id`, `next_order_id`, `next_category_id`
+///    (every category write takes it: names change one transaction at a time, so the check
+///    for a name taken cannot race a concurrent rename);
+/// 4. at the end of the batch (`Tally::write`, `append_events`): the inventory's counters in
+///    name order, and `event_seq` last.
+async fn lock_rows(
+    txn: &Txn<'_>,
+    batch: &[Write],
+    tally: &mut Tally,
+) -> Result<Locked, StoreError> {
+    let mut pets: Vec<PetId> = Vec::new();
+    let mut moving: Vec<OrderId> = Vec::new();
+    let (mut creates, mut places, mut categories) = (0, false, false);
+    for write in batch {
+        match write {
+            Write::Create(..) => creates += 1,
+            Write::Patch(id, ..) | Write::Delete(id, ..) => pets.push(*id),
+            Write::PlaceOrder(place, _) => {
+                pets.push(place.order.pet_id);
+                places = true;
+            }
+            Write::MoveOrder(id, ..) => moving.push(*id),
+            Write::CreateCategory(..) | Write::PatchCategory(..) | Write::DeleteCategory(..) => {
+                categories = true;
+            }
+            Write::Purge(..) | Write::Trim(..) | Write::Expire(..) => {}
+        }
+    }
+    if !moving.is_empty() {
+        moving.sort_unstable();
+        moving.dedup();
+        let rows = txn
+            .query(
+                "SELECT pet_id FROM orders WHERE id = ANY($1) ORDER BY id FOR UPDATE",
+                &[&moving],
+            )
+            .await
+            .map_err(pg_error)?;
+        pets.extend(rows.iter().map(|row| row.get::<_, i64>(0)));
+    }
+    let mut expiring = Vec::new();
+    for write in batch {
+        if let Write::Expire(at_ms, _) = write {
+            let (taken, their_pets) = sale_writes::take_ended_holds(txn, *at_ms).await?;
+            pets.extend(their_pets);
+            expiring.push(taken);
+        }
+    }
+    if !pets.is_empty() {
+        pets.sort_unstable();
+        pets.dedup();
+        txn.execute(
+            "SELECT 1 FROM pets WHERE id = ANY($1) ORDER BY id FOR UPDATE",
+            &[&pets],
+        )
+        .await
+        .map_err(pg_error)?;
+    }
+    let next_id = match creates {
+        0 => 0,
+        n => allocate_ids(txn, n).await?,
+    };
+    if places {
+        tally.next_order = Some(Counter::lock(txn, "next_order_id").await?);
+    }
+    if categories {
+        tally.next_category = Some(Counter::lock(txn, "next_category_id").await?);
+    }
+    Ok(Locked { next_id, expiring })
+}
+
+/// What a batch's writes gather as they run, written once at its end: how the inventory moves
+/// (by each pet's real status before and after), and the order and category ids given out.
+#[derive(Default)]
+pub(super) struct Tally {
+    pub(super) inventory: InventoryDelta,
+    pub(super) next_order: Option<Counter>,
+    pub(super) next_category: Option<Counter>,
+}
+
+impl Tally {
+    /// Writes the counters the batch moved: the id counters it advanced (their rows locked
+    /// since `lock_rows`), then the inventory's.
+    async fn write(&self, txn: &Txn<'_>) -> Result<(), StoreError> {
+        let (mut names, mut values) = (Vec::new(), Vec::new());
+        for counter in [&self.next_order, &self.next_category]
+            .into_iter()
+            .flatten()
+        {
+            if counter.next != counter.read {
+                names.push(counter.name);
+                values.push(counter.next);
+            }
+        }
+        if !names.is_empty() {
+            txn.execute(
+                "UPDATE petstore_meta SET value = new.value
+                 FROM UNNEST($1::text[], $2::bigint[]) AS new(name, value)
+                 WHERE petstore_meta.name = new.name",
+                &[&names, &values],
+            )
+            .await
+            .map_err(pg_error)?;
+        }
+        move_inventory(txn, &self.inventory).await
+    }
+}
+
+/// An id counter row of `petstore_meta`, locked for the rest of the transaction, and the ids
+/// the batch gives from it: only the ids of writes that went ahead, so none is skipped.
+pub(super) struct Counter {
+    name: &'static str,
+    read: i64,
+    next: i64,
+}
+
+impl Counter {
+    /// Locks the counter row `name` to the commit: every other transaction giving ids from it,
+    /// in any instance, waits, so ids increase in commit order.
+    async fn lock(txn: &Txn<'_>, name: &'static str) -> Result<Counter, StoreError> {
+        let row = txn
+            .query_one(
+                "SELECT value FROM petstore_meta WHERE name = $1 FOR UPDATE",
+                &[&name],
+            )
+            .await
+            .map_err(pg_error)?;
+        let read = row.get(0);
+        Ok(Counter {
+            name,
+            read,
+            next: read,
+        })
+    }
+
+    /// The id the next write that goes ahead gets; `IdsExhausted` once the counter cannot
+    /// move past it.
+    pub(super) fn next(&self) -> Result<i64, StoreError> {
+        match self.next.checked_add(1) {
+            Some(_) => Ok(self.next),
+            None => Err(StoreError::IdsExhausted),
+        }
+    }
+
+    /// Gives out the id `next` answered: its write went ahead.
+    pub(super) fn take(&mut self) {
+        self.next = self.next.saturating_add(1);
+    }
+}
+
+/// Moves the inventory's counters by `delta`, in one statement. The counter rows are locked in
+/// name order first (every batch that moves them does so), since an UPDATE alone locks rows in
+/// whatever order its scan finds them and two batches could then wait on each other.
+async fn move_inventory(txn: &Txn<'_>, delta: &InventoryDelta) -> Result<(), StoreError> {
+    let (mut names, mut changes) = (Vec::new(), Vec::new());
+    for ((name, _), (_, change)) in INVENTORY_COUNTERS.iter().zip(delta.each()) {
+        if change != 0 {
+            names.push(*name);
+            changes.push(change);
+        }
+    }
+    if names.is_empty() {
+        return Ok(());
+    }
+    let statement = txn
+        .prepare_cached(
+            "WITH locked AS MATERIALIZED (
+                 SELECT name FROM petstore_meta WHERE name = ANY($1) ORDER BY name FOR UPDATE)
+             UPDATE petstore_meta SET value = value + change.delta
+             FROM locked JOIN UNNEST($1::text[], $2::bigint[]) AS change(name, delta)
+                 USING (name)
+             WHERE petstore_meta.name = locked.name",
+        )
+        .await
+        .map_err(pg_error)?;
+    txn.execute(&statement, &[&names, &changes])
+        .await
+        .map_err(pg_error)?;
+    Ok(())
+}
+
 /// Appends the batch's events, last before the commit. Their numbers come from the counter row,
 /// which stays locked to the commit: every other writing transaction, of any instance, waits
 /// for it here, so events become visible in the order of their numbers and a reader that
 /// reads past a number never finds a smaller one committed later (the trap of a bare sequence).
 /// Taken last, after the pet rows and the id counter, so no two transactions wait on each
 /// other in a cycle, and the lock is held for the least time.
-async fn append_events(
-    txn: &deadpool_postgres::Transaction<'_>,
-    batch: &[Write],
-) -> Result<(), StoreError> {
+async fn append_events(txn: &Txn<'_>, batch: &[Write]) -> Result<(), StoreError> {
     let (mut types, mut ids, mut revisions, mut pets) = (vec![], vec![], vec![], vec![]);
+    let (mut subject_ids, mut subjects) = (vec![], vec![]);
     for change in Write::changes_of(batch) {
         // Numbered by the statement below.
         let event = StoredEvent::of(0, &change, 0);
@@ -186,6 +401,14 @@ async fn append_events(
             .map(|pet| String::from_utf8(pet.to_vec()))
             .transpose();
         pets.push(pet.map_err(|e| StoreError::Corrupt(format!("a pet is not UTF-8: {e}")))?);
+        // A pet's event has no subject of its own: NULL, as in the events from before orders.
+        let is_pet = event.kind.subject() == Subject::Pet;
+        subject_ids.push((!is_pet).then_some(event.subject_id));
+        let subject = event
+            .subject
+            .map(|subject| String::from_utf8(subject.to_vec()))
+            .transpose();
+        subjects.push(subject.map_err(|e| StoreError::Corrupt(format!("not UTF-8: {e}")))?);
     }
     if types.is_empty() {
         return Ok(());
@@ -197,16 +420,27 @@ async fn append_events(
             "WITH taken AS (
                  UPDATE petstore_meta SET value = value + $1 WHERE name = 'event_seq'
                  RETURNING value - $1 AS base)
-             INSERT INTO events (seq, type, at_ms, pet_id, revision, pet)
-             SELECT taken.base + new.n, new.type, $2, new.pet_id, new.revision, new.pet
-             FROM taken, UNNEST($3::smallint[], $4::bigint[], $5::bigint[], $6::text[])
-                 WITH ORDINALITY AS new(type, pet_id, revision, pet, n)",
+             INSERT INTO events (seq, type, at_ms, pet_id, revision, pet, subject_id, subject)
+             SELECT taken.base + new.n, new.type, $2, new.pet_id, new.revision, new.pet,
+                 new.subject_id, new.subject
+             FROM taken, UNNEST($3::smallint[], $4::bigint[], $5::bigint[], $6::text[],
+                     $7::bigint[], $8::text[])
+                 WITH ORDINALITY AS new(type, pet_id, revision, pet, subject_id, subject, n)",
         )
         .await
         .map_err(pg_error)?;
     txn.execute(
         &statement,
-        &[&count, &at_ms, &types, &ids, &revisions, &pets],
+        &[
+            &count,
+            &at_ms,
+            &types,
+            &ids,
+            &revisions,
+            &pets,
+            &subject_ids,
+            &subjects,
+        ],
     )
     .await
     .map_err(pg_error)?;
@@ -216,10 +450,7 @@ async fn append_events(
 /// Removes up to `PURGE_BATCH` of the oldest events, those from before `before_ms`: only from
 /// the front, so what is left is whole from the first kept event on, and records the last one
 /// removed (a cursor before it is gone). Instances trimming at once remove each row once.
-async fn trim_events(
-    txn: &deadpool_postgres::Transaction<'_>,
-    before_ms: u64,
-) -> Result<usize, StoreError> {
+async fn trim_events(txn: &Txn<'_>, before_ms: u64) -> Result<usize, StoreError> {
     let before_ms = i64::try_from(before_ms).unwrap_or(i64::MAX);
     let oldest = txn
         .query(
@@ -254,15 +485,13 @@ async fn trim_events(
 struct NewRows {
     ids: Vec<i64>,
     statuses: Vec<Option<i16>>,
+    categories: Vec<i64>,
     jsons: Vec<String>,
 }
 
 /// Takes `count` ids from the counter. The row stays locked to the commit, so every other
 /// creating transaction, in this instance or another, waits: ids increase in commit order.
-async fn allocate_ids(
-    txn: &deadpool_postgres::Transaction<'_>,
-    count: usize,
-) -> Result<i64, StoreError> {
+async fn allocate_ids(txn: &Txn<'_>, count: usize) -> Result<i64, StoreError> {
     let count = i64::try_from(count).unwrap_or(i64::MAX);
     let row = txn
         .query_one(
@@ -278,53 +507,32 @@ async fn allocate_ids(
 }
 
 async fn create(
-    txn: &deadpool_postgres::Transaction<'_>,
+    txn: &Txn<'_>,
     pet: &NewPet,
     keyed: Option<&Keyed>,
     id: PetId,
     now: u64,
     new_pets: &mut NewRows,
 ) -> Result<Result<Created, StoreError>, StoreError> {
-    if let Some(keyed) = keyed {
-        // Takes the record unless a live one holds the key. Another instance's create with
-        // the same key makes this wait for its commit, and then the record answers; the id
-        // taken for this create is then left unused, a gap that costs nothing.
-        let expires_at = i64::try_from(keyed.expires_at).unwrap_or(i64::MAX);
-        let taken = txn
-            .query_opt(
-                "INSERT INTO idempotency (scope, fingerprint, expires_at, pet_id)
-                 VALUES ($1, $2, $3, $4)
-                 ON CONFLICT (scope) DO UPDATE SET fingerprint = EXCLUDED.fingerprint,
-                     expires_at = EXCLUDED.expires_at, pet_id = EXCLUDED.pet_id
-                 WHERE idempotency.expires_at <= $5
-                 RETURNING pet_id",
-                &[
-                    &short(keyed.key.scope()).as_slice(),
-                    &short(keyed.key.fingerprint()).as_slice(),
-                    &expires_at,
-                    &id,
-                    &i64::try_from(now).unwrap_or(i64::MAX),
-                ],
-            )
+    if let Some(keyed) = keyed
+        && !take_record(txn, keyed, id, now).await?
+    {
+        let row = txn
+            .query_one(READ_RECORD, &[&short(keyed.key.scope()).as_slice()])
             .await
             .map_err(pg_error)?;
-        if taken.is_none() {
-            let row = txn
-                .query_one(READ_RECORD, &[&short(keyed.key.scope()).as_slice()])
-                .await
-                .map_err(pg_error)?;
-            let answer = record_of(&row)?.answer(&keyed.key, pet, now);
-            return Ok(answer.unwrap_or_else(|| {
-                Err(StoreError::Corrupt(
-                    "a live idempotency record expired mid-transaction".into(),
-                ))
-            }));
-        }
+        let answer = record_of(&row)?.answer(&keyed.key, pet, now);
+        return Ok(answer.unwrap_or_else(|| {
+            Err(StoreError::Corrupt(
+                "a live idempotency record expired mid-transaction".into(),
+            ))
+        }));
     }
     let json = String::from_utf8(pet.clone().into_pet(id).to_json())
         .map_err(|e| StoreError::Corrupt(format!("a pet's JSON is not UTF-8: {e}")))?;
     new_pets.ids.push(id);
     new_pets.statuses.push(status_code(pet.status));
+    new_pets.categories.push(pet.category_id);
     let stored = StoredPet {
         id,
         revision: 1,
@@ -337,56 +545,121 @@ async fn create(
     }))
 }
 
+/// Takes the idempotency record of `keyed` for `id` (a pet's, or `order_record_id` of an
+/// order's), unless a live record holds the key: then `false`, and the caller answers from it.
+/// Another instance's write with the same key makes this wait for its commit, and then its
+/// record answers; an id taken for this write is then left unused, a gap that costs nothing.
+pub(super) async fn take_record(
+    txn: &Txn<'_>,
+    keyed: &Keyed,
+    id: i64,
+    now: u64,
+) -> Result<bool, StoreError> {
+    let expires_at = i64::try_from(keyed.expires_at).unwrap_or(i64::MAX);
+    let taken = txn
+        .query_opt(
+            "INSERT INTO idempotency (scope, fingerprint, expires_at, pet_id)
+             VALUES ($1, $2, $3, $4)
+             ON CONFLICT (scope) DO UPDATE SET fingerprint = EXCLUDED.fingerprint,
+                 expires_at = EXCLUDED.expires_at, pet_id = EXCLUDED.pet_id
+             WHERE idempotency.expires_at <= $5
+             RETURNING pet_id",
+            &[
+                &short(keyed.key.scope()).as_slice(),
+                &short(keyed.key.fingerprint()).as_slice(),
+                &expires_at,
+                &id,
+                &i64::try_from(now).unwrap_or(i64::MAX),
+            ],
+        )
+        .await
+        .map_err(pg_error)?;
+    Ok(taken.is_some())
+}
+
+/// Applies `patch` to pet `id`: `NotFound`, `PreconditionFailed`, then, for a change of its
+/// status while a placed order holds it, `PetReserved`.
 async fn patch_pet(
-    txn: &deadpool_postgres::Transaction<'_>,
+    txn: &Txn<'_>,
     id: PetId,
     patch: PetPatch,
     precondition: &Precondition,
+    tally: &mut Tally,
 ) -> Result<Result<StoredPet, StoreError>, StoreError> {
     let (old, revision) = match current(txn, id, precondition).await? {
         Ok(current) => current,
         Err(e) => return Ok(Err(e)),
     };
+    if patch.status.is_some()
+        && let Some(order) = sale_writes::holding_order(txn, id).await?
+    {
+        return Ok(Err(StoreError::PetReserved { pet: id, order }));
+    }
+    let old_status = old.status;
     let new = patch.apply(old);
-    let json = String::from_utf8(new.to_json())
+    tally.inventory.moved(Some(old_status), Some(new.status));
+    Ok(Ok(rewrite_pet(txn, &new, revision + 1).await?))
+}
+
+/// Stores `pet` at `revision`, its columns beside its JSON; the row is locked already.
+pub(super) async fn rewrite_pet(
+    txn: &Txn<'_>,
+    pet: &Pet,
+    revision: u64,
+) -> Result<StoredPet, StoreError> {
+    let json = String::from_utf8(pet.to_json())
         .map_err(|e| StoreError::Corrupt(format!("a pet's JSON is not UTF-8: {e}")))?;
-    let revision = revision + 1;
+    let statement = txn
+        .prepare_cached(
+            "UPDATE pets SET status = $2, category_id = $3, revision = $4, json = $5
+             WHERE id = $1",
+        )
+        .await
+        .map_err(pg_error)?;
     txn.execute(
-        "UPDATE pets SET status = $2, revision = $3, json = $4 WHERE id = $1",
+        &statement,
         &[
-            &id,
-            &status_code(new.status),
+            &pet.id,
+            &status_code(pet.status),
+            &pet.category_id,
             &i64::try_from(revision).unwrap_or(i64::MAX),
             &json,
         ],
     )
     .await
     .map_err(pg_error)?;
-    Ok(Ok(StoredPet {
-        id,
+    Ok(StoredPet {
+        id: pet.id,
         revision,
         json: Bytes::from(json),
-    }))
+    })
 }
 
+/// Removes pet `id`: `NotFound`, `PreconditionFailed`, then `PetReserved` while a placed order
+/// holds it.
 async fn delete_pet(
-    txn: &deadpool_postgres::Transaction<'_>,
+    txn: &Txn<'_>,
     id: PetId,
     precondition: &Precondition,
+    tally: &mut Tally,
 ) -> Result<Result<u64, StoreError>, StoreError> {
-    let revision = match current(txn, id, precondition).await? {
-        Ok((_, revision)) => revision,
+    let (old, revision) = match current(txn, id, precondition).await? {
+        Ok(current) => current,
         Err(e) => return Ok(Err(e)),
     };
+    if let Some(order) = sale_writes::holding_order(txn, id).await? {
+        return Ok(Err(StoreError::PetReserved { pet: id, order }));
+    }
     txn.execute("DELETE FROM pets WHERE id = $1", &[&id])
         .await
         .map_err(pg_error)?;
+    tally.inventory.moved(Some(old.status), None);
     Ok(Ok(revision))
 }
 
 /// The pet `id` and its revision, if it exists and meets `precondition`.
-async fn current(
-    txn: &deadpool_postgres::Transaction<'_>,
+pub(super) async fn current(
+    txn: &Txn<'_>,
     id: PetId,
     precondition: &Precondition,
 ) -> Result<Result<(Pet, u64), StoreError>, StoreError> {

@@ -1,10 +1,11 @@
 //! Copying a PostgreSQL store out and in, for `petstore copy`. Each side has a connection of
 //! its own, taken out of the pool so that it never goes back to it mid-transaction (dropping it
 //! closes it, and PostgreSQL rolls back). The export reads one REPEATABLE READ snapshot in
-//! id-ordered chunks; the import is one transaction that locks the counter row, checks that
-//! the store is empty, takes each chunk with `COPY ... FROM STDIN (FORMAT binary)` and sets the
-//! counter at the end, so a failed copy leaves nothing behind. Only this module turns
-//! PostgreSQL's idempotency rows into the store's `IdempotencyRecord` and back.
+//! id-ordered chunks (pets, records, categories, orders) and the three id counters; the import
+//! is one transaction that locks the id counter rows, checks that the store is empty, takes
+//! each chunk with `COPY ... FROM STDIN (FORMAT binary)` and at the end sets the counters and
+//! counts the inventory from the pets, so a failed copy leaves nothing behind. Only this module
+//! turns PostgreSQL's idempotency rows into the store's `IdempotencyRecord` and back.
 
 use std::time::Duration;
 
@@ -16,9 +17,14 @@ use tokio_postgres::types::{ToSql, Type};
 
 use super::errors::pg_error;
 use super::handle::PgStore;
-use super::rows::status_code;
+use super::rows::{
+    RECOUNT_INVENTORY, expires_at_ms, order_of, order_record, order_status_code, status_code,
+};
+use crate::category::{Category, name_key};
+use crate::order::Order;
+use crate::pet::Pet;
 use crate::store::model::{
-    Chunk, Exporting, IdempotencyRecord, NextIds, SHORT_DIGEST, StoreError, StoredPet, pet_status,
+    Chunk, Exporting, IdempotencyRecord, NextIds, SHORT_DIGEST, StoreError, StoredPet,
 };
 
 /// The bound on each statement of a copy, in place of the short one requests get: a chunk or
@@ -31,33 +37,41 @@ const STEP_WITHIN: Duration = Duration::from_secs(90);
 const SELECT_PETS: &str = "SELECT id, revision, json FROM pets WHERE id > $1 ORDER BY id LIMIT $2";
 const SELECT_RECORDS: &str = "SELECT scope, fingerprint, expires_at, pet_id FROM idempotency
      WHERE expires_at > $1 AND scope > $2 ORDER BY scope LIMIT $3";
-const COPY_PETS: &str = "COPY pets (id, status, revision, json) FROM STDIN (FORMAT binary)";
-const PET_TYPES: [Type; 4] = [Type::INT8, Type::INT2, Type::INT8, Type::TEXT];
+const SELECT_CATEGORIES: &str =
+    "SELECT id, name FROM categories WHERE id > $1 ORDER BY id LIMIT $2";
+const SELECT_ORDERS: &str = "SELECT id, record FROM orders WHERE id > $1 ORDER BY id LIMIT $2";
+const COPY_PETS: &str =
+    "COPY pets (id, status, category_id, revision, json) FROM STDIN (FORMAT binary)";
+const PET_TYPES: [Type; 5] = [Type::INT8, Type::INT2, Type::INT8, Type::INT8, Type::TEXT];
 const COPY_RECORDS: &str =
     "COPY idempotency (scope, fingerprint, expires_at, pet_id) FROM STDIN (FORMAT binary)";
 const RECORD_TYPES: [Type; 4] = [Type::BYTEA, Type::BYTEA, Type::INT8, Type::INT8];
+const COPY_CATEGORIES: &str = "COPY categories (id, name, name_key) FROM STDIN (FORMAT binary)";
+const CATEGORY_TYPES: [Type; 3] = [Type::INT8, Type::TEXT, Type::TEXT];
+const COPY_ORDERS: &str =
+    "COPY orders (id, pet_id, status, expires_at_ms, record) FROM STDIN (FORMAT binary)";
+const ORDER_TYPES: [Type; 5] = [Type::INT8, Type::INT8, Type::INT2, Type::INT8, Type::TEXT];
+/// The id counters, read by the export and locked by the import in the order every writing
+/// transaction locks them (`batch.rs`).
+const ID_COUNTERS: &str = "SELECT value FROM petstore_meta
+     WHERE name IN ('next_id', 'next_order_id', 'next_category_id')
+     ORDER BY array_position(ARRAY['next_id', 'next_order_id', 'next_category_id'], name)";
 
 impl PgStore {
-    /// Starts streaming the store into `sender` from one snapshot; returns its id counter.
-    /// See `Store::export`.
+    /// Starts streaming the store into `sender` from one snapshot; returns its id counters,
+    /// read in the same snapshot. See `Store::export`.
     pub(in crate::store) async fn export(&self, to: Exporting) -> Result<NextIds, StoreError> {
         let (chunk, now, sender) = (to.chunk, to.now, to.into);
         let client = self.own_connection().await?;
-        let next_id = within(async {
+        let next_ids = within(async {
             client
                 .batch_execute(&format!(
                     "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; {STATEMENT_TIMEOUT}"
                 ))
                 .await
                 .map_err(pg_error)?;
-            let row = client
-                .query_one(
-                    "SELECT value FROM petstore_meta WHERE name = 'next_id'",
-                    &[],
-                )
-                .await
-                .map_err(pg_error)?;
-            Ok(row.get::<_, i64>(0))
+            let rows = client.query(ID_COUNTERS, &[]).await.map_err(pg_error)?;
+            next_ids(&rows)
         })
         .await?;
         tokio::spawn(async move {
@@ -65,15 +79,12 @@ impl PgStore {
                 let _ = sender.send(Err(e)).await;
             }
         });
-        Ok(NextIds {
-            pets: counter(next_id),
-            orders: 1,
-            categories: 1,
-        })
+        Ok(next_ids)
     }
 
-    /// Starts the import's transaction: locks the counter row (so creates elsewhere wait for
-    /// the commit) and checks that the store is empty. See `Store::import`.
+    /// Starts the import's transaction: locks the id counter rows (so creates elsewhere wait
+    /// for the commit) and checks that the store is empty: no pet, record, category or order,
+    /// no id given out. See `Store::import`.
     pub(in crate::store) async fn import(&self) -> Result<PgImport, StoreError> {
         let client = self.own_connection().await?;
         within(async {
@@ -81,27 +92,33 @@ impl PgStore {
                 .batch_execute(&format!("BEGIN; {STATEMENT_TIMEOUT}"))
                 .await
                 .map_err(pg_error)?;
-            let next_id = client
-                .query_one(
-                    "SELECT value FROM petstore_meta WHERE name = 'next_id' FOR UPDATE",
-                    &[],
-                )
+            let rows = client
+                .query(&format!("{ID_COUNTERS} FOR UPDATE"), &[])
                 .await
-                .map_err(pg_error)?
-                .get::<_, i64>(0);
+                .map_err(pg_error)?;
+            let next = next_ids(&rows)?;
             let counts = client
                 .query_one(
-                    "SELECT (SELECT count(*) FROM pets), (SELECT count(*) FROM idempotency)",
+                    "SELECT (SELECT count(*) FROM pets), (SELECT count(*) FROM idempotency),
+                         (SELECT count(*) FROM categories), (SELECT count(*) FROM orders)",
                     &[],
                 )
                 .await
                 .map_err(pg_error)?;
             let (pets, records) = (counts.get::<_, i64>(0), counts.get::<_, i64>(1));
-            if pets > 0 || records > 0 || next_id != 1 {
+            let (categories, orders) = (counts.get::<_, i64>(2), counts.get::<_, i64>(3));
+            let untouched = NextIds {
+                pets: 1,
+                orders: 1,
+                categories: 1,
+            };
+            if pets > 0 || records > 0 || categories > 0 || orders > 0 || next != untouched {
+                // `NotEmpty` names pets, records and the pet counter; a store with only
+                // categories or orders (or their ids given) is refused under the same name.
                 return Err(StoreError::NotEmpty {
                     pets: counter(pets),
                     records: counter(records),
-                    next_id: counter(next_id),
+                    next_id: next.pets,
                 });
             }
             Ok(())
@@ -132,7 +149,10 @@ impl PgImport {
                     let writer = BinaryCopyInWriter::new(sink, &PET_TYPES);
                     let mut writer = std::pin::pin!(writer);
                     for pet in &pets {
-                        let status = status_code(pet_status(pet)?);
+                        let read = Pet::from_json(&pet.json).map_err(|e| {
+                            StoreError::Corrupt(format!("pet {} does not read back: {e}", pet.id))
+                        })?;
+                        let status = status_code(read.status);
                         let revision = i64::try_from(pet.revision).map_err(|_| {
                             StoreError::Corrupt(format!(
                                 "pet {} has revision {}",
@@ -140,7 +160,8 @@ impl PgImport {
                             ))
                         })?;
                         let json = text(&pet.json, pet.id)?;
-                        let row: [&(dyn ToSql + Sync); 4] = [&pet.id, &status, &revision, &json];
+                        let row: [&(dyn ToSql + Sync); 5] =
+                            [&pet.id, &status, &read.category_id, &revision, &json];
                         writer.as_mut().write(&row).await.map_err(pg_error)?;
                     }
                     writer.as_mut().finish().await.map_err(pg_error)?;
@@ -161,10 +182,32 @@ impl PgImport {
                     }
                     writer.as_mut().finish().await.map_err(pg_error)?;
                 }
-                Chunk::Categories(_) | Chunk::Orders(_) => {
-                    return Err(StoreError::Unsupported(
-                        "orders and categories on PostgreSQL".into(),
-                    ));
+                Chunk::Categories(categories) => {
+                    let sink = client.copy_in(COPY_CATEGORIES).await.map_err(pg_error)?;
+                    let writer = BinaryCopyInWriter::new(sink, &CATEGORY_TYPES);
+                    let mut writer = std::pin::pin!(writer);
+                    for category in &categories {
+                        let key = name_key(&category.name);
+                        let row: [&(dyn ToSql + Sync); 3] = [&category.id, &category.name, &key];
+                        writer.as_mut().write(&row).await.map_err(pg_error)?;
+                    }
+                    writer.as_mut().finish().await.map_err(pg_error)?;
+                }
+                Chunk::Orders(orders) => {
+                    let sink = client.copy_in(COPY_ORDERS).await.map_err(pg_error)?;
+                    let writer = BinaryCopyInWriter::new(sink, &ORDER_TYPES);
+                    let mut writer = std::pin::pin!(writer);
+                    for order in &orders {
+                        let row: [&(dyn ToSql + Sync); 5] = [
+                            &order.id,
+                            &order.pet_id,
+                            &order_status_code(order.status),
+                            &expires_at_ms(order),
+                            &order_record(order),
+                        ];
+                        writer.as_mut().write(&row).await.map_err(pg_error)?;
+                    }
+                    writer.as_mut().finish().await.map_err(pg_error)?;
                 }
             }
             Ok(())
@@ -172,20 +215,36 @@ impl PgImport {
         .await
     }
 
-    /// Sets the counter and commits everything at once.
+    /// Sets the id counters (those of orders and categories above every id imported, should
+    /// `next` be behind), counts the inventory from the pets imported, and commits everything
+    /// at once.
     pub(in crate::store) async fn commit(self, next: NextIds) -> Result<(), StoreError> {
-        let next_id = next.pets;
-        let next_id = i64::try_from(next_id).map_err(|_| {
-            StoreError::Corrupt(format!(
-                "the next id {next_id} is beyond what PostgreSQL's counter holds"
-            ))
-        })?;
+        let beyond = |what: &str, value: u64| {
+            i64::try_from(value).map_err(|_| {
+                StoreError::Corrupt(format!(
+                    "the next {what} id {value} is beyond what PostgreSQL's counter holds"
+                ))
+            })
+        };
+        let pets = beyond("pet", next.pets)?;
+        let orders = beyond("order", next.orders)?;
+        let categories = beyond("category", next.categories)?;
         within(async {
             self.client
                 .execute(
-                    "UPDATE petstore_meta SET value = $1 WHERE name = 'next_id'",
-                    &[&next_id],
+                    "UPDATE petstore_meta SET value = CASE name
+                         WHEN 'next_id' THEN $1
+                         WHEN 'next_order_id' THEN
+                             GREATEST($2, (SELECT COALESCE(max(id), 0) + 1 FROM orders))
+                         ELSE GREATEST($3, (SELECT COALESCE(max(id), 0) + 1 FROM categories))
+                     END
+                     WHERE name IN ('next_id', 'next_order_id', 'next_category_id')",
+                    &[&pets, &orders, &categories],
                 )
+                .await
+                .map_err(pg_error)?;
+            self.client
+                .execute(RECOUNT_INVENTORY, &[])
                 .await
                 .map_err(pg_error)?;
             self.client.batch_execute("COMMIT").await.map_err(pg_error)
@@ -193,7 +252,8 @@ impl PgImport {
         .await
     }
 
-    /// Rolls the transaction back; should that fail, closing the connection does it.
+    /// Rolls the transaction back, pets, records, categories and orders alike; should that
+    /// fail, closing the connection does it.
     pub(in crate::store) async fn abort(self) -> Result<(), StoreError> {
         within(async {
             self.client
@@ -205,8 +265,9 @@ impl PgImport {
     }
 }
 
-/// Sends every pet, then every record live at `now`, in chunks, then ends the read-only
-/// transaction; returns early, without an error, when the receiver has gone.
+/// Sends every pet, then every record live at `now`, then every category, then every order,
+/// in chunks, then ends the read-only transaction; returns early, without an error, when the
+/// receiver has gone.
 async fn stream(
     client: &ClientWrapper,
     chunk: usize,
@@ -268,7 +329,73 @@ async fn stream(
             break;
         }
     }
+    let categories = by_id(client, SELECT_CATEGORIES, chunk, sender, |rows| {
+        let categories = rows.iter().map(|row| Category {
+            id: row.get(0),
+            name: row.get(1),
+        });
+        Ok(Chunk::Categories(categories.collect()))
+    });
+    if !categories.await? {
+        return Ok(());
+    }
+    let orders = by_id(client, SELECT_ORDERS, chunk, sender, |rows| {
+        let orders = rows.iter().map(|row| order_of(row.get(1)));
+        Ok(Chunk::Orders(orders.collect::<Result<Vec<Order>, _>>()?))
+    });
+    if !orders.await? {
+        return Ok(());
+    }
     within(async { client.batch_execute("COMMIT").await.map_err(pg_error) }).await
+}
+
+/// Sends the rows of `select` (ids above `$1`, in id order, at most `$2`, the id first) in
+/// chunks that `chunk_of` makes; `false` when the receiver has gone.
+async fn by_id(
+    client: &ClientWrapper,
+    select: &str,
+    chunk: usize,
+    sender: &mpsc::Sender<Result<Chunk, StoreError>>,
+    chunk_of: impl Fn(&[tokio_postgres::Row]) -> Result<Chunk, StoreError>,
+) -> Result<bool, StoreError> {
+    let limit = i64::try_from(chunk).unwrap_or(i64::MAX);
+    let statement = within(async { client.prepare(select).await.map_err(pg_error) }).await?;
+    let mut after = i64::MIN;
+    loop {
+        let rows = within(async {
+            client
+                .query(&statement, &[&after, &limit])
+                .await
+                .map_err(pg_error)
+        })
+        .await?;
+        let Some(last) = rows.last() else {
+            return Ok(true);
+        };
+        after = last.get(0);
+        if sender.send(chunk_of(&rows)).await.is_err() {
+            return Ok(false);
+        }
+        if rows.len() < chunk {
+            return Ok(true);
+        }
+    }
+}
+
+/// The three id counters from the rows of `ID_COUNTERS`.
+fn next_ids(rows: &[tokio_postgres::Row]) -> Result<NextIds, StoreError> {
+    let [pets, orders, categories] = rows else {
+        return Err(StoreError::Corrupt(format!(
+            "{} of the three id counters are kept",
+            rows.len()
+        )));
+    };
+    let value = |row: &tokio_postgres::Row| counter(row.get(0));
+    Ok(NextIds {
+        pets: value(pets),
+        orders: value(orders),
+        categories: value(categories),
+    })
 }
 
 /// An `idempotency` row (scope, fingerprint, expires_at, pet_id) as the store's record.

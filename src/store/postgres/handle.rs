@@ -4,15 +4,16 @@
 use std::time::Duration;
 
 use bytes::Bytes;
+use tokio_postgres::types::ToSql;
 
 use super::batch::PgWriter;
 use super::connect::PgTarget;
 use super::errors::pg_error;
 use super::pool::Connections;
-use super::rows::{READ_RECORD, record_of, revision, status_code};
+use super::rows::{READ_RECORD, after_cursor, record_of, revision, status_code};
 use super::schema::migrate;
 use crate::event::{EventType, Position};
-use crate::pet::{PetId, PetStatus};
+use crate::pet::PetId;
 use crate::store::events::{EventPage, EventQuery, FeedState, ReadError, StoredEvent};
 use crate::store::model::{Page, PageBuilder, PageQuery, Record, StoreError, StoredPet, short};
 
@@ -24,14 +25,14 @@ pub(in crate::store) const ANSWER_WITHIN: Duration = Duration::from_secs(5);
 
 /// The feed's identity, newest number and last number purged, as one row `f` of three columns
 /// that a query joins its rows to, so both come from the statement's one snapshot.
-const FEED_NOW: &str = "SELECT f.feed, f.newest, f.trimmed, p.* FROM (
+pub(super) const FEED_NOW: &str = "SELECT f.feed, f.newest, f.trimmed, p.* FROM (
     SELECT max(value) FILTER (WHERE name = 'feed') AS feed,
         max(value) FILTER (WHERE name = 'event_seq') AS newest,
         max(value) FILTER (WHERE name = 'events_trimmed') AS trimmed
     FROM petstore_meta WHERE name IN ('feed', 'event_seq', 'events_trimmed')) f";
 
 /// The feed's state from a row of a query that starts with `FEED_NOW`.
-fn feed_state(row: &tokio_postgres::Row) -> Result<FeedState, StoreError> {
+pub(super) fn feed_state(row: &tokio_postgres::Row) -> Result<FeedState, StoreError> {
     let value = |n| {
         row.get::<_, Option<i64>>(n)
             .ok_or_else(|| StoreError::Corrupt("the feed's counters are missing".into()))
@@ -117,42 +118,37 @@ impl PgStore {
             .await
     }
 
-    /// A page of pets and the feed's newest position, in one statement: one snapshot.
+    /// A page of pets and the feed's newest position, in one statement: one snapshot. Each
+    /// combination of filters reads its own index (`pets_by_status`, `pets_by_category`,
+    /// `pets_by_category_status`) from the cursor on, so a deep page costs what the first does.
     pub(in crate::store) async fn list(&self, query: PageQuery) -> Result<Page, StoreError> {
-        let (status, after, limit) = (query.status, query.after, query.limit);
-        let after = after.unwrap_or(i64::MIN);
+        let limit = query.limit;
+        let after = query.after.unwrap_or(i64::MIN);
         // One more than the page, to tell whether another follows.
         let fetch = i64::try_from(limit + 1).unwrap_or(i64::MAX);
+        let status = query.status.map(|status| status_code(Some(status)));
+        // One statement text for each combination of filters: a parameter that may be NULL
+        // ("any") would make a plan that cannot use the index of the filter given.
+        let mut params: Vec<&(dyn ToSql + Sync)> = vec![&after, &fetch];
+        let mut equal = Vec::new();
+        if let Some(category) = &query.category {
+            params.push(category);
+            equal.push(("category_id", params.len()));
+        }
+        if let Some(status) = &status {
+            params.push(status);
+            equal.push(("status", params.len()));
+        }
+        let sql = format!(
+            "{FEED_NOW} LEFT JOIN LATERAL (
+                 SELECT id, json FROM pets WHERE {} ORDER BY id LIMIT $2
+             ) p ON true ORDER BY p.id",
+            after_cursor(&equal)
+        );
         self.pool
             .run(async |client| {
-                let rows = match status {
-                    None => {
-                        let statement = client
-                            .prepare_cached(&format!(
-                                "{FEED_NOW} LEFT JOIN LATERAL (
-                                 SELECT id, json FROM pets WHERE id > $1 ORDER BY id LIMIT $2
-                             ) p ON true ORDER BY p.id"
-                            ))
-                            .await
-                            .map_err(pg_error)?;
-                        client.query(&statement, &[&after, &fetch]).await
-                    }
-                    Some(status) => {
-                        let statement = client
-                            .prepare_cached(&format!(
-                                "{FEED_NOW} LEFT JOIN LATERAL (
-                                 SELECT id, json FROM pets WHERE status = $1 AND id > $2
-                                 ORDER BY id LIMIT $3
-                             ) p ON true ORDER BY p.id"
-                            ))
-                            .await
-                            .map_err(pg_error)?;
-                        client
-                            .query(&statement, &[&status_code(Some(status)), &after, &fetch])
-                            .await
-                    }
-                }
-                .map_err(pg_error)?;
+                let statement = client.prepare_cached(&sql).await.map_err(pg_error)?;
+                let rows = client.query(&statement, &params).await.map_err(pg_error)?;
                 let mut page = PageBuilder::new(limit);
                 let mut events = Position { feed: 0, seq: 0 };
                 for row in &rows {
@@ -185,7 +181,8 @@ impl PgStore {
                 let statement = client
                     .prepare_cached(&format!(
                         "{FEED_NOW} LEFT JOIN LATERAL (
-                             SELECT seq, type, at_ms, pet_id, revision, pet FROM events
+                             SELECT seq, type, at_ms, pet_id, revision, pet, subject_id, subject
+                             FROM events
                              WHERE seq > COALESCE($1, f.trimmed)
                                  AND seq <= COALESCE($1, f.trimmed) + $3
                                  AND ($4::smallint[] IS NULL OR type = ANY($4))
@@ -221,8 +218,9 @@ impl PgStore {
                 pet_id: row.get(6),
                 revision: row.get::<_, i64>(7).unsigned_abs(),
                 pet: row.get::<_, Option<String>>(8).map(Bytes::from),
-                subject_id: 0,
-                subject: None,
+                // NULL for a pet's event.
+                subject_id: row.get::<_, Option<i64>>(9).unwrap_or(0),
+                subject: row.get::<_, Option<String>>(10).map(Bytes::from),
             });
         }
         let reached = match events.last() {
@@ -235,42 +233,6 @@ impl PgStore {
             reached,
             state,
         })
-    }
-
-    /// Pets per status (`None`: without one): one scan of the status index, so its caller
-    /// decides how often.
-    pub(in crate::store) async fn count_by_status(
-        &self,
-    ) -> Result<Vec<(Option<PetStatus>, u64)>, StoreError> {
-        let rows = self
-            .pool
-            .run(async |client| {
-                client
-                    .query("SELECT status, count(*) FROM pets GROUP BY status", &[])
-                    .await
-                    .map_err(pg_error)
-            })
-            .await?;
-        let mut counts: Vec<(Option<PetStatus>, u64)> = [
-            Some(PetStatus::Available),
-            Some(PetStatus::Pending),
-            Some(PetStatus::Sold),
-            None,
-        ]
-        .into_iter()
-        .map(|status| (status, 0))
-        .collect();
-        for row in rows {
-            let code: Option<i16> = row.try_get(0).map_err(pg_error)?;
-            let count: i64 = row.try_get(1).map_err(pg_error)?;
-            if let Some(slot) = counts
-                .iter_mut()
-                .find(|(status, _)| status_code(*status) == code)
-            {
-                slot.1 = u64::try_from(count).unwrap_or(0);
-            }
-        }
-        Ok(counts)
     }
 
     pub(in crate::store) async fn check(&self) -> Result<(), StoreError> {

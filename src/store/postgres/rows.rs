@@ -1,8 +1,11 @@
 //! How the store's values sit in PostgreSQL rows and columns: an idempotency record, a
-//! revision, a status code. Shared by the reads, the batches and the copy.
+//! revision, a status code, an order, a category, the inventory's counters. Shared by the
+//! reads, the batches, the copy and the migrations.
 
+use crate::category::Category;
+use crate::order::{Order, OrderStatus};
 use crate::pet::PetStatus;
-use crate::store::model::{Record, StoreError};
+use crate::store::model::{Inventory, Record, StoreError};
 
 /// An idempotency record, by its scope.
 pub(super) const READ_RECORD: &str =
@@ -27,4 +30,147 @@ pub(super) fn revision(stored: i64) -> u64 {
 /// The status as the `status` column keeps it: the same stable codes as redb's index.
 pub(super) fn status_code(status: Option<PetStatus>) -> Option<i16> {
     status.map(|status| i16::from(status.to_code()))
+}
+
+/// `OrderStatus::Placed.code()` as the `orders.status` column keeps it. Statements write the
+/// literal `status = 1` rather than a parameter, so the planner can use the partial indexes
+/// (`orders_one_placed_per_pet`, `orders_by_expiry`), whose predicate it must match as written.
+pub(super) const PLACED: i16 = 1;
+
+/// The inventory's counter rows in `petstore_meta`, in name order (the order a batch locks
+/// them in), each with the pets it counts.
+pub(super) const INVENTORY_COUNTERS: [(&str, Option<PetStatus>); 4] = [
+    ("pets_available", Some(PetStatus::Available)),
+    ("pets_pending", Some(PetStatus::Pending)),
+    ("pets_sold", Some(PetStatus::Sold)),
+    ("pets_unset", None),
+];
+
+/// Counts the pets by status into the four inventory counters, made or overwritten, reading
+/// every pet once: at the migration that adds them, and at the end of an import. The codes
+/// are `PetStatus::to_code`'s (`status_code`).
+pub(super) const RECOUNT_INVENTORY: &str = "
+    INSERT INTO petstore_meta (name, value)
+    SELECT counter.name, counter.value FROM (
+        SELECT count(*) FILTER (WHERE status = 0) AS available,
+            count(*) FILTER (WHERE status = 1) AS pending,
+            count(*) FILTER (WHERE status = 2) AS sold,
+            count(*) FILTER (WHERE status IS NULL) AS unset
+        FROM pets) AS counts,
+    LATERAL (VALUES ('pets_available', counts.available), ('pets_pending', counts.pending),
+        ('pets_sold', counts.sold), ('pets_unset', counts.unset)) AS counter(name, value)
+    ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value";
+
+/// The four inventory counters in one row, in `INVENTORY_COUNTERS`' order: one statement, so
+/// one snapshot, however many writers move them meanwhile.
+pub(super) const READ_INVENTORY: &str = "
+    SELECT max(value) FILTER (WHERE name = 'pets_available'),
+        max(value) FILTER (WHERE name = 'pets_pending'),
+        max(value) FILTER (WHERE name = 'pets_sold'),
+        max(value) FILTER (WHERE name = 'pets_unset')
+    FROM petstore_meta
+    WHERE name IN ('pets_available', 'pets_pending', 'pets_sold', 'pets_unset')";
+
+/// The inventory from a `READ_INVENTORY` row.
+pub(super) fn inventory_of(row: &tokio_postgres::Row) -> Result<Inventory, StoreError> {
+    let mut inventory = Inventory::default();
+    for (n, (name, status)) in INVENTORY_COUNTERS.into_iter().enumerate() {
+        let value: Option<i64> = row.try_get(n).map_err(|e| {
+            StoreError::Corrupt(format!("the inventory counter {name} does not read: {e}"))
+        })?;
+        let value =
+            value.ok_or_else(|| StoreError::Corrupt(format!("the counter {name} is missing")))?;
+        *inventory.count_mut(status) = u64::try_from(value)
+            .map_err(|_| StoreError::Corrupt(format!("the counter {name} is {value}")))?;
+    }
+    Ok(inventory)
+}
+
+/// The order kept in a `record` column.
+pub(super) fn order_of(record: &str) -> Result<Order, StoreError> {
+    Order::from_record(record.as_bytes())
+        .map_err(|e| StoreError::Corrupt(format!("an order does not read back: {e}")))
+}
+
+/// An order's `record` column: its record, which is JSON, so text.
+pub(super) fn order_record(order: &Order) -> String {
+    String::from_utf8(order.to_record()).expect("serde_json writes UTF-8")
+}
+
+/// The `orders.status` column of an order.
+pub(super) fn order_status_code(status: OrderStatus) -> i16 {
+    i16::from(status.code())
+}
+
+/// The `orders.expires_at_ms` column of an order.
+pub(super) fn expires_at_ms(order: &Order) -> Option<i64> {
+    order
+        .expires_at_ms
+        .map(|at| i64::try_from(at).unwrap_or(i64::MAX))
+}
+
+/// The condition of a page of a list filtered by `equal` (each a column and the number of the
+/// parameter it must equal, in the order of the index that serves the filter and ends with
+/// `id`): the rows after the cursor, `$1`. Written as a row comparison on the index's columns,
+/// so even a generic plan, which knows no values, reads that index from the cursor on; with a
+/// bare `id > $1` the planner may prefer the primary key and filter, which on a deep page of a
+/// rare value reads past every row of the others.
+pub(super) fn after_cursor(equal: &[(&str, usize)]) -> String {
+    if equal.is_empty() {
+        return "id > $1".into();
+    }
+    let mut condition = String::new();
+    let (mut columns, mut params) = (String::new(), String::new());
+    for (column, param) in equal {
+        condition.push_str(&format!("{column} = ${param} AND "));
+        columns.push_str(&format!("{column}, "));
+        params.push_str(&format!("${param}, "));
+    }
+    condition.push_str(&format!("({columns}id) > ({params}$1)"));
+    condition
+}
+
+/// A category from its `id` and `name` columns.
+pub(super) fn category_of(row: &tokio_postgres::Row) -> Category {
+    Category {
+        id: row.get(0),
+        name: row.get(1),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_filtered_page_starts_at_the_cursor_in_its_index() {
+        assert_eq!(after_cursor(&[]), "id > $1");
+        assert_eq!(
+            after_cursor(&[("category_id", 3), ("status", 4)]),
+            "category_id = $3 AND status = $4 AND (category_id, status, id) > ($3, $4, $1)"
+        );
+    }
+
+    #[test]
+    fn the_placed_code_and_the_counters_match_the_domain_s_codes() {
+        assert_eq!(PLACED, order_status_code(OrderStatus::Placed));
+        let mut names: Vec<&str> = INVENTORY_COUNTERS.iter().map(|(name, _)| *name).collect();
+        names.sort_unstable();
+        assert_eq!(
+            names,
+            INVENTORY_COUNTERS.map(|(name, _)| name),
+            "name order"
+        );
+        for (status, code) in [
+            (PetStatus::Available, 0),
+            (PetStatus::Pending, 1),
+            (PetStatus::Sold, 2),
+        ] {
+            assert_eq!(
+                status_code(Some(status)),
+                Some(code),
+                "RECOUNT_INVENTORY's codes"
+            );
+        }
+    }
 }

@@ -1,51 +1,164 @@
-//! The PostgreSQL store's reads of orders, categories and the inventory (issue 29).
-//! Not built yet: each read answers `Unsupported` until the engine keeps them.
+//! The PostgreSQL store's reads of orders, categories and the inventory (issue 29); their
+//! writes are `sale_writes.rs`. Each read is one statement, so one snapshot: a page comes with
+//! the feed's newest position as that snapshot saw it (as a page of pets does), and the
+//! inventory's four counters agree with each other.
 
-use super::handle::PgStore;
+use tokio_postgres::types::ToSql;
+
+use super::errors::pg_error;
+use super::handle::{FEED_NOW, PgStore, feed_state};
+use super::rows::{
+    READ_INVENTORY, after_cursor, category_of, inventory_of, order_of, order_status_code,
+};
 use crate::category::{Category, CategoryId};
+use crate::event::Position;
 use crate::order::{Order, OrderId};
-use crate::store::model::{Inventory, OrderQuery, Page, StoreError};
-
-fn not_yet() -> StoreError {
-    StoreError::Unsupported("orders and categories on PostgreSQL".into())
-}
+use crate::store::model::{Inventory, OrderQuery, Page, PageBuilder, StoreError};
 
 impl PgStore {
     pub(in crate::store) async fn get_order(
         &self,
-        _id: OrderId,
+        id: OrderId,
     ) -> Result<Option<Order>, StoreError> {
-        Err(not_yet())
+        let row = self
+            .pool
+            .run(async |client| {
+                let statement = client
+                    .prepare_cached("SELECT record FROM orders WHERE id = $1")
+                    .await
+                    .map_err(pg_error)?;
+                client.query_opt(&statement, &[&id]).await.map_err(pg_error)
+            })
+            .await?;
+        row.map(|row| order_of(row.get(0))).transpose()
     }
 
+    /// A page of orders in id order, each filter read from its index (`orders_by_status`,
+    /// `orders_by_pet`) from the cursor on, so a deep page costs what the first does.
     pub(in crate::store) async fn list_orders(
         &self,
-        _query: OrderQuery,
+        query: OrderQuery,
     ) -> Result<Page, StoreError> {
-        Err(not_yet())
+        let after = query.after.unwrap_or(i64::MIN);
+        let fetch = i64::try_from(query.limit + 1).unwrap_or(i64::MAX);
+        let status = query.status.map(order_status_code);
+        // One statement text for each combination of filters: a parameter that may be NULL
+        // ("any") would make a plan that cannot use the index of the filter given.
+        let mut params: Vec<&(dyn ToSql + Sync)> = vec![&after, &fetch];
+        // Of a pet's few orders, those of a status are filtered from `orders_by_pet`.
+        let (mut equal, mut filters) = (Vec::new(), String::new());
+        if let Some(pet_id) = &query.pet_id {
+            params.push(pet_id);
+            equal.push(("pet_id", params.len()));
+        }
+        if let Some(status) = &status {
+            params.push(status);
+            if equal.is_empty() {
+                equal.push(("status", params.len()));
+            } else {
+                filters = format!(" AND status = ${}", params.len());
+            }
+        }
+        let sql = format!(
+            "{FEED_NOW} LEFT JOIN LATERAL (
+                 SELECT id, record FROM orders WHERE {}{filters} ORDER BY id LIMIT $2
+             ) p ON true ORDER BY p.id",
+            after_cursor(&equal)
+        );
+        let rows = self
+            .pool
+            .run(async |client| {
+                let statement = client.prepare_cached(&sql).await.map_err(pg_error)?;
+                client.query(&statement, &params).await.map_err(pg_error)
+            })
+            .await?;
+        page_of(
+            &rows,
+            query.limit,
+            |row| Ok(order_of(row.get(4))?.to_json()),
+        )
     }
 
+    /// The four counters every write keeps, read in one statement: exact at its snapshot, and
+    /// as cheap with a million pets as with none.
     pub(in crate::store) async fn inventory(&self) -> Result<Inventory, StoreError> {
-        Err(not_yet())
+        let row = self
+            .pool
+            .run(async |client| {
+                let statement = client
+                    .prepare_cached(READ_INVENTORY)
+                    .await
+                    .map_err(pg_error)?;
+                client.query_one(&statement, &[]).await.map_err(pg_error)
+            })
+            .await?;
+        inventory_of(&row)
     }
 
     pub(in crate::store) async fn get_category(
         &self,
-        _id: CategoryId,
+        id: CategoryId,
     ) -> Result<Option<Category>, StoreError> {
-        Err(not_yet())
+        let row = self
+            .pool
+            .run(async |client| {
+                client
+                    .query_opt("SELECT id, name FROM categories WHERE id = $1", &[&id])
+                    .await
+                    .map_err(pg_error)
+            })
+            .await?;
+        Ok(row.as_ref().map(category_of))
     }
 
     pub(in crate::store) async fn list_categories(
         &self,
-        _after: Option<CategoryId>,
-        _limit: usize,
+        after: Option<CategoryId>,
+        limit: usize,
     ) -> Result<Page, StoreError> {
-        Err(not_yet())
+        let after = after.unwrap_or(i64::MIN);
+        let fetch = i64::try_from(limit + 1).unwrap_or(i64::MAX);
+        let rows = self
+            .pool
+            .run(async |client| {
+                let statement = client
+                    .prepare_cached(&format!(
+                        "{FEED_NOW} LEFT JOIN LATERAL (
+                             SELECT id, name FROM categories WHERE id > $1 ORDER BY id LIMIT $2
+                         ) p ON true ORDER BY p.id"
+                    ))
+                    .await
+                    .map_err(pg_error)?;
+                client
+                    .query(&statement, &[&after, &fetch])
+                    .await
+                    .map_err(pg_error)
+            })
+            .await?;
+        page_of(&rows, limit, |row| {
+            Ok(Category {
+                id: row.get(3),
+                name: row.get(4),
+            }
+            .to_json())
+        })
     }
 }
 
-/// What a batch's write of an order or a category answers until the engine keeps them.
-pub(super) fn refused() -> StoreError {
-    not_yet()
+/// A page from the rows of a `FEED_NOW` query joined to up to `limit + 1` rows whose first
+/// column (the fourth of the row) is the id, each made its JSON object by `object`.
+fn page_of(
+    rows: &[tokio_postgres::Row],
+    limit: usize,
+    object: impl Fn(&tokio_postgres::Row) -> Result<Vec<u8>, StoreError>,
+) -> Result<Page, StoreError> {
+    let mut page = PageBuilder::new(limit);
+    let mut events = Position { feed: 0, seq: 0 };
+    for row in rows {
+        events = feed_state(row)?.newest_position();
+        if let Some(id) = row.get::<_, Option<i64>>(3) {
+            page.push(id, &object(row)?);
+        }
+    }
+    Ok(page.finish().at(events))
 }

@@ -1,15 +1,17 @@
 //! The PostgreSQL schema: its migrations, applied at start under an advisory lock so that
 //! instances starting together apply each once, one after the other, and the refusal of a
-//! database at a newer version than this binary writes.
+//! database at a newer version than this binary writes. Each migration upgrades the one
+//! before it in place, in the same transaction as the version it records.
 
 use deadpool_postgres::ClientWrapper;
 
 use super::errors::pg_error;
+use super::rows::RECOUNT_INVENTORY;
 use crate::store::events::new_feed_id;
 use crate::store::model::StoreError;
 
 /// The schema this binary writes; a database at a newer one is refused, naming both.
-pub(super) const SCHEMA_VERSION: i64 = 3;
+pub(super) const SCHEMA_VERSION: i64 = 4;
 /// `pg_advisory_xact_lock` key for migrations: "petstore" in ASCII.
 const MIGRATION_LOCK: i64 = 0x7065_7473_746f_7265;
 
@@ -58,6 +60,42 @@ const MIGRATION_3: &str = "
     INSERT INTO petstore_meta (name, value) VALUES ('event_seq', 0), ('events_trimmed', 0);
 ";
 
+/// Version 4 (issue 29): orders, categories and the inventory.
+/// - `pets.category_id`, kept beside the JSON by every write like `status`, for the lists of
+///   one category (alone or with a status) that read an index from their cursor on.
+/// - `categories`: `name_key` is `category::name_key(name)`, computed in Rust, unique.
+/// - `orders`: the order's record (`Order::to_record`) with its status, pet and end of hold
+///   beside it for the indexes; at most one placed order (status 1) per pet, enforced by the
+///   database too; the placed ones by the end of their hold, for the expiry.
+/// - `petstore_meta`: the order and category id counters; the four inventory counters are
+///   counted by `migrate` (`RECOUNT_INVENTORY`) and kept by every write from then on.
+/// - `events`: an order's or a category's id and JSON beside the pet's.
+const MIGRATION_4: &str = "
+    ALTER TABLE pets ADD COLUMN category_id bigint;
+    UPDATE pets SET category_id = (json::jsonb->>'categoryId')::bigint;
+    ALTER TABLE pets ALTER COLUMN category_id SET NOT NULL;
+    CREATE INDEX pets_by_category ON pets (category_id, id);
+    CREATE INDEX pets_by_category_status ON pets (category_id, status, id);
+    CREATE TABLE categories (
+        id bigint PRIMARY KEY,
+        name text NOT NULL,
+        name_key text NOT NULL UNIQUE
+    );
+    CREATE TABLE orders (
+        id bigint PRIMARY KEY,
+        pet_id bigint NOT NULL,
+        status smallint NOT NULL,
+        expires_at_ms bigint,
+        record text NOT NULL
+    );
+    CREATE INDEX orders_by_status ON orders (status, id);
+    CREATE INDEX orders_by_pet ON orders (pet_id, id);
+    CREATE UNIQUE INDEX orders_one_placed_per_pet ON orders (pet_id) WHERE status = 1;
+    CREATE INDEX orders_by_expiry ON orders (expires_at_ms, id) WHERE status = 1;
+    ALTER TABLE events ADD COLUMN subject_id bigint, ADD COLUMN subject text;
+    INSERT INTO petstore_meta (name, value) VALUES ('next_order_id', 1), ('next_category_id', 1);
+";
+
 /// Creates or upgrades the schema. The transaction holds an advisory lock, so instances that
 /// start together apply each migration once, one after the other.
 pub(super) async fn migrate(client: &mut ClientWrapper) -> Result<u64, StoreError> {
@@ -102,6 +140,13 @@ pub(super) async fn migrate(client: &mut ClientWrapper) -> Result<u64, StoreErro
         .await
         .map_err(pg_error)?;
         tracing::info!(version = 3, "database schema upgraded");
+    }
+    if version < 4 {
+        txn.batch_execute(MIGRATION_4).await.map_err(pg_error)?;
+        txn.execute(RECOUNT_INVENTORY, &[])
+            .await
+            .map_err(pg_error)?;
+        tracing::info!(version = 4, "database schema upgraded");
     }
     txn.execute(
         "INSERT INTO petstore_meta (name, value) VALUES ('schema_version', $1)

@@ -9,12 +9,12 @@ use std::sync::{Arc, Condvar, Mutex, PoisonError, RwLock, RwLockReadGuard, RwLoc
 use std::time::Duration;
 
 use bytes::Bytes;
-use redb::{Database, ReadableDatabase, ReadableTableMetadata};
+use redb::{Database, ReadableDatabase};
 
 use super::idempotency::Index;
 use super::snapshot::{PageKey, Snapshot, Snapshots, feed_state};
 use super::tables::{META, META_NEXT_ID, PETS, event_head, read_event};
-use crate::pet::{PetId, PetStatus};
+use crate::pet::PetId;
 use crate::store::events::{EventPage, EventQuery, PageScan, ReadError};
 use crate::store::model::{Page, PageBuilder, PageQuery, Record, StoreError, StoredPet};
 
@@ -248,38 +248,6 @@ impl RedbStore {
             Ok(Some(scan.finish(exhausted)))
         })?;
         page.ok_or(ReadError::Gone)
-    }
-
-    /// Pets per status (`None`: without one), from one snapshot, on a blocking thread: it
-    /// reads every entry of the status index, so its caller decides how often.
-    pub(in crate::store) async fn count_by_status(
-        &self,
-    ) -> Result<Vec<(Option<PetStatus>, u64)>, StoreError> {
-        let store = self.clone();
-        let counting = tokio::task::spawn_blocking(move || {
-            store.read(|snapshot| {
-                let total = snapshot.pets.len().map_err(StoreError::storage)?;
-                let mut counts = Vec::with_capacity(4);
-                let mut with_status = 0;
-                for status in [PetStatus::Available, PetStatus::Pending, PetStatus::Sold] {
-                    let code = status.to_code();
-                    let mut count = 0;
-                    let entries = snapshot
-                        .by_status
-                        .range((code, i64::MIN)..=(code, i64::MAX))
-                        .map_err(StoreError::storage)?;
-                    for entry in entries {
-                        entry.map_err(StoreError::storage)?;
-                        count += 1;
-                    }
-                    with_status += count;
-                    counts.push((Some(status), count));
-                }
-                counts.push((None, total.saturating_sub(with_status)));
-                Ok(counts)
-            })
-        });
-        counting.await.map_err(|_| StoreError::Closed)?
     }
 
     /// Whether the database answers a read now.

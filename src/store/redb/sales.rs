@@ -137,9 +137,8 @@ impl Run<'_> {
                     "hold end of order {id}, which is missing"
                 )));
             };
-            // Expired as of when its hold ended, not of when this pass came by.
-            let at = order.expires_at_ms.unwrap_or(now_ms).min(self.now_ms);
-            match self.settle_at(&order, OrderAction::Expire, at)? {
+            // Closed when this pass expired it, as on PostgreSQL: the time its pet came free.
+            match self.settle_at(&order, OrderAction::Expire, now_ms)? {
                 Ok(moved) => expired.push(moved),
                 Err(e) => return Err(StoreError::Corrupt(format!("order {id}: {e}"))),
             }

@@ -8,11 +8,20 @@
 use libfuzzer_sys::fuzz_target;
 
 // src/ is a binary crate, but these modules are pure (serde, base64 and each other only), so
-// the fuzz crate compiles the very files the server does; `query.rs` finds `pet` and `cursor`
-// as `crate::pet` and `crate::cursor`.
+// the fuzz crate compiles the very files the server does; `query.rs` finds `pet`, `cursor`,
+// `event` and `order` as `crate::pet` and so on, and `order` finds `body`.
+#[allow(dead_code)]
+#[path = "../../../src/body.rs"]
+mod body;
 #[allow(dead_code)]
 #[path = "../../../src/cursor.rs"]
 mod cursor;
+#[allow(dead_code)]
+#[path = "../../../src/event.rs"]
+mod event;
+#[allow(dead_code)]
+#[path = "../../../src/order.rs"]
+mod order;
 #[allow(dead_code)]
 #[path = "../../../src/pet.rs"]
 mod pet;
@@ -36,13 +45,18 @@ fuzz_target!(|data: &[u8]| {
             list.limit
         );
         // A next link's query must read back as the same list, one page on.
-        let next = ListQuery::parse(&list.next(i64::MAX)).expect("a next query parses");
-        assert_eq!((next.limit, next.status, next.after), (list.limit, list.status, Some(i64::MAX)));
+        let mut link = String::new();
+        list.next_into(i64::MAX, &mut link);
+        let next = ListQuery::parse(&link).expect("a next query parses");
+        assert_eq!(
+            (next.limit, next.status, next.category, next.after),
+            (list.limit, list.status, list.category, Some(i64::MAX))
+        );
     }
 
-    if let Ok(id_value) = query::parse_pet_id(&id) {
+    if let Ok(id_value) = query::parse_id("petId", &id) {
         assert_eq!(id.parse::<i64>().ok(), Some(id_value), "{id:?}");
-        assert_eq!(query::parse_pet_id(&id_value.to_string()), Ok(id_value));
+        assert_eq!(query::parse_id("petId", &id_value.to_string()), Ok(id_value));
     }
 
     // The server passes only visible-ASCII header values (hyper's `to_str`); any text is
