@@ -161,6 +161,9 @@ impl Bench<'_> {
         // of each scenario over all its runs, warm-ups included, for the CPU a request.
         let mut answered = [0u64; 2];
         let mut ticks = [[0u64; 4]; 2];
+        // Bytes each scenario made the server write to the disk: an order touches more
+        // tables than a create, so a commit of orders dirties more pages.
+        let mut written = [0u64; 2];
         for round in 0..rounds {
             let warmup = if round == 0 {
                 self.settings.warmup
@@ -186,10 +189,16 @@ impl Bench<'_> {
                 };
                 let pets = before[4] + answered[0];
                 let split_before = process::ticks_by_thread(server.pid, WRITER_THREAD);
+                let written_before = process::write_bytes(server.pid);
                 let (ok, _) = self
                     .measure(&spec, &server, Kind::Petstore, Some(pets))
                     .await;
                 let split_after = process::ticks_by_thread(server.pid, WRITER_THREAD);
+                if let (Some(before), Some(after)) =
+                    (written_before, process::write_bytes(server.pid))
+                {
+                    written[i] += after.saturating_sub(before);
+                }
                 answered[i] += ok;
                 if let (Some(b), Some(a)) = (split_before, split_after) {
                     for (slot, tick) in ticks[i].iter_mut().enumerate() {
@@ -224,8 +233,10 @@ impl Bench<'_> {
             let [w_user, w_sys, r_user, r_sys] = ticks[i].map(per);
             self.report.note(format!(
                 "{scenario}: CPU a request {:.1} us: writer thread {w_user:.1} user + {w_sys:.1} kernel, \
-                 request threads {r_user:.1} user + {r_sys:.1} kernel ({} answered over all rounds)",
+                 request threads {r_user:.1} user + {r_sys:.1} kernel; {} bytes to the disk a request \
+                 ({} answered over all rounds)",
                 w_user + w_sys + r_user + r_sys,
+                thousands(written[i] / answered[i].max(1)),
                 thousands(answered[i])
             ));
         }
