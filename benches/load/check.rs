@@ -17,13 +17,17 @@ pub enum Expect {
     AskedPet,
     /// 201, the new pet with an integer id.
     Created,
+    /// 201, a new order: integer `id` and `petId`, status `placed`.
+    Placed,
+    /// 200, the inventory: five integer counts, the four statuses adding up to `total`.
+    Inventory,
 }
 
 /// Checks `sample` against `expect`; `Err` says what was wrong.
 pub fn check(expect: Expect, sample: Option<&Sample>) -> Result<(), String> {
     let sample = sample.ok_or("no answer arrived in the window to check")?;
     let wanted_status = match expect {
-        Expect::Created => 201,
+        Expect::Created | Expect::Placed => 201,
         _ => 200,
     };
     if sample.status != wanted_status {
@@ -78,6 +82,22 @@ pub fn check(expect: Expect, sample: Option<&Sample>) -> Result<(), String> {
         Expect::Created => {
             if !json["id"].is_i64() || json["name"] != "bench" {
                 return wrong("not the new pet with an id");
+            }
+        }
+        Expect::Placed => {
+            if !json["id"].is_i64() || !json["petId"].is_i64() || json["status"] != "placed" {
+                return wrong("not a placed order with ids");
+            }
+        }
+        Expect::Inventory => {
+            let count = |name: &str| json[name].as_u64();
+            let parts: Option<Vec<u64>> = ["available", "pending", "sold", "unset"]
+                .into_iter()
+                .map(count)
+                .collect();
+            match (parts, count("total")) {
+                (Some(parts), Some(total)) if parts.iter().sum::<u64>() == total => {}
+                _ => return wrong("not four counts adding up to the total"),
             }
         }
     }

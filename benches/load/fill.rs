@@ -1,7 +1,8 @@
 //! The fill: grows a petstore database to a given number of pets through the API itself
 //! (`POST /v1/pets` over a few HTTP/2 connections with many streams each, so the writer commits
 //! large batches). Statuses follow the pet's position: every 100th is sold, the others cycle
-//! through available, pending and no status. Invariant: every create must get its 201.
+//! through available, pending and no status; `fill_available` makes every pet available (the
+//! orders part's stock). Invariant: every create must get its 201.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -37,6 +38,22 @@ fn body(position: u64) -> &'static str {
     }
 }
 
+/// The counts of the store `fill` makes of `pets` pets from empty, in the inventory's order:
+/// available, pending, sold, unset.
+pub fn statuses(pets: u64) -> [u64; 4] {
+    let mut counts = [0; 4];
+    for position in 0..pets {
+        let slot = match body(position) {
+            AVAILABLE => 0,
+            PENDING => 1,
+            SOLD => 2,
+            _ => 3,
+        };
+        counts[slot] += 1;
+    }
+    counts
+}
+
 /// What a fill did.
 pub struct Filled {
     pub created: u64,
@@ -46,6 +63,22 @@ pub struct Filled {
 
 /// Creates pets `from..to` (positions, 0-based) on `server`, whose store holds `from` pets.
 pub async fn fill(server: &Server, tls: &Tls, from: u64, to: u64) -> Filled {
+    fill_with(server, tls, from, to, body).await
+}
+
+/// `fill`, every pet `available`.
+pub async fn fill_available(server: &Server, tls: &Tls, from: u64, to: u64) -> Filled {
+    fill_with(server, tls, from, to, |_| AVAILABLE).await
+}
+
+/// `fill` with the body of each position from `body`.
+async fn fill_with(
+    server: &Server,
+    tls: &Tls,
+    from: u64,
+    to: u64,
+    body: fn(u64) -> &'static str,
+) -> Filled {
     let started = Instant::now();
     let next = Arc::new(AtomicU64::new(from));
     let uri = Uri::try_from(format!("https://localhost:{}/v1/pets", server.addr.port()))

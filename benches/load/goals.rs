@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use crate::load::Outcome;
 use crate::report::{Kind, Report};
-use crate::{KEYED_KEYED, KEYED_PLAIN, READ_STORE, SCALE_PAIR, SCALE_STEPS, deep, pg};
+use crate::{KEYED_KEYED, KEYED_PLAIN, READ_STORE, SCALE_PAIR, SCALE_STEPS, deep, orders, pg};
 
 /// Adds the goal lines; figures a short run did not measure show as "not measured".
 pub fn add(
@@ -117,6 +117,51 @@ pub fn add(
     postgres(report);
     crate::snapshot::goals(report);
     crate::events::goals(report);
+    orders_goals(report);
+}
+
+/// Issue 29: an order costs at most a quarter more than a create, a pet is sold once however
+/// many clients race for it, and the inventory at 1M costs about what a get-one does.
+fn orders_goals(report: &mut Report) {
+    pair_goal(
+        report,
+        "orders placed over creates, 64 clients, redb: req/s/core",
+        orders::PLACE,
+        orders::CREATE,
+        ">= 0.80",
+        |v| v >= 0.80,
+    );
+    for (kind, store) in [(Kind::Petstore, "redb"), (Kind::Postgres, "PostgreSQL")] {
+        let race = report.races.iter().find(|race| race.kind == kind).copied();
+        let instances = race.map_or(String::new(), |race| {
+            format!(", {} instance(s)", race.instances)
+        });
+        let pets = orders::RACE_PETS as f64;
+        report.goal(
+            &format!(
+                "orders race on {store}{instances}, 64 clients: of 1,000 pets, sold exactly once"
+            ),
+            race.map(|race| race.sold_once as f64),
+            "1,000",
+            |v| v == pets,
+        );
+        report.report_only(
+            "  orders sent (one 201 a pet, the rest 409)",
+            race.map(|race| race.attempts as f64),
+        );
+        report.report_only(
+            "  orders a second",
+            race.map(|race| race.attempts_per_second),
+        );
+    }
+    pair_goal(
+        report,
+        "inventory over get-one, 1M store: req/s/core",
+        orders::INVENTORY,
+        orders::GET_ONE,
+        ">= 0.90",
+        |v| v >= 0.90,
+    );
 }
 
 /// Issue 11: group commit on PostgreSQL against one transaction per create, and the

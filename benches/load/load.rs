@@ -69,6 +69,9 @@ pub struct Workload {
     /// Set for keyed creates: every request carries `Idempotency-Key: {this}-{client}-{n}`,
     /// unique within the run (and across runs, by this per-run prefix).
     key_prefix: Option<String>,
+    /// Set for orders: every request's body is `{"petId":N}` with the next N of this counter,
+    /// shared by all clients, so no two orders ask for the same pet.
+    next_pet: Option<Arc<AtomicU64>>,
 }
 
 impl Workload {
@@ -107,6 +110,20 @@ impl Workload {
             vec!["/v1/pets".to_owned()],
             Bytes::from_static(body.as_bytes()),
         )
+    }
+
+    /// `POST /v1/store/orders`, each for the pet `next_pet` hands out (it is then one more):
+    /// every order asks for a pet no other order of the run asked for.
+    pub fn order(addr: SocketAddr, protocol: Protocol, next_pet: Arc<AtomicU64>) -> Workload {
+        let mut work = Workload::new(
+            addr,
+            protocol,
+            Method::POST,
+            vec!["/v1/store/orders".to_owned()],
+            Bytes::new(),
+        );
+        work.next_pet = Some(next_pet);
+        work
     }
 
     /// `POST /v1/pets` with this JSON body and an `Idempotency-Key` of its own on each request,
@@ -150,12 +167,21 @@ impl Workload {
             close: protocol == Protocol::Handshake,
             http2: protocol.is_http2(),
             key_prefix: None,
+            next_pet: None,
         }
     }
 
     /// The request client `client` sends as its `index`-th turn (its list position).
     fn request(&self, client: usize, index: usize) -> Request<Full<Bytes>> {
-        let mut request = Request::new(Full::new(self.body.clone()));
+        let body = match &self.next_pet {
+            Some(next) => Bytes::from(format!(
+                r#"{{"petId":{}}}"#,
+                next.fetch_add(1, Ordering::Relaxed)
+            )),
+            None => self.body.clone(),
+        };
+        let has_body = !body.is_empty();
+        let mut request = Request::new(Full::new(body));
         *request.method_mut() = self.method.clone();
         *request.uri_mut() = self.uris[index % self.uris.len()].clone();
         let headers = request.headers_mut();
@@ -163,7 +189,7 @@ impl Workload {
             headers.insert(HOST, self.host.clone());
         }
         headers.insert(AUTHORIZATION, self.bearer.clone());
-        if !self.body.is_empty() {
+        if has_body {
             headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
         }
         if self.close {

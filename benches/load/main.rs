@@ -12,6 +12,7 @@ mod events;
 mod fill;
 mod goals;
 mod load;
+mod orders;
 mod pg;
 #[path = "../../src/store/pg_cluster.rs"]
 mod pg_cluster;
@@ -23,6 +24,7 @@ mod snapshot;
 use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
 use crate::check::{Expect, check};
@@ -144,6 +146,8 @@ enum Pick<'a> {
     Create,
     /// Creates, each with an `Idempotency-Key` of its own.
     CreateKeyed,
+    /// Orders, each for the next pet of this counter.
+    Order(&'a Arc<AtomicU64>),
 }
 
 impl Pick<'_> {
@@ -153,6 +157,7 @@ impl Pick<'_> {
             Pick::Ids(pets) => Workload::get_one(server.addr, protocol, pets),
             Pick::Create => Workload::create(server.addr, protocol, NEW_PET),
             Pick::CreateKeyed => Workload::create_keyed(server.addr, protocol, NEW_PET),
+            Pick::Order(next_pet) => Workload::order(server.addr, protocol, Arc::clone(next_pet)),
         }
     }
 }
@@ -694,6 +699,12 @@ async fn bench(settings: &Settings) -> Report {
     if settings.wants("events-pg") {
         bench.events_pg().await;
     }
+    if settings.wants("orders") {
+        bench.orders().await;
+    }
+    if settings.wants("orders-pg") {
+        bench.orders_pg().await;
+    }
 
     let whole_rss_kib = if settings.wants("rss") {
         bench.whole_run_rss().await
@@ -702,7 +713,7 @@ async fn bench(settings: &Settings) -> Report {
     };
 
     let (mut clean_start, mut crash_start) = (None, None);
-    let wants_1m = ["1m", "scale", "deep-page", "snapshot"]
+    let wants_1m = ["1m", "scale", "deep-page", "snapshot", "orders"]
         .iter()
         .any(|part| settings.wants(part));
     if settings.skip_1m || !wants_1m {
@@ -718,6 +729,9 @@ async fn bench(settings: &Settings) -> Report {
             let small = Server::petstore(&db_10k, &settings.petstore_args);
             bench.scale_pairs(&small, &server).await;
             bench.stop(small, "10k copy").await;
+        }
+        if settings.wants("orders") {
+            bench.inventory_pairs(&server, SCALE_STEPS[2]).await;
         }
         if settings.wants("deep-page") {
             bench.deep_page(&server, SCALE_STEPS[2]).await;

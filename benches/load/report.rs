@@ -56,6 +56,8 @@ pub struct Report {
     pub failures: Vec<String>,
     /// The event feed part's figures, one a store (`events.rs`).
     pub feeds: Vec<crate::events::Feed>,
+    /// The orders part's races, one a store (`orders.rs`).
+    pub races: Vec<crate::orders::Race>,
     goals: Vec<Goal>,
 }
 

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 /// Knobs from the environment, so a quick iteration needs no edit: BENCH_SECONDS, BENCH_WARMUP,
 /// BENCH_SCALE_SECONDS, BENCH_ROUNDS, BENCH_SKIP_1M=1,
-/// BENCH_ONLY=list20,get-one,scale,create,create-keyed,postgres,rss,1m,deep-page,snapshot,events,events-pg,
+/// BENCH_ONLY=list20,get-one,scale,create,create-keyed,postgres,rss,1m,deep-page,snapshot,events,events-pg,orders,orders-pg,
 /// BENCH_EVENTS_STREAMS and BENCH_EVENTS_RATE (the event feed part's streams and creates/s),
 /// BENCH_PETSTORE_ARGS="--log-level info,petstore::service=warn" (a diagnostic: the real
 /// figures use none; the `listening on` line must stay, so the filter keeps `info`) and
@@ -24,8 +24,8 @@ pub struct Settings {
     pub rounds: usize,
     pub skip_1m: bool,
     /// Parts to run (read scenario names, `scale`, `create`, `create-keyed`, `postgres`, `rss`, `1m`,
-    /// `deep-page`, `snapshot`, `events`, `events-pg`); all when empty. `deep-page` and `snapshot` build the 1M store
-    /// without `1m`'s crash.
+    /// `deep-page`, `snapshot`, `events`, `events-pg`, `orders`, `orders-pg`); all when empty. `deep-page`,
+    /// `snapshot` and `orders` build the 1M store without `1m`'s crash.
     pub only: Vec<String>,
     /// Extra petstore flags, for diagnostics such as a log filter without the request lines.
     pub petstore_args: Vec<String>,
