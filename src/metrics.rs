@@ -318,10 +318,10 @@ pub fn events_appended(count: usize) {
 }
 
 /// Orders placed, completed, cancelled and expired, counted from a committed batch's changes.
-pub fn orders_moved(changes: &[crate::store::model::Change]) {
+pub fn orders_moved(kinds: impl IntoIterator<Item = crate::event::EventType>) {
     use crate::event::EventType;
-    for change in changes {
-        let counter = match change.kind {
+    for kind in kinds {
+        let counter = match kind {
             EventType::OrderPlaced => &ORDERS[0],
             EventType::OrderCompleted => &ORDERS[1],
             EventType::OrderCancelled => &ORDERS[2],

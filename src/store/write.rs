@@ -246,6 +246,63 @@ impl Write {
         }
     }
 
+    /// What each change of this write is, in order, without making its event: what the
+    /// metrics count.
+    fn kinds_into(&self, out: &mut Vec<EventType>) {
+        match self {
+            Write::Create(_, _, pending) => {
+                if let Some(Ok(created)) = &pending.outcome
+                    && !created.replayed
+                {
+                    out.push(EventType::PetCreated);
+                }
+            }
+            Write::Patch(.., pending) => {
+                if let Some(Ok(_)) = &pending.outcome {
+                    out.push(EventType::PetUpdated);
+                }
+            }
+            Write::Delete(.., pending) => {
+                if let Some(Ok(_)) = &pending.outcome {
+                    out.push(EventType::PetDeleted);
+                }
+            }
+            Write::Purge(..) | Write::Trim(..) => {}
+            Write::PlaceOrder(_, pending) => {
+                if let Some(Ok(placed)) = &pending.outcome
+                    && !placed.replayed
+                {
+                    out.push(EventType::OrderPlaced);
+                }
+            }
+            Write::MoveOrder(.., pending) => {
+                if let Some(Ok(moved)) = &pending.outcome {
+                    out.push(EventType::of_order(moved.order.status));
+                }
+            }
+            Write::Expire(_, pending) => {
+                if let Some(Ok(expired)) = &pending.outcome {
+                    out.extend(expired.iter().map(|_| EventType::OrderExpired));
+                }
+            }
+            Write::CreateCategory(_, pending) => {
+                if let Some(Ok(_)) = &pending.outcome {
+                    out.push(EventType::CategoryCreated);
+                }
+            }
+            Write::PatchCategory(_, _, pending) => {
+                if let Some(Ok(_)) = &pending.outcome {
+                    out.push(EventType::CategoryUpdated);
+                }
+            }
+            Write::DeleteCategory(_, pending) => {
+                if let Some(Ok(_)) = &pending.outcome {
+                    out.push(EventType::CategoryDeleted);
+                }
+            }
+        }
+    }
+
     /// Every change of `batch`, in order: what its events tell.
     pub(super) fn changes_of(batch: &[Write]) -> Vec<Change> {
         let mut changes = Vec::new();
@@ -611,12 +668,19 @@ async fn settle<E: Engine>(
             let changed = batch.iter().filter(|write| write.changed()).count() as u64;
             if committed {
                 crate::metrics::store_committed(began.elapsed(), batch.len());
-                // Each change appended one event, in the same transaction.
-                let changes: Settled = Write::changes_of(batch).into();
-                crate::metrics::orders_moved(&changes);
-                crate::metrics::events_appended(changes.len());
-                if !changes.is_empty() && settled.receiver_count() > 0 {
+                // Each change appended one event, in the same transaction. Counted from the
+                // outcomes; the changes themselves (an order's JSON each) are only made again
+                // for a listener, which there is only while an event stream is open.
+                let mut kinds = Vec::new();
+                for write in batch.iter() {
+                    write.kinds_into(&mut kinds);
+                }
+                crate::metrics::events_appended(kinds.len());
+                crate::metrics::orders_moved(kinds.iter().copied());
+                if !kinds.is_empty() && settled.receiver_count() > 0 {
                     // No listener left since the count: nothing to tell.
+                    let changes: Settled = Write::changes_of(batch).into();
+                    debug_assert!(changes.iter().map(|c| c.kind).eq(kinds.iter().copied()));
                     let _ = settled.send(changes);
                 }
             }
