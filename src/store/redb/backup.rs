@@ -16,9 +16,8 @@ use redb::{
 
 use super::handle::RedbStore;
 use super::tables::{
-    CATEGORIES, CATEGORY_NAMES, EVENTS, HOLD_ENDS, HOLDS, META, META_FEED, META_LOG_EPOCH, NAMES,
-    ORDERS, ORDERS_BY_PET, ORDERS_BY_STATUS, PETS, PETS_BY_CATEGORY, PETS_BY_STATUS, RECORDS,
-    REVISIONS,
+    CATEGORIES, CATEGORY_NAMES, EVENTS, HOLD_ENDS, META, META_FEED, META_LOG_EPOCH, NAMES, ORDERS,
+    ORDERS_BY_PET, ORDERS_BY_STATUS, PETS, PETS_BY_CATEGORY, PETS_BY_STATUS, RECORDS, REVISIONS,
 };
 use crate::store::events::new_feed_id;
 use crate::store::model::StoreError;
@@ -136,7 +135,6 @@ fn write_copy(txn: &ReadTransaction, to: &Path, cancel: &AtomicBool) -> Result<u
     copy_table(txn, &write, ORDERS, cancel)?;
     copy_table(txn, &write, ORDERS_BY_STATUS, cancel)?;
     copy_table(txn, &write, ORDERS_BY_PET, cancel)?;
-    copy_table(txn, &write, HOLDS, cancel)?;
     copy_table(txn, &write, HOLD_ENDS, cancel)?;
     {
         let mut meta = write.open_table(META).map_err(StoreError::storage)?;

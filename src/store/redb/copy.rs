@@ -165,19 +165,15 @@ impl RedbImport {
                         .map_err(StoreError::storage)?;
                     sales
                         .orders_by_pet
-                        .insert((order.pet_id, id), ())
+                        .insert((order.pet_id, id), order.status.code())
                         .map_err(StoreError::storage)?;
-                    if order.status == OrderStatus::Placed {
+                    if order.status == OrderStatus::Placed
+                        && let Some(end) = order.expires_at_ms
+                    {
                         sales
-                            .holds
-                            .insert(order.pet_id, id)
+                            .hold_ends
+                            .insert((end, id), ())
                             .map_err(StoreError::storage)?;
-                        if let Some(end) = order.expires_at_ms {
-                            sales
-                                .hold_ends
-                                .insert((end, id), ())
-                                .map_err(StoreError::storage)?;
-                        }
                     }
                 }
                 Ok(())

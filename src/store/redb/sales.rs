@@ -1,9 +1,9 @@
 //! Orders and categories in the redb file (issue 29): their writes inside a batch (`Run`, the
-//! writer's batch, in `writer.rs`) and their reads from the shared snapshot. An order and its
-//! pet change in one transaction with their indexes (`ORDERS_BY_*`, `HOLDS`, `HOLD_ENDS`) and
-//! the inventory; a category with its unique name. Invariants: `HOLDS` names exactly the
-//! placed orders, one per pet, and each held pet is `pending`; `HOLD_ENDS` holds exactly the
-//! placed orders that have an end; `CATEGORY_NAMES` holds exactly each category's name key.
+//! writer's batch, in `writer.rs`) and their reads. An order and its pet change in one
+//! transaction with their indexes (`ORDERS_BY_*`, `HOLD_ENDS`) and the inventory; a category
+//! with its unique name. Invariants: a pet has at most one placed order in `ORDERS_BY_PET`
+//! (the one that holds it), and a held pet is `pending`; `HOLD_ENDS` holds exactly the placed
+//! orders that have an end; `CATEGORY_NAMES` holds exactly each category's name key.
 
 use redb::{ReadableDatabase, ReadableTable};
 
@@ -79,11 +79,7 @@ impl Run<'_> {
             .map_err(StoreError::storage)?;
         sales
             .orders_by_pet
-            .insert((pet_id, id), ())
-            .map_err(StoreError::storage)?;
-        sales
-            .holds
-            .insert(pet_id, id)
+            .insert((pet_id, id), order.status.code())
             .map_err(StoreError::storage)?;
         if let Some(end) = order.expires_at_ms {
             sales
@@ -150,7 +146,7 @@ impl Run<'_> {
         self.settle_at(order, action, self.now_ms)
     }
 
-    /// Moves `order` by `action` at `at_ms` with its pet, and takes it out of the holds.
+    /// Moves `order` by `action` at `at_ms` with its pet: it holds the pet no more.
     fn settle_at(&mut self, order: &Order, action: OrderAction, at_ms: u64) -> Outcome<Moved> {
         let moved = match order.apply(action, at_ms) {
             Ok(moved) => moved,
@@ -192,8 +188,8 @@ impl Run<'_> {
             .insert((moved.status.code(), id), ())
             .map_err(StoreError::storage)?;
         sales
-            .holds
-            .remove(order.pet_id)
+            .orders_by_pet
+            .insert((order.pet_id, id), moved.status.code())
             .map_err(StoreError::storage)?;
         if let Some(end) = order.expires_at_ms {
             sales
@@ -379,8 +375,12 @@ impl RedbStore {
                         .range((pet, first)..=(pet, i64::MAX))
                         .map_err(StoreError::storage)?
                     {
-                        let id = entry.map_err(StoreError::storage)?.0.value().1;
-                        if !push(read(id)?) {
+                        let (key, status) = entry.map_err(StoreError::storage)?;
+                        // The entry says the status: only the orders kept are read.
+                        if query.status.is_some_and(|s| s.code() != status.value()) {
+                            continue;
+                        }
+                        if !push(read(key.value().1)?) {
                             break;
                         }
                     }

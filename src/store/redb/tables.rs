@@ -40,15 +40,32 @@ pub(super) const EVENTS: TableDefinition<u64, &[u8]> = TableDefinition::new("eve
 pub(super) const PETS_BY_CATEGORY: TableDefinition<(i64, u8, i64), ()> =
     TableDefinition::new("pets_by_category");
 /// The tables of orders and categories (`Sales`), by name.
-pub(super) const SALES_NAMES: [&str; 7] = [
+pub(super) const SALES_NAMES: [&str; 6] = [
     "categories",
     "category_names",
     "orders",
     "orders_by_status",
     "orders_by_pet",
-    "holds",
     "hold_ends",
 ];
+/// The placed order among `orders_by_pet`'s entries of pet `pet`: the one that holds it.
+pub(super) fn holding_order(
+    orders_by_pet: &impl redb::ReadableTable<(i64, i64), u8>,
+    pet: i64,
+) -> Result<Option<i64>, StoreError> {
+    let placed = crate::order::OrderStatus::Placed.code();
+    for entry in orders_by_pet
+        .range((pet, i64::MIN)..=(pet, i64::MAX))
+        .map_err(StoreError::storage)?
+    {
+        let (key, status) = entry.map_err(StoreError::storage)?;
+        if status.value() == placed {
+            return Ok(Some(key.value().1));
+        }
+    }
+    Ok(None)
+}
+
 /// The status code `PETS_BY_CATEGORY` files a pet without a status under.
 pub(super) const NO_STATUS: u8 = 3;
 /// Category id to the category's JSON object (`Category::to_json`).
@@ -61,18 +78,18 @@ pub(super) const ORDERS: TableDefinition<i64, &[u8]> = TableDefinition::new("ord
 /// (status code, order id) for every order: `?status=` is a range scan.
 pub(super) const ORDERS_BY_STATUS: TableDefinition<(u8, i64), ()> =
     TableDefinition::new("orders_by_status");
-/// (pet id, order id) for every order: `?petId=` is a range scan.
-pub(super) const ORDERS_BY_PET: TableDefinition<(i64, i64), ()> =
+/// (pet id, order id) to the order's status code, for every order: `?petId=` is a range scan,
+/// and the pet's placed order, the one that holds it, is found in the pet's few entries: a
+/// second order, a status patch or a delete of a held pet is refused without another table,
+/// and placing an order writes one entry where a table of holds made it two.
+pub(super) const ORDERS_BY_PET: TableDefinition<(i64, i64), u8> =
     TableDefinition::new("orders_by_pet");
-/// Pet id to the placed order that holds it: at most one per pet, so a second order for the
-/// pet, a status patch or a delete of it is refused with one lookup.
-pub(super) const HOLDS: TableDefinition<i64, i64> = TableDefinition::new("holds");
 /// (end of the hold in Unix milliseconds, order id) for every placed order with one: the
 /// expiry takes the ended ones from the front.
 pub(super) const HOLD_ENDS: TableDefinition<(u64, i64), ()> = TableDefinition::new("hold_ends");
 
 /// Every table of the current layout, by name: what a snapshot copies and a check expects.
-pub(super) const NAMES: [&str; 14] = [
+pub(super) const NAMES: [&str; 13] = [
     "pets",
     "pets_by_status",
     "revisions",
@@ -85,7 +102,6 @@ pub(super) const NAMES: [&str; 14] = [
     "orders",
     "orders_by_status",
     "orders_by_pet",
-    "holds",
     "hold_ends",
 ];
 
@@ -177,8 +193,7 @@ pub(super) struct Sales<'txn> {
     pub(super) category_names: Table<'txn, &'static str, i64>,
     pub(super) orders: Table<'txn, i64, &'static [u8]>,
     pub(super) orders_by_status: Table<'txn, (u8, i64), ()>,
-    pub(super) orders_by_pet: Table<'txn, (i64, i64), ()>,
-    pub(super) holds: Table<'txn, i64, i64>,
+    pub(super) orders_by_pet: Table<'txn, (i64, i64), u8>,
     pub(super) hold_ends: Table<'txn, (u64, i64), ()>,
 }
 
@@ -191,7 +206,6 @@ impl<'txn> Sales<'txn> {
             orders: txn.open_table(ORDERS).map_err(e)?,
             orders_by_status: txn.open_table(ORDERS_BY_STATUS).map_err(e)?,
             orders_by_pet: txn.open_table(ORDERS_BY_PET).map_err(e)?,
-            holds: txn.open_table(HOLDS).map_err(e)?,
             hold_ends: txn.open_table(HOLD_ENDS).map_err(e)?,
         })
     }
@@ -333,7 +347,6 @@ mod tests {
             ORDERS.name().to_owned(),
             ORDERS_BY_STATUS.name().to_owned(),
             ORDERS_BY_PET.name().to_owned(),
-            HOLDS.name().to_owned(),
             HOLD_ENDS.name().to_owned(),
         ];
         assert_eq!(defined, NAMES.map(str::to_owned));

@@ -20,7 +20,7 @@ use super::open::{Opening, open_database};
 use super::tables::{
     META, META_BATCH, META_EVENT_SEQ, META_EVENTS_TRIMMED, META_INVENTORY, META_NEXT_CATEGORY_ID,
     META_NEXT_ID, META_NEXT_ORDER_ID, Sales, Tables, begin, category_status_code, event_head,
-    event_length, meta_value, write_event,
+    event_length, holding_order, meta_value, write_event,
 };
 use crate::clock::unix_now;
 use crate::pet::{NewPet, Pet, PetId, PetPatch};
@@ -526,12 +526,7 @@ impl<'txn> Run<'txn> {
 
     /// The placed order that holds pet `id`, if any.
     pub(super) fn hold_of(&mut self, id: PetId) -> Result<Option<i64>, StoreError> {
-        Ok(self
-            .sales()?
-            .holds
-            .get(id)
-            .map_err(StoreError::storage)?
-            .map(|order| order.value()))
+        holding_order(&self.sales()?.orders_by_pet, id)
     }
 
     /// Replaces pet `old` (at `revision`) with `new`: its JSON, its index entries and the
