@@ -161,18 +161,26 @@ impl Store {
         pet: NewPet,
         key: Option<IdempotencyKey>,
     ) -> Result<Created, StoreError> {
-        let scope = key.as_ref().map(IdempotencyKey::scope);
-        let backend = &self.backend;
-        let record = async move {
+        let record = self.record_of(key.as_ref());
+        self.front.create(pet, key, record).await
+    }
+
+    /// The engine's idempotency record for `key`'s scope (none without a key), for the front
+    /// to answer a retry from; the engine checks again in its transaction.
+    fn record_of(
+        &self,
+        key: Option<&IdempotencyKey>,
+    ) -> impl std::future::Future<Output = Result<Option<model::Record>, StoreError>> + '_ {
+        let scope = key.map(IdempotencyKey::scope);
+        async move {
             let Some(scope) = scope else {
                 return Ok(None);
             };
-            match backend {
+            match &self.backend {
                 Backend::Redb(store) => Ok(store.record(&scope)),
                 Backend::Postgres(store) => Box::pin(store.record(&scope)).await,
             }
-        };
-        self.front.create(pet, key, record).await
+        }
     }
 
     /// Applies `patch` to the pet `id` if its revision meets `precondition`; returns the pet
@@ -200,17 +208,7 @@ impl Store {
         order: NewOrder,
         key: Option<IdempotencyKey>,
     ) -> Result<Placed, StoreError> {
-        let scope = key.as_ref().map(IdempotencyKey::scope);
-        let backend = &self.backend;
-        let record = async move {
-            let Some(scope) = scope else {
-                return Ok(None);
-            };
-            match backend {
-                Backend::Redb(store) => Ok(store.record(&scope)),
-                Backend::Postgres(store) => Box::pin(store.record(&scope)).await,
-            }
-        };
+        let record = self.record_of(key.as_ref());
         match self.front.place_order(order, key, record).await? {
             Ok(placed) => Ok(placed),
             Err(id) => {

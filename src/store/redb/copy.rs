@@ -22,7 +22,6 @@ use super::tables::{
 };
 use crate::category::{self, Category};
 use crate::clock::unix_now;
-use crate::order::OrderStatus;
 use crate::store::model::{
     Chunk, Exporting, IdempotencyRecord, NextIds, StoreError, StoredPet, pet_status,
 };
@@ -154,27 +153,7 @@ impl RedbImport {
             Chunk::Orders(orders) => {
                 let mut sales = Sales::open(txn)?;
                 for order in &orders {
-                    let id = order.id;
-                    sales
-                        .orders
-                        .insert(id, order.to_record().as_slice())
-                        .map_err(StoreError::storage)?;
-                    sales
-                        .orders_by_status
-                        .insert((order.status.code(), id), ())
-                        .map_err(StoreError::storage)?;
-                    sales
-                        .orders_by_pet
-                        .insert((order.pet_id, id), order.status.code())
-                        .map_err(StoreError::storage)?;
-                    if order.status == OrderStatus::Placed
-                        && let Some(end) = order.expires_at_ms
-                    {
-                        sales
-                            .hold_ends
-                            .insert((end, id), ())
-                            .map_err(StoreError::storage)?;
-                    }
+                    sales.insert_order(order)?;
                 }
                 Ok(())
             }

@@ -68,25 +68,7 @@ impl Run<'_> {
             ..pet.clone()
         };
         let pet = self.rewrite_pet(&pet, pending, revision)?;
-        let sales = self.sales()?;
-        sales
-            .orders
-            .insert(id, order.to_record().as_slice())
-            .map_err(StoreError::storage)?;
-        sales
-            .orders_by_status
-            .insert((order.status.code(), id), ())
-            .map_err(StoreError::storage)?;
-        sales
-            .orders_by_pet
-            .insert((pet_id, id), order.status.code())
-            .map_err(StoreError::storage)?;
-        if let Some(end) = order.expires_at_ms {
-            sales
-                .hold_ends
-                .insert((end, id), ())
-                .map_err(StoreError::storage)?;
-        }
+        self.sales()?.insert_order(&order)?;
         if let Some(keyed) = &place.keyed {
             let record_id = order_record_id(id);
             idempotency::insert(&mut self.tables.records, self.changes, keyed, record_id)?;

@@ -211,6 +211,33 @@ impl<'txn> Sales<'txn> {
     }
 }
 
+impl Sales<'_> {
+    /// Writes `order` and its index entries as it stands: its record, its status and pet
+    /// entries, and its hold's end while it is placed with one. For a new order, or one copied
+    /// in; a move of an order changes its entries itself.
+    pub(super) fn insert_order(&mut self, order: &crate::order::Order) -> Result<(), StoreError> {
+        let id = order.id;
+        let code = order.status.code();
+        self.orders
+            .insert(id, order.to_record().as_slice())
+            .map_err(StoreError::storage)?;
+        self.orders_by_status
+            .insert((code, id), ())
+            .map_err(StoreError::storage)?;
+        self.orders_by_pet
+            .insert((order.pet_id, id), code)
+            .map_err(StoreError::storage)?;
+        if order.status == crate::order::OrderStatus::Placed
+            && let Some(end) = order.expires_at_ms
+        {
+            self.hold_ends
+                .insert((end, id), ())
+                .map_err(StoreError::storage)?;
+        }
+        Ok(())
+    }
+}
+
 /// The code `PETS_BY_CATEGORY` files a pet of this status under.
 pub(super) fn category_status_code(status: Option<crate::pet::PetStatus>) -> u8 {
     status.map_or(NO_STATUS, |s| s.to_code())
