@@ -38,3 +38,4 @@ mod readme;
 mod reload;
 mod support;
 mod tls;
+mod webhooks_cli;
