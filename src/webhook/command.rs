@@ -223,7 +223,12 @@ fn print_secret(secret: &Secret, id: Option<&str>) -> anyhow::Result<()> {
 
 /// The endpoint in a few words, for the messages: its URL, types, label and start.
 fn describe(endpoint: &Endpoint) -> String {
-    let mut said = format!("{}, types {}", endpoint.url, types_cell(endpoint));
+    let types = if endpoint.types.is_all() {
+        "every type".to_owned()
+    } else {
+        format!("types {}", types_cell(endpoint))
+    };
+    let mut said = format!("{}, {types}", endpoint.url);
     if let Some(label) = &endpoint.label {
         said.push_str(&format!(", label {label}"));
     }
