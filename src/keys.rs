@@ -1,19 +1,19 @@
 //! `petstore keys add | list | revoke`: the operator's side of the keys file the server reads
 //! (`auth` owns its format). An edit holds an exclusive lock on the file, so two edits at once
-//! never lose one, and is atomic: the new text goes to a temp file beside the old one, with the
-//! old one's owner and mode, is fsynced and renamed over it, then the directory is fsynced. A
-//! server reloading (SIGHUP) reads the old file or the new one, never half of one. Every line
-//! an edit does not add or remove, comments included, is kept byte for byte.
+//! never lose one, and is atomic (`durable::LockedFile`): the new text goes to a temp file
+//! beside the old one, with the old one's owner and mode, is fsynced and renamed over it, then
+//! the directory is fsynced. A server reloading (SIGHUP) reads the old file or the new one,
+//! never half of one. Every line an edit does not add or remove, comments included, is kept
+//! byte for byte.
 
-use std::fs::{File, OpenOptions, Permissions};
-use std::io::{ErrorKind, Read, Write};
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
-use std::path::{Path, PathBuf};
+use std::io::Write;
+use std::path::Path;
 
 use anyhow::Context;
 
 use crate::auth::{self, Entry};
 use crate::config::KeysCommand;
+use crate::durable::LockedFile;
 
 /// What to run after an edit so that a running server takes it: the documented reload, and
 /// the signal only where there is no systemd to send it.
@@ -50,15 +50,15 @@ fn add(file: &Path, label: &str, read_only: bool, expires: Option<u64>) -> anyho
             .iter()
             .any(|(_, e)| e.as_ref().is_some_and(|e| &*e.label == label)),
         "{}: a key labelled {label} is already there; revoke it first or pick another label",
-        keys.path.display()
+        keys.file.path.display()
     );
-    let mut text = keys.text.clone();
+    let mut text = keys.file.text.clone();
     if !text.is_empty() && !text.ends_with('\n') {
         text.push('\n');
     }
     text.push_str(&entry.line());
     text.push('\n');
-    keys.replace(&text)?;
+    keys.file.replace(&text)?;
     // The key goes out only once it is in the file, and only here: the one time it is shown.
     let mut stdout = std::io::stdout().lock();
     writeln!(stdout, "{key}")
@@ -68,7 +68,7 @@ fn add(file: &Path, label: &str, read_only: bool, expires: Option<u64>) -> anyho
         "added {label} ({}) to {}; the first line is the key, shown only this once: give it to \
          the client; {RELOAD_HINT}",
         describe(&entry),
-        keys.path.display()
+        keys.file.path.display()
     );
     Ok(())
 }
@@ -120,20 +120,20 @@ fn revoke(file: &Path, label: &str) -> anyhow::Result<()> {
     anyhow::ensure!(
         removed > 0,
         "{}: no key is labelled {label}",
-        keys.path.display()
+        keys.file.path.display()
     );
     // The server refuses a file without keys and would keep the old set, this key included.
     anyhow::ensure!(
         left > 0,
         "{}: {label} is the last key, and a server keeps its old keys rather than take a file \
          with none; add another key first (or stop the server)",
-        keys.path.display()
+        keys.file.path.display()
     );
-    keys.replace(&kept)?;
+    keys.file.replace(&kept)?;
     eprintln!(
         "revoked {removed} key{} labelled {label} in {}; {RELOAD_HINT}",
         if removed == 1 { "" } else { "s" },
-        keys.path.display()
+        keys.file.path.display()
     );
     Ok(())
 }
@@ -152,11 +152,7 @@ fn describe(entry: &Entry) -> String {
 
 /// The keys file, read under an exclusive lock that lasts until it is dropped.
 struct KeysFile {
-    /// The file itself, symbolic links resolved: the rename must replace it, not the link.
-    path: PathBuf,
-    /// Holds the lock.
-    file: File,
-    text: String,
+    file: LockedFile,
     /// Each line with its line break, and its key if it holds one.
     lines: Vec<(String, Option<Entry>)>,
 }
@@ -165,53 +161,14 @@ impl KeysFile {
     /// Opens, locks and parses the file; `create`: a missing file is made empty, mode 0600.
     /// A line that does not parse stops here: an edit must not carry a broken file on.
     fn open(given: &Path, create: bool) -> anyhow::Result<KeysFile> {
-        let shown = given.display();
-        if create {
-            match OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(0o600)
-                .open(given)
-            {
-                Ok(_) => {}
-                Err(e) if e.kind() == ErrorKind::AlreadyExists => {}
-                // The file's own absence is what `create` is for, so NotFound is its
-                // directory's: making one is the operator's call (owner, mode), not ours.
-                Err(e) if e.kind() == ErrorKind::NotFound => {
-                    let dir = given
-                        .parent()
-                        .filter(|dir| !dir.as_os_str().is_empty())
-                        .unwrap_or(Path::new("."));
-                    anyhow::bail!(
-                        "creating {shown}: the directory {} does not exist; create it first \
-                         (mkdir -p {}), then add the key again",
-                        dir.display(),
-                        dir.display()
-                    );
-                }
-                Err(e) => return Err(e).with_context(|| format!("creating {shown}")),
-            }
-        }
-        let path = std::fs::canonicalize(given).with_context(|| format!("opening {shown}"))?;
-        // Another edit may rename a new file over this path while we wait for the lock: then
-        // the locked file is the old one, and we start again on the new.
-        let file = loop {
-            let file = File::open(&path).with_context(|| format!("opening {shown}"))?;
-            file.lock()
-                .with_context(|| format!("locking {shown} for the edit"))?;
-            let locked = file
-                .metadata()
-                .with_context(|| format!("reading {shown}"))?;
-            let current = std::fs::metadata(&path).with_context(|| format!("reading {shown}"))?;
-            if (locked.dev(), locked.ino()) == (current.dev(), current.ino()) {
-                break file;
-            }
+        let file = if create {
+            LockedFile::open_or_create(given, "keys file", "add the key again")?
+        } else {
+            LockedFile::open(given, "keys file")?
         };
-        let mut text = String::new();
-        (&file)
-            .read_to_string(&mut text)
-            .with_context(|| format!("reading {shown}"))?;
-        let lines = text
+        let shown = given.display();
+        let lines = file
+            .text
             .split_inclusive('\n')
             .enumerate()
             .map(|(index, line)| {
@@ -221,80 +178,16 @@ impl KeysFile {
                 Ok((line.to_owned(), entry))
             })
             .collect::<anyhow::Result<_>>()?;
-        Ok(KeysFile {
-            path,
-            file,
-            text,
-            lines,
-        })
+        Ok(KeysFile { file, lines })
     }
-
-    /// Puts `text` in place of the file: same owner and mode, atomic, durable.
-    fn replace(&self, text: &str) -> anyhow::Result<()> {
-        let shown = self.path.display();
-        let old = self
-            .file
-            .metadata()
-            .with_context(|| format!("reading {shown}"))?;
-        let name = self
-            .path
-            .file_name()
-            .with_context(|| format!("{shown} names no file"))?;
-        let dir = self.path.parent().unwrap_or(Path::new("/"));
-        let mut temp_name = std::ffi::OsString::from(".");
-        temp_name.push(name);
-        temp_name.push(format!(".{}.tmp", std::process::id()));
-        let temp = dir.join(temp_name);
-        let written = write_new(&temp, text, &old).and_then(|()| {
-            std::fs::rename(&temp, &self.path)
-                .with_context(|| format!("renaming {} to {shown}", temp.display()))
-        });
-        if written.is_err() {
-            let _ = std::fs::remove_file(&temp);
-        }
-        written?;
-        File::open(dir)
-            .and_then(|dir| dir.sync_all())
-            .with_context(|| format!("syncing the directory {}", dir.display()))
-    }
-}
-
-/// Writes a new file at `path` with `text` and the owner and mode of `like`, and syncs it.
-fn write_new(path: &Path, text: &str, like: &std::fs::Metadata) -> anyhow::Result<()> {
-    let shown = path.display();
-    // A temp file left by a process with our pid that died mid-edit.
-    let _ = std::fs::remove_file(path);
-    // Created private; the mode below is set explicitly, since umask would change this one.
-    let mut file = OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(path)
-        .with_context(|| format!("creating {shown}"))?;
-    let created = file
-        .metadata()
-        .with_context(|| format!("reading {shown}"))?;
-    if (created.uid(), created.gid()) != (like.uid(), like.gid()) {
-        std::os::unix::fs::fchown(&file, Some(like.uid()), Some(like.gid())).with_context(
-            || {
-                format!(
-                    "giving {shown} the keys file's owner {}:{} (run as root or as that owner)",
-                    like.uid(),
-                    like.gid()
-                )
-            },
-        )?;
-    }
-    file.set_permissions(Permissions::from_mode(like.mode() & 0o7777))
-        .with_context(|| format!("setting the mode of {shown}"))?;
-    file.write_all(text.as_bytes())
-        .and_then(|()| file.sync_all())
-        .with_context(|| format!("writing {shown}"))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    use std::fs::Permissions;
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
 
     #[test]
     fn add_then_revoke_keeps_every_other_line_byte_for_byte() {

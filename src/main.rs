@@ -34,6 +34,7 @@ mod server;
 mod service;
 mod store;
 mod tls;
+mod webhook;
 
 /// musl's allocator takes one lock for every thread: see Cargo.toml.
 #[cfg(target_env = "musl")]
@@ -97,6 +98,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Action::Keys { file, command } => keys::run(&file, command),
+        Action::Webhooks { file, command } => webhook::command::run(&file, command),
         Action::Copy(config) => {
             // Progress and the outcome are the command's own lines; the store logs only trouble.
             let _logs = init_logging(LogFormat::Text, Some("warn"))?;

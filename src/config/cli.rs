@@ -1,9 +1,9 @@
 //! The command line as clap reads it: `Cli` with every flag (each also read from
-//! `PETSTORE_*`) under the help heading an operator looks under, the `new-key`, `keys`, `copy`,
-//! `check` and `backup` subcommands, and their help texts, from which the man pages and
-//! completions in pkg/deb/ are generated (`packaging`). It only parses; what the flags mean
-//! together is checked by `config`. Value names say what a flag holds: `<FILE>`, `<DIR>`,
-//! `<ADDR>`, `<DURATION>`, `<N>`, `<URL>`.
+//! `PETSTORE_*`) under the help heading an operator looks under, the `new-key`, `keys`,
+//! `webhooks`, `copy`, `check` and `backup` subcommands, and their help texts, from which the
+//! man pages and completions in pkg/deb/ are generated (`packaging`). It only parses; what the
+//! flags mean together is checked by `config`. Value names say what a flag holds: `<FILE>`,
+//! `<DIR>`, `<ADDR>`, `<DURATION>`, `<N>`, `<URL>`.
 
 use std::ffi::OsString;
 use std::net::SocketAddr;
@@ -13,8 +13,8 @@ use std::time::Duration;
 use clap::{Parser, Subcommand, ValueEnum};
 
 use super::values::{
-    Hold, ListenAddress, parse_expiry, parse_hold, parse_statement_timeout, parse_timeout,
-    parse_ttl,
+    Hold, ListenAddress, RetrySchedule, parse_expiry, parse_hold, parse_retry_schedule,
+    parse_statement_timeout, parse_timeout, parse_ttl,
 };
 use crate::ratelimit::{Rate, RateOrOff};
 
@@ -25,6 +25,7 @@ const STORE: &str = "Store";
 const POSTGRESQL: &str = "PostgreSQL";
 const LIMITS: &str = "Limits";
 const BACKUPS: &str = "Backups";
+const WEBHOOKS: &str = "Webhooks";
 const METRICS: &str = "Metrics";
 const LOGGING: &str = "Logging";
 
@@ -438,6 +439,48 @@ pub struct Cli {
     )]
     pub(super) backup_every: Option<Duration>,
 
+    /// Webhook endpoints file: one `ID url=https://… secret=whsec_… [types=…] [label=…]` a
+    /// line, managed with `petstore webhooks`; re-read on reload [default: no webhooks].
+    ///
+    /// Each endpoint is a durable reader of the event feed: every event of its types is
+    /// POSTed to its URL, signed as the Standard Webhooks specification says. A missing file
+    /// means no endpoints.
+    #[arg(long, env = "PETSTORE_WEBHOOKS", value_name = "FILE", help_heading = WEBHOOKS)]
+    pub(super) webhooks: Option<PathBuf>,
+
+    /// How long to wait before each retry of a delivery that failed, comma-separated: 1 to
+    /// 20 durations, each above zero.
+    ///
+    /// After the last retry fails, the endpoint is disabled until `petstore webhooks enable`
+    /// and a reload.
+    #[arg(
+        long,
+        env = "PETSTORE_WEBHOOK_RETRY_SCHEDULE",
+        default_value = "5s,5m,30m,2h,5h,10h,10h",
+        value_name = "LIST",
+        value_parser = parse_retry_schedule,
+        help_heading = WEBHOOKS
+    )]
+    pub(super) webhook_retry_schedule: RetrySchedule,
+
+    /// Deliver to receivers at loopback, private, link-local and other addresses that are
+    /// not public; by default a URL whose host resolves to one is refused.
+    ///
+    /// For receivers on a private network, and for tests. Without it, a webhook URL cannot
+    /// make the server reach into its own network.
+    #[arg(
+        long,
+        env = "PETSTORE_WEBHOOKS_ALLOW_PRIVATE",
+        value_parser = clap::builder::BoolishValueParser::new(),
+        help_heading = WEBHOOKS
+    )]
+    pub(super) webhooks_allow_private: bool,
+
+    /// PEM file with the CA certificates receivers' certificates are verified against,
+    /// instead of the system's roots.
+    #[arg(long, env = "PETSTORE_WEBHOOKS_CA", value_name = "FILE", help_heading = WEBHOOKS)]
+    pub(super) webhooks_ca: Option<PathBuf>,
+
     /// Socket address (an IP address and port) to serve Prometheus metrics on, over plain
     /// HTTP at `/metrics`, e.g. 127.0.0.1:9464; for localhost or a private network only
     /// [default: off].
@@ -494,6 +537,20 @@ pub(super) enum Command {
 
         #[command(subcommand)]
         command: KeysCommand,
+    },
+    /// Add, list, remove and enable webhook endpoints, and rotate their secrets, in the
+    /// endpoints file.
+    ///
+    /// The file is --webhooks or PETSTORE_WEBHOOKS, as the server finds it. A running server
+    /// takes the change on reload: `systemctl reload petstore` (without systemd: `kill -HUP
+    /// <pid>`).
+    Webhooks {
+        /// The webhooks file to edit, as the server's --webhooks.
+        #[arg(long, env = "PETSTORE_WEBHOOKS", global = true, value_name = "FILE")]
+        webhooks: Option<PathBuf>,
+
+        #[command(subcommand)]
+        command: WebhooksCommand,
     },
     /// Copy one store into an empty one (redb or PostgreSQL, either way).
     ///
@@ -573,6 +630,53 @@ pub enum KeysCommand {
     },
 }
 
+/// What `petstore webhooks` does to the endpoints file.
+#[derive(Clone, Debug, PartialEq, Eq, Subcommand)]
+pub enum WebhooksCommand {
+    /// Add an endpoint: its new signing secret (`whsec_…`) is printed alone on the first line
+    /// of standard output, and `id ep_…` on the second. Makes the file (mode 0600) if missing.
+    Add {
+        /// Where deliveries are POSTed: an absolute https:// URL, without a user or a
+        /// fragment.
+        url: String,
+        /// Deliver only these event types, comma-separated, e.g. `pet.created,order.placed`
+        /// [default: every type].
+        #[arg(long, value_name = "TYPES")]
+        types: Option<String>,
+        /// A name for the endpoint in metrics and logs (A-Z a-z 0-9 . _ -).
+        #[arg(long, value_name = "LABEL")]
+        label: Option<String>,
+        /// Start at the oldest event the store keeps, not at the newest.
+        #[arg(long)]
+        from_start: bool,
+    },
+    /// Show each endpoint's id, label, URL, types, number of secrets and start (never a
+    /// secret).
+    List,
+    /// Remove the endpoint with this id: its deliveries stop.
+    Remove {
+        /// The endpoint's id (ep_…), as `list` shows it.
+        id: String,
+    },
+    /// Resume an endpoint the server disabled, from the event it could not deliver.
+    ///
+    /// Counts up the endpoint's resume= in the file: a running server resumes it when it
+    /// reloads the file.
+    Enable {
+        /// The endpoint's id (ep_…), as `list` shows it.
+        id: String,
+    },
+    /// Add a new secret (printed alone on the first line of standard output) after the
+    /// endpoint's others; deliveries are signed with every one until --finish.
+    Rotate {
+        /// The endpoint's id (ep_…), as `list` shows it.
+        id: String,
+        /// Keep only the newest secret, once the receiver verifies with it.
+        #[arg(long)]
+        finish: bool,
+    },
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -585,15 +689,15 @@ mod tests {
     }
 
     /// What a value name may be: the common ones say what a flag holds, the rest its syntax.
-    const VALUE_NAMES: [&str; 16] = [
+    const VALUE_NAMES: [&str; 19] = [
         "FILE", "DIR", "ADDR", "DURATION", "N", "URL", "PATH|URL", "NAME", "EMAIL", "KID", "MIB",
-        "RATE", "RATE|off", "FORMAT", "FILTER", "DATE",
+        "RATE", "RATE|off", "FORMAT", "FILTER", "DATE", "LIST", "TYPES", "LABEL",
     ];
 
     #[test]
     fn every_server_flag_sits_under_a_heading_in_the_manual_order() {
         let headings = [
-            LISTENER, ACME, STORE, POSTGRESQL, LIMITS, BACKUPS, METRICS, LOGGING,
+            LISTENER, ACME, STORE, POSTGRESQL, LIMITS, BACKUPS, WEBHOOKS, METRICS, LOGGING,
         ];
         let mut command = Cli::command();
         command.build();

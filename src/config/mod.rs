@@ -15,7 +15,7 @@ use anyhow::bail;
 
 pub use certificate::TlsSource;
 use cli::Command;
-pub use cli::{Cli, KeysCommand, LogFormat};
+pub use cli::{Cli, KeysCommand, LogFormat, WebhooksCommand};
 pub use serve::Config;
 pub use values::Database;
 
@@ -23,11 +23,23 @@ pub use values::Database;
 #[derive(Debug)]
 pub enum Action {
     Serve(Box<Config>),
-    NewKey { label: String },
-    Keys { file: PathBuf, command: KeysCommand },
+    NewKey {
+        label: String,
+    },
+    Keys {
+        file: PathBuf,
+        command: KeysCommand,
+    },
+    Webhooks {
+        file: PathBuf,
+        command: WebhooksCommand,
+    },
     Copy(CopyConfig),
     Check(PathBuf),
-    Backup { from: PathBuf, to: PathBuf },
+    Backup {
+        from: PathBuf,
+        to: PathBuf,
+    },
 }
 
 /// What `petstore copy` copies, from where to where.
@@ -54,6 +66,15 @@ impl Cli {
                     )
                 })?;
                 return Ok(Action::Keys { file, command });
+            }
+            Some(Command::Webhooks { webhooks, command }) => {
+                let file = webhooks.ok_or_else(|| {
+                    anyhow::anyhow!(
+                        "which webhooks file? give --webhooks FILE or set PETSTORE_WEBHOOKS, as \
+                         for the server"
+                    )
+                })?;
+                return Ok(Action::Webhooks { file, command });
             }
             Some(Command::Copy {
                 from,
@@ -162,6 +183,49 @@ mod tests {
         if std::env::var_os("PETSTORE_API_KEYS").is_none() {
             let error = keys(&["list"]).expect_err("no file");
             assert!(format!("{error:#}").contains("--api-keys"), "{error:#}");
+        }
+    }
+
+    #[test]
+    fn webhooks_finds_the_file_as_the_server_does() {
+        let webhooks = |args: &[&str]| {
+            let args = ["petstore", "webhooks"].iter().chain(args);
+            Cli::try_parse_from(args)?.into_action()
+        };
+        let Ok(Action::Webhooks { file, command }) = webhooks(&[
+            "add",
+            "https://shop.example/hooks",
+            "--types",
+            "pet.created",
+            "--from-start",
+            "--webhooks",
+            "w",
+        ]) else {
+            panic!("expected a webhooks action");
+        };
+        assert_eq!(file, PathBuf::from("w"));
+        assert_eq!(
+            command,
+            WebhooksCommand::Add {
+                url: "https://shop.example/hooks".into(),
+                types: Some("pet.created".into()),
+                label: None,
+                from_start: true,
+            }
+        );
+        assert!(matches!(
+            webhooks(&["--webhooks", "w", "rotate", "ep_0000000a", "--finish"]),
+            Ok(Action::Webhooks {
+                command: WebhooksCommand::Rotate { id, finish: true },
+                ..
+            }) if id == "ep_0000000a"
+        ));
+        if std::env::var_os("PETSTORE_WEBHOOKS").is_none() {
+            let error = webhooks(&["list"]).expect_err("no file");
+            assert!(
+                format!("{error:#}").contains("--webhooks FILE"),
+                "{error:#}"
+            );
         }
     }
 

@@ -67,6 +67,31 @@ pub struct Config {
     pub backup: Option<crate::backup::Settings>,
     /// Where `/metrics` is served; `None`: nowhere.
     pub metrics_listen: Option<SocketAddr>,
+    /// The webhook endpoints file; `None`: no webhooks.
+    #[allow(
+        dead_code,
+        reason = "read by the webhook delivery worker, wired in separately"
+    )]
+    pub webhooks: Option<PathBuf>,
+    /// The waits before each retry of a failed delivery: 1 to 20, each above zero.
+    #[allow(
+        dead_code,
+        reason = "read by the webhook delivery worker, wired in separately"
+    )]
+    pub webhook_retry_schedule: Vec<Duration>,
+    /// Deliveries may go to loopback, private and other addresses that are not public.
+    #[allow(
+        dead_code,
+        reason = "read by the webhook delivery worker, wired in separately"
+    )]
+    pub webhooks_allow_private: bool,
+    /// The PEM file of CA certificates receivers are verified against; `None`: the system's
+    /// roots.
+    #[allow(
+        dead_code,
+        reason = "read by the webhook delivery worker, wired in separately"
+    )]
+    pub webhooks_ca: Option<PathBuf>,
 }
 
 impl Cli {
@@ -160,6 +185,10 @@ impl Cli {
             log_level: self.log_level,
             backup,
             metrics_listen: self.metrics_listen,
+            webhooks: self.webhooks,
+            webhook_retry_schedule: self.webhook_retry_schedule.0,
+            webhooks_allow_private: self.webhooks_allow_private,
+            webhooks_ca: self.webhooks_ca,
         })
     }
 }
@@ -427,5 +456,50 @@ mod tests {
         ] {
             assert!(serve(bad).is_err(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn the_webhook_flags_default_to_none_and_the_standard_schedule() {
+        let config = serve(&[]).expect("parses");
+        assert_eq!((config.webhooks, config.webhooks_ca), (None, None));
+        assert!(!config.webhooks_allow_private);
+        let hours = |h: u64| Duration::from_secs(h * 3600);
+        assert_eq!(
+            config.webhook_retry_schedule,
+            [
+                Duration::from_secs(5),
+                Duration::from_secs(300),
+                Duration::from_secs(1800),
+                hours(2),
+                hours(5),
+                hours(10),
+                hours(10)
+            ]
+        );
+        let config = serve(&[
+            "--webhooks",
+            "/etc/petstore/webhooks",
+            "--webhook-retry-schedule",
+            "1s,1m",
+            "--webhooks-allow-private",
+            "--webhooks-ca",
+            "ca.pem",
+        ])
+        .expect("parses");
+        assert_eq!(
+            config.webhooks,
+            Some(PathBuf::from("/etc/petstore/webhooks"))
+        );
+        assert_eq!(
+            config.webhook_retry_schedule,
+            [Duration::from_secs(1), Duration::from_secs(60)]
+        );
+        assert!(config.webhooks_allow_private);
+        assert_eq!(config.webhooks_ca, Some(PathBuf::from("ca.pem")));
+        let error = serve(&["--webhook-retry-schedule", "5s,0s"]).expect_err("refused");
+        assert!(
+            error.to_string().contains("each wait must be above zero"),
+            "{error}"
+        );
     }
 }

@@ -1,5 +1,6 @@
 //! Flag values clap cannot read by itself: durations (at least a second, or a millisecond
-//! for PostgreSQL's statement timeout; timeouts also as bare seconds), key expiry times,
+//! for PostgreSQL's statement timeout; timeouts also as bare seconds), the webhook retry
+//! schedule (a list of durations), key expiry times,
 //! `--listen`'s `HOST:PORT`, and `--db` (and `copy`'s `--from`, `--to`) classified as a redb
 //! path or a PostgreSQL URL. Text in, typed values out: a host name is resolved when the
 //! server starts, and the URL is checked by the store's PostgreSQL engine.
@@ -168,6 +169,40 @@ pub(super) fn parse_statement_timeout(text: &str) -> Result<Duration, String> {
     Ok(timeout)
 }
 
+/// `--webhook-retry-schedule`'s value: the waits before each retry of a failed delivery.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RetrySchedule(pub Vec<Duration>);
+
+/// Most retries a schedule may hold: past a handful, a receiver that is down for days is
+/// better disabled and resumed by the operator than retried forever.
+const MAX_RETRIES: usize = 20;
+
+/// A retry schedule: 1 to 20 comma-separated durations as humantime writes them (`5s`,
+/// `30m`, `2h`), each above zero.
+pub(super) fn parse_retry_schedule(text: &str) -> Result<RetrySchedule, String> {
+    let form = "a comma-separated list of durations, e.g. `5s,5m,30m,2h,5h,10h,10h`";
+    let mut waits = Vec::new();
+    for (n, part) in text.split(',').map(str::trim).enumerate() {
+        let wait = humantime::parse_duration(part)
+            .map_err(|e| format!("retry {}: {part:?}: {e}; expected {form}", n + 1))?;
+        if wait.is_zero() {
+            return Err(format!(
+                "retry {}: {part:?}: each wait must be above zero",
+                n + 1
+            ));
+        }
+        waits.push(wait);
+    }
+    if waits.len() > MAX_RETRIES {
+        return Err(format!(
+            "{} retries; at most {MAX_RETRIES} (a receiver down longer is disabled, and \
+             `petstore webhooks enable` resumes it)",
+            waits.len()
+        ));
+    }
+    Ok(RetrySchedule(waits))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -244,6 +279,35 @@ mod tests {
         assert_eq!(parse_ttl("7d"), Ok(Duration::from_secs(7 * 86400)));
         for bad in ["", "10", "0s", "500ms", "soon"] {
             assert!(parse_ttl(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_webhook_retry_schedule_is_1_to_20_durations_above_zero() {
+        assert_eq!(
+            parse_retry_schedule("5s, 5m,2h"),
+            Ok(RetrySchedule(vec![
+                Duration::from_secs(5),
+                Duration::from_secs(300),
+                Duration::from_secs(7200)
+            ]))
+        );
+        assert_eq!(
+            parse_retry_schedule("1m 30s"),
+            Ok(RetrySchedule(vec![Duration::from_secs(90)]))
+        );
+        let twenty = vec!["1s"; 20].join(",");
+        assert_eq!(parse_retry_schedule(&twenty).map(|s| s.0.len()), Ok(20));
+        for (bad, says) in [
+            ("", "retry 1: \"\""),
+            ("5s,,5m", "retry 2: \"\""),
+            ("5s,0s", "retry 2: \"0s\": each wait must be above zero"),
+            ("5s,soon", "retry 2: \"soon\""),
+            ("10", "retry 1: \"10\""),
+            (&format!("{twenty},1s"), "21 retries; at most 20"),
+        ] {
+            let error = parse_retry_schedule(bad).expect_err(bad);
+            assert!(error.starts_with(says), "{bad}: {error}");
         }
     }
 }

@@ -39,3 +39,4 @@ mod reload;
 mod support;
 mod tls;
 mod webhooks;
+mod webhooks_cli;

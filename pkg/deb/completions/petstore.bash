@@ -34,6 +34,9 @@ _petstore() {
             petstore,new-key)
                 cmd="petstore__subcmd__new__subcmd__key"
                 ;;
+            petstore,webhooks)
+                cmd="petstore__subcmd__webhooks"
+                ;;
             petstore__subcmd__help,backup)
                 cmd="petstore__subcmd__help__subcmd__backup"
                 ;;
@@ -52,6 +55,9 @@ _petstore() {
             petstore__subcmd__help,new-key)
                 cmd="petstore__subcmd__help__subcmd__new__subcmd__key"
                 ;;
+            petstore__subcmd__help,webhooks)
+                cmd="petstore__subcmd__help__subcmd__webhooks"
+                ;;
             petstore__subcmd__help__subcmd__keys,add)
                 cmd="petstore__subcmd__help__subcmd__keys__subcmd__add"
                 ;;
@@ -60,6 +66,21 @@ _petstore() {
                 ;;
             petstore__subcmd__help__subcmd__keys,revoke)
                 cmd="petstore__subcmd__help__subcmd__keys__subcmd__revoke"
+                ;;
+            petstore__subcmd__help__subcmd__webhooks,add)
+                cmd="petstore__subcmd__help__subcmd__webhooks__subcmd__add"
+                ;;
+            petstore__subcmd__help__subcmd__webhooks,enable)
+                cmd="petstore__subcmd__help__subcmd__webhooks__subcmd__enable"
+                ;;
+            petstore__subcmd__help__subcmd__webhooks,list)
+                cmd="petstore__subcmd__help__subcmd__webhooks__subcmd__list"
+                ;;
+            petstore__subcmd__help__subcmd__webhooks,remove)
+                cmd="petstore__subcmd__help__subcmd__webhooks__subcmd__remove"
+                ;;
+            petstore__subcmd__help__subcmd__webhooks,rotate)
+                cmd="petstore__subcmd__help__subcmd__webhooks__subcmd__rotate"
                 ;;
             petstore__subcmd__keys,add)
                 cmd="petstore__subcmd__keys__subcmd__add"
@@ -85,6 +106,42 @@ _petstore() {
             petstore__subcmd__keys__subcmd__help,revoke)
                 cmd="petstore__subcmd__keys__subcmd__help__subcmd__revoke"
                 ;;
+            petstore__subcmd__webhooks,add)
+                cmd="petstore__subcmd__webhooks__subcmd__add"
+                ;;
+            petstore__subcmd__webhooks,enable)
+                cmd="petstore__subcmd__webhooks__subcmd__enable"
+                ;;
+            petstore__subcmd__webhooks,help)
+                cmd="petstore__subcmd__webhooks__subcmd__help"
+                ;;
+            petstore__subcmd__webhooks,list)
+                cmd="petstore__subcmd__webhooks__subcmd__list"
+                ;;
+            petstore__subcmd__webhooks,remove)
+                cmd="petstore__subcmd__webhooks__subcmd__remove"
+                ;;
+            petstore__subcmd__webhooks,rotate)
+                cmd="petstore__subcmd__webhooks__subcmd__rotate"
+                ;;
+            petstore__subcmd__webhooks__subcmd__help,add)
+                cmd="petstore__subcmd__webhooks__subcmd__help__subcmd__add"
+                ;;
+            petstore__subcmd__webhooks__subcmd__help,enable)
+                cmd="petstore__subcmd__webhooks__subcmd__help__subcmd__enable"
+                ;;
+            petstore__subcmd__webhooks__subcmd__help,help)
+                cmd="petstore__subcmd__webhooks__subcmd__help__subcmd__help"
+                ;;
+            petstore__subcmd__webhooks__subcmd__help,list)
+                cmd="petstore__subcmd__webhooks__subcmd__help__subcmd__list"
+                ;;
+            petstore__subcmd__webhooks__subcmd__help,remove)
+                cmd="petstore__subcmd__webhooks__subcmd__help__subcmd__remove"
+                ;;
+            petstore__subcmd__webhooks__subcmd__help,rotate)
+                cmd="petstore__subcmd__webhooks__subcmd__help__subcmd__rotate"
+                ;;
             *)
                 ;;
         esac
@@ -92,7 +149,7 @@ _petstore() {
 
     case "${cmd}" in
         petstore)
-            opts="-h -V --listen --tls-cert --tls-key --api-keys --acme-domain --acme-directory --acme-email --acme-ca-root --acme-eab-kid --acme-eab-hmac-key-file --acme-state-dir --db --cache-size --max-write-batch --shared-reads --idempotency-ttl --events-keep --order-hold --db-password-file --db-ca --db-pool-size --db-statement-timeout --max-connections --max-subscribers --handshake-timeout --header-timeout --body-timeout --idle-timeout --shutdown-timeout --rate-limit --rate-burst --auth-failure-limit --auth-failure-burst --backup-dir --backup-keep --backup-every --metrics-listen --log-format --log-level --help --version new-key keys copy check backup help"
+            opts="-h -V --listen --tls-cert --tls-key --api-keys --acme-domain --acme-directory --acme-email --acme-ca-root --acme-eab-kid --acme-eab-hmac-key-file --acme-state-dir --db --cache-size --max-write-batch --shared-reads --idempotency-ttl --events-keep --order-hold --db-password-file --db-ca --db-pool-size --db-statement-timeout --max-connections --max-subscribers --handshake-timeout --header-timeout --body-timeout --idle-timeout --shutdown-timeout --rate-limit --rate-burst --auth-failure-limit --auth-failure-burst --backup-dir --backup-keep --backup-every --webhooks --webhook-retry-schedule --webhooks-allow-private --webhooks-ca --metrics-listen --log-format --log-level --help --version new-key keys webhooks copy check backup help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -238,6 +295,18 @@ _petstore() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --webhooks)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --webhook-retry-schedule)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --webhooks-ca)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --metrics-listen)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -328,7 +397,7 @@ _petstore() {
             return 0
             ;;
         petstore__subcmd__help)
-            opts="new-key keys copy check backup help"
+            opts="new-key keys webhooks copy check backup help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -456,6 +525,90 @@ _petstore() {
         petstore__subcmd__help__subcmd__new__subcmd__key)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        petstore__subcmd__help__subcmd__webhooks)
+            opts="add list remove enable rotate"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        petstore__subcmd__help__subcmd__webhooks__subcmd__add)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        petstore__subcmd__help__subcmd__webhooks__subcmd__enable)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        petstore__subcmd__help__subcmd__webhooks__subcmd__list)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        petstore__subcmd__help__subcmd__webhooks__subcmd__remove)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        petstore__subcmd__help__subcmd__webhooks__subcmd__rotate)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
@@ -620,6 +773,220 @@ _petstore() {
                 return 0
             fi
             case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        petstore__subcmd__webhooks)
+            opts="-h --webhooks --help add list remove enable rotate help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --webhooks)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        petstore__subcmd__webhooks__subcmd__add)
+            opts="-h --types --label --from-start --webhooks --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --types)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --label)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --webhooks)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        petstore__subcmd__webhooks__subcmd__enable)
+            opts="-h --webhooks --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --webhooks)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        petstore__subcmd__webhooks__subcmd__help)
+            opts="add list remove enable rotate help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        petstore__subcmd__webhooks__subcmd__help__subcmd__add)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        petstore__subcmd__webhooks__subcmd__help__subcmd__enable)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        petstore__subcmd__webhooks__subcmd__help__subcmd__help)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        petstore__subcmd__webhooks__subcmd__help__subcmd__list)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        petstore__subcmd__webhooks__subcmd__help__subcmd__remove)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        petstore__subcmd__webhooks__subcmd__help__subcmd__rotate)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        petstore__subcmd__webhooks__subcmd__list)
+            opts="-h --webhooks --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --webhooks)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        petstore__subcmd__webhooks__subcmd__remove)
+            opts="-h --webhooks --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --webhooks)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        petstore__subcmd__webhooks__subcmd__rotate)
+            opts="-h --finish --webhooks --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --webhooks)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;

@@ -1,6 +1,6 @@
 # Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
 function __fish_petstore_global_optspecs
-    string join \n listen= tls-cert= tls-key= api-keys= acme-domain= acme-directory= acme-email= acme-ca-root= acme-eab-kid= acme-eab-hmac-key-file= acme-state-dir= db= cache-size= max-write-batch= shared-reads idempotency-ttl= events-keep= order-hold= db-password-file= db-ca= db-pool-size= db-statement-timeout= max-connections= max-subscribers= handshake-timeout= header-timeout= body-timeout= idle-timeout= shutdown-timeout= rate-limit= rate-burst= auth-failure-limit= auth-failure-burst= backup-dir= backup-keep= backup-every= metrics-listen= log-format= log-level= h/help V/version
+    string join \n listen= tls-cert= tls-key= api-keys= acme-domain= acme-directory= acme-email= acme-ca-root= acme-eab-kid= acme-eab-hmac-key-file= acme-state-dir= db= cache-size= max-write-batch= shared-reads idempotency-ttl= events-keep= order-hold= db-password-file= db-ca= db-pool-size= db-statement-timeout= max-connections= max-subscribers= handshake-timeout= header-timeout= body-timeout= idle-timeout= shutdown-timeout= rate-limit= rate-burst= auth-failure-limit= auth-failure-burst= backup-dir= backup-keep= backup-every= webhooks= webhook-retry-schedule= webhooks-allow-private webhooks-ca= metrics-listen= log-format= log-level= h/help V/version
 end
 
 function __fish_petstore_needs_command
@@ -59,15 +59,20 @@ complete -c petstore -n "__fish_petstore_needs_command" -l auth-failure-burst -d
 complete -c petstore -n "__fish_petstore_needs_command" -l backup-dir -d 'redb only: directory for snapshots of the live file, taken while serving' -r -F
 complete -c petstore -n "__fish_petstore_needs_command" -l backup-keep -d 'Snapshots kept in --backup-dir; the oldest beyond these are removed' -r
 complete -c petstore -n "__fish_petstore_needs_command" -l backup-every -d 'Take a snapshot this often, e.g. `1h`, `30m`, `1d` [default: only on SIGUSR1]' -r
+complete -c petstore -n "__fish_petstore_needs_command" -l webhooks -d 'Webhook endpoints file: one `ID url=https://… secret=whsec_… [types=…] [label=…]` a line, managed with `petstore webhooks`; re-read on reload [default: no webhooks]' -r -F
+complete -c petstore -n "__fish_petstore_needs_command" -l webhook-retry-schedule -d 'How long to wait before each retry of a delivery that failed, comma-separated: 1 to 20 durations, each above zero' -r
+complete -c petstore -n "__fish_petstore_needs_command" -l webhooks-ca -d 'PEM file with the CA certificates receivers\' certificates are verified against, instead of the system\'s roots' -r -F
 complete -c petstore -n "__fish_petstore_needs_command" -l metrics-listen -d 'Socket address (an IP address and port) to serve Prometheus metrics on, over plain HTTP at `/metrics`, e.g. 127.0.0.1:9464; for localhost or a private network only [default: off]' -r
 complete -c petstore -n "__fish_petstore_needs_command" -l log-format -d 'Log line format on stderr' -r -f -a "text\t'One human-readable line per event'
 json\t'One JSON object per line, for log shippers'"
 complete -c petstore -n "__fish_petstore_needs_command" -l log-level -d 'Log filter, e.g. `info`, `debug` or `petstore=debug`; when absent, RUST_LOG, else `info`' -r
 complete -c petstore -n "__fish_petstore_needs_command" -l shared-reads -d 'redb only: let `petstore backup` and `petstore check` open the live file from another process'
+complete -c petstore -n "__fish_petstore_needs_command" -l webhooks-allow-private -d 'Deliver to receivers at loopback, private, link-local and other addresses that are not public; by default a URL whose host resolves to one is refused'
 complete -c petstore -n "__fish_petstore_needs_command" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c petstore -n "__fish_petstore_needs_command" -s V -l version -d 'Print version'
 complete -c petstore -n "__fish_petstore_needs_command" -f -a "new-key" -d 'Print a new random API key and the line that admits it in the keys file'
 complete -c petstore -n "__fish_petstore_needs_command" -f -a "keys" -d 'Add, list and revoke API keys in the keys file'
+complete -c petstore -n "__fish_petstore_needs_command" -f -a "webhooks" -d 'Add, list, remove and enable webhook endpoints, and rotate their secrets, in the endpoints file'
 complete -c petstore -n "__fish_petstore_needs_command" -f -a "copy" -d 'Copy one store into an empty one (redb or PostgreSQL, either way)'
 complete -c petstore -n "__fish_petstore_needs_command" -f -a "check" -d 'Check a redb file: its indexes, ids and pages; exits 0 only when everything agrees'
 complete -c petstore -n "__fish_petstore_needs_command" -f -a "backup" -d 'Copy a redb file, a live one included, into a new complete redb file'
@@ -91,6 +96,34 @@ complete -c petstore -n "__fish_petstore_using_subcommand keys; and __fish_seen_
 complete -c petstore -n "__fish_petstore_using_subcommand keys; and __fish_seen_subcommand_from help" -f -a "list" -d 'Show each key\'s label, scope and expiry (never the keys or their hashes)'
 complete -c petstore -n "__fish_petstore_using_subcommand keys; and __fish_seen_subcommand_from help" -f -a "revoke" -d 'Remove every key with this label'
 complete -c petstore -n "__fish_petstore_using_subcommand keys; and __fish_seen_subcommand_from help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c petstore -n "__fish_petstore_using_subcommand webhooks; and not __fish_seen_subcommand_from add list remove enable rotate help" -l webhooks -d 'The webhooks file to edit, as the server\'s --webhooks' -r -F
+complete -c petstore -n "__fish_petstore_using_subcommand webhooks; and not __fish_seen_subcommand_from add list remove enable rotate help" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c petstore -n "__fish_petstore_using_subcommand webhooks; and not __fish_seen_subcommand_from add list remove enable rotate help" -f -a "add" -d 'Add an endpoint: its new signing secret (`whsec_…`) is printed alone on the first line of standard output, and `id ep_…` on the second. Makes the file (mode 0600) if missing'
+complete -c petstore -n "__fish_petstore_using_subcommand webhooks; and not __fish_seen_subcommand_from add list remove enable rotate help" -f -a "list" -d 'Show each endpoint\'s id, label, URL, types, number of secrets and start (never a secret)'
+complete -c petstore -n "__fish_petstore_using_subcommand webhooks; and not __fish_seen_subcommand_from add list remove enable rotate help" -f -a "remove" -d 'Remove the endpoint with this id: its deliveries stop'
+complete -c petstore -n "__fish_petstore_using_subcommand webhooks; and not __fish_seen_subcommand_from add list remove enable rotate help" -f -a "enable" -d 'Resume an endpoint the server disabled, from the event it could not deliver'
+complete -c petstore -n "__fish_petstore_using_subcommand webhooks; and not __fish_seen_subcommand_from add list remove enable rotate help" -f -a "rotate" -d 'Add a new secret (printed alone on the first line of standard output) after the endpoint\'s others; deliveries are signed with every one until --finish'
+complete -c petstore -n "__fish_petstore_using_subcommand webhooks; and not __fish_seen_subcommand_from add list remove enable rotate help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c petstore -n "__fish_petstore_using_subcommand webhooks; and __fish_seen_subcommand_from add" -l types -d 'Deliver only these event types, comma-separated, e.g. `pet.created,order.placed` [default: every type]' -r
+complete -c petstore -n "__fish_petstore_using_subcommand webhooks; and __fish_seen_subcommand_from add" -l label -d 'A name for the endpoint in metrics and logs (A-Z a-z 0-9 . _ -)' -r
+complete -c petstore -n "__fish_petstore_using_subcommand webhooks; and __fish_seen_subcommand_from add" -l webhooks -d 'The webhooks file to edit, as the server\'s --webhooks' -r -F
+complete -c petstore -n "__fish_petstore_using_subcommand webhooks; and __fish_seen_subcommand_from add" -l from-start -d 'Start at the oldest event the store keeps, not at the newest'
+complete -c petstore -n "__fish_petstore_using_subcommand webhooks; and __fish_seen_subcommand_from add" -s h -l help -d 'Print help'
+complete -c petstore -n "__fish_petstore_using_subcommand webhooks; and __fish_seen_subcommand_from list" -l webhooks -d 'The webhooks file to edit, as the server\'s --webhooks' -r -F
+complete -c petstore -n "__fish_petstore_using_subcommand webhooks; and __fish_seen_subcommand_from list" -s h -l help -d 'Print help'
+complete -c petstore -n "__fish_petstore_using_subcommand webhooks; and __fish_seen_subcommand_from remove" -l webhooks -d 'The webhooks file to edit, as the server\'s --webhooks' -r -F
+complete -c petstore -n "__fish_petstore_using_subcommand webhooks; and __fish_seen_subcommand_from remove" -s h -l help -d 'Print help'
+complete -c petstore -n "__fish_petstore_using_subcommand webhooks; and __fish_seen_subcommand_from enable" -l webhooks -d 'The webhooks file to edit, as the server\'s --webhooks' -r -F
+complete -c petstore -n "__fish_petstore_using_subcommand webhooks; and __fish_seen_subcommand_from enable" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c petstore -n "__fish_petstore_using_subcommand webhooks; and __fish_seen_subcommand_from rotate" -l webhooks -d 'The webhooks file to edit, as the server\'s --webhooks' -r -F
+complete -c petstore -n "__fish_petstore_using_subcommand webhooks; and __fish_seen_subcommand_from rotate" -l finish -d 'Keep only the newest secret, once the receiver verifies with it'
+complete -c petstore -n "__fish_petstore_using_subcommand webhooks; and __fish_seen_subcommand_from rotate" -s h -l help -d 'Print help'
+complete -c petstore -n "__fish_petstore_using_subcommand webhooks; and __fish_seen_subcommand_from help" -f -a "add" -d 'Add an endpoint: its new signing secret (`whsec_…`) is printed alone on the first line of standard output, and `id ep_…` on the second. Makes the file (mode 0600) if missing'
+complete -c petstore -n "__fish_petstore_using_subcommand webhooks; and __fish_seen_subcommand_from help" -f -a "list" -d 'Show each endpoint\'s id, label, URL, types, number of secrets and start (never a secret)'
+complete -c petstore -n "__fish_petstore_using_subcommand webhooks; and __fish_seen_subcommand_from help" -f -a "remove" -d 'Remove the endpoint with this id: its deliveries stop'
+complete -c petstore -n "__fish_petstore_using_subcommand webhooks; and __fish_seen_subcommand_from help" -f -a "enable" -d 'Resume an endpoint the server disabled, from the event it could not deliver'
+complete -c petstore -n "__fish_petstore_using_subcommand webhooks; and __fish_seen_subcommand_from help" -f -a "rotate" -d 'Add a new secret (printed alone on the first line of standard output) after the endpoint\'s others; deliveries are signed with every one until --finish'
+complete -c petstore -n "__fish_petstore_using_subcommand webhooks; and __fish_seen_subcommand_from help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c petstore -n "__fish_petstore_using_subcommand copy" -l from -d 'The store to copy: a redb file or a PostgreSQL URL, as --db takes them' -r
 complete -c petstore -n "__fish_petstore_using_subcommand copy" -l to -d 'The store to fill, which must be empty: a redb file (created if missing) or a PostgreSQL URL' -r
 complete -c petstore -n "__fish_petstore_using_subcommand copy" -l db-password-file -d 'PostgreSQL only: file holding the database password, for each PostgreSQL side' -r -F
@@ -101,12 +134,18 @@ complete -c petstore -n "__fish_petstore_using_subcommand check" -s h -l help -d
 complete -c petstore -n "__fish_petstore_using_subcommand backup" -l db -d 'The redb file to back up, e.g. the running server\'s `--db`' -r
 complete -c petstore -n "__fish_petstore_using_subcommand backup" -l to -d 'Where the backup goes; an existing file is replaced only once the new one is whole' -r -F
 complete -c petstore -n "__fish_petstore_using_subcommand backup" -s h -l help -d 'Print help (see more with \'--help\')'
-complete -c petstore -n "__fish_petstore_using_subcommand help; and not __fish_seen_subcommand_from new-key keys copy check backup help" -f -a "new-key" -d 'Print a new random API key and the line that admits it in the keys file'
-complete -c petstore -n "__fish_petstore_using_subcommand help; and not __fish_seen_subcommand_from new-key keys copy check backup help" -f -a "keys" -d 'Add, list and revoke API keys in the keys file'
-complete -c petstore -n "__fish_petstore_using_subcommand help; and not __fish_seen_subcommand_from new-key keys copy check backup help" -f -a "copy" -d 'Copy one store into an empty one (redb or PostgreSQL, either way)'
-complete -c petstore -n "__fish_petstore_using_subcommand help; and not __fish_seen_subcommand_from new-key keys copy check backup help" -f -a "check" -d 'Check a redb file: its indexes, ids and pages; exits 0 only when everything agrees'
-complete -c petstore -n "__fish_petstore_using_subcommand help; and not __fish_seen_subcommand_from new-key keys copy check backup help" -f -a "backup" -d 'Copy a redb file, a live one included, into a new complete redb file'
-complete -c petstore -n "__fish_petstore_using_subcommand help; and not __fish_seen_subcommand_from new-key keys copy check backup help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c petstore -n "__fish_petstore_using_subcommand help; and not __fish_seen_subcommand_from new-key keys webhooks copy check backup help" -f -a "new-key" -d 'Print a new random API key and the line that admits it in the keys file'
+complete -c petstore -n "__fish_petstore_using_subcommand help; and not __fish_seen_subcommand_from new-key keys webhooks copy check backup help" -f -a "keys" -d 'Add, list and revoke API keys in the keys file'
+complete -c petstore -n "__fish_petstore_using_subcommand help; and not __fish_seen_subcommand_from new-key keys webhooks copy check backup help" -f -a "webhooks" -d 'Add, list, remove and enable webhook endpoints, and rotate their secrets, in the endpoints file'
+complete -c petstore -n "__fish_petstore_using_subcommand help; and not __fish_seen_subcommand_from new-key keys webhooks copy check backup help" -f -a "copy" -d 'Copy one store into an empty one (redb or PostgreSQL, either way)'
+complete -c petstore -n "__fish_petstore_using_subcommand help; and not __fish_seen_subcommand_from new-key keys webhooks copy check backup help" -f -a "check" -d 'Check a redb file: its indexes, ids and pages; exits 0 only when everything agrees'
+complete -c petstore -n "__fish_petstore_using_subcommand help; and not __fish_seen_subcommand_from new-key keys webhooks copy check backup help" -f -a "backup" -d 'Copy a redb file, a live one included, into a new complete redb file'
+complete -c petstore -n "__fish_petstore_using_subcommand help; and not __fish_seen_subcommand_from new-key keys webhooks copy check backup help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c petstore -n "__fish_petstore_using_subcommand help; and __fish_seen_subcommand_from keys" -f -a "add" -d 'Make a new key and admit it: the key is printed once, alone on the first line of standard output'
 complete -c petstore -n "__fish_petstore_using_subcommand help; and __fish_seen_subcommand_from keys" -f -a "list" -d 'Show each key\'s label, scope and expiry (never the keys or their hashes)'
 complete -c petstore -n "__fish_petstore_using_subcommand help; and __fish_seen_subcommand_from keys" -f -a "revoke" -d 'Remove every key with this label'
+complete -c petstore -n "__fish_petstore_using_subcommand help; and __fish_seen_subcommand_from webhooks" -f -a "add" -d 'Add an endpoint: its new signing secret (`whsec_…`) is printed alone on the first line of standard output, and `id ep_…` on the second. Makes the file (mode 0600) if missing'
+complete -c petstore -n "__fish_petstore_using_subcommand help; and __fish_seen_subcommand_from webhooks" -f -a "list" -d 'Show each endpoint\'s id, label, URL, types, number of secrets and start (never a secret)'
+complete -c petstore -n "__fish_petstore_using_subcommand help; and __fish_seen_subcommand_from webhooks" -f -a "remove" -d 'Remove the endpoint with this id: its deliveries stop'
+complete -c petstore -n "__fish_petstore_using_subcommand help; and __fish_seen_subcommand_from webhooks" -f -a "enable" -d 'Resume an endpoint the server disabled, from the event it could not deliver'
+complete -c petstore -n "__fish_petstore_using_subcommand help; and __fish_seen_subcommand_from webhooks" -f -a "rotate" -d 'Add a new secret (printed alone on the first line of standard output) after the endpoint\'s others; deliveries are signed with every one until --finish'

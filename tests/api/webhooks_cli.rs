@@ -1,0 +1,322 @@
+//! `petstore webhooks add | list | remove | enable | rotate` with the real binary: the secret
+//! alone on standard output's first line, the file private when made and every other line
+//! kept byte for byte, and the refusals an operator meets (an http:// URL, an unknown type, no
+//! file named) said in one clear line, with nothing written.
+
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+/// What the commands end their messages with: how a running server takes the edit.
+const RELOAD_HINT: &str = "a running server takes it on reload: `systemctl reload petstore` \
+                           (without systemd: `kill -HUP <pid>`, the pid of its `listening on` \
+                           log line)";
+
+/// Runs `petstore webhooks ARGS` on `file`, named by `PETSTORE_WEBHOOKS` as the server's unit
+/// would, or by `--webhooks` when `by_flag`.
+fn webhooks(file: &Path, by_flag: bool, args: &[&str]) -> (Option<i32>, String, String) {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_petstore"));
+    command.arg("webhooks").args(args);
+    if by_flag {
+        command.arg("--webhooks").arg(file);
+        command.env_remove("PETSTORE_WEBHOOKS");
+    } else {
+        command.env("PETSTORE_WEBHOOKS", file);
+    }
+    let output = command
+        .stdin(Stdio::null())
+        .output()
+        .expect("the petstore binary runs");
+    (
+        output.status.code(),
+        String::from_utf8(output.stdout).expect("UTF-8 stdout"),
+        String::from_utf8(output.stderr).expect("UTF-8 stderr"),
+    )
+}
+
+/// Runs a command expected to succeed and end its message with the reload hint; returns
+/// standard output.
+fn edit(file: &Path, args: &[&str]) -> String {
+    let (code, stdout, stderr) = webhooks(file, false, args);
+    assert_eq!(code, Some(0), "{args:?}: {stderr}");
+    assert!(
+        stderr.trim_end().ends_with(RELOAD_HINT),
+        "{args:?}: {stderr}"
+    );
+    stdout
+}
+
+/// `add`: the secret alone on the first line, `id ep_…` on the second; returns both.
+fn add(file: &Path, args: &[&str]) -> (String, String) {
+    let stdout = edit(file, &[&["add"], args].concat());
+    let lines: Vec<&str> = stdout.lines().collect();
+    let [secret, id] = lines[..] else {
+        panic!("two lines: {stdout:?}");
+    };
+    assert!(is_secret(secret), "{stdout:?}");
+    let id = id.strip_prefix("id ").expect("the id line");
+    assert!(id.starts_with("ep_") && id.len() == 11, "{stdout:?}");
+    (secret.to_owned(), id.to_owned())
+}
+
+fn is_secret(text: &str) -> bool {
+    text.strip_prefix("whsec_").is_some_and(|base64| {
+        base64.len() == 44 && base64.ends_with('=') && !base64.contains(char::is_whitespace)
+    })
+}
+
+/// The line of the file holding `id`.
+fn line_of(file: &Path, id: &str) -> String {
+    let text = std::fs::read_to_string(file).expect("read");
+    text.lines()
+        .find(|line| line.starts_with(id))
+        .unwrap_or_else(|| panic!("no line for {id}:\n{text}"))
+        .to_owned()
+}
+
+/// The secrets on `id`'s line, oldest first.
+fn secrets_of(file: &Path, id: &str) -> Vec<String> {
+    line_of(file, id)
+        .split_whitespace()
+        .filter_map(|word| word.strip_prefix("secret="))
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
+fn add_prints_the_secret_alone_on_the_first_line_and_makes_the_file_private() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let file = dir.path().join("webhooks");
+    let (secret, id) = add(&file, &["https://shop.example/hooks"]);
+    let meta = std::fs::metadata(&file).expect("made");
+    assert_eq!(meta.mode() & 0o7777, 0o600);
+    assert_eq!(
+        std::fs::read_to_string(&file).expect("read"),
+        format!("{id} url=https://shop.example/hooks secret={secret}\n")
+    );
+    let (code, stdout, stderr) = webhooks(&file, true, &["list"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(
+        !stdout.contains(&secret) && !stdout.contains("whsec_"),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn add_list_enable_rotate_finish_and_remove_keep_every_other_line_byte_for_byte() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let file = dir.path().join("webhooks");
+    // Someone else's hand-written file: comments, a blank line, CRLF, an endpoint of its own.
+    let original = "# receivers, by hand\n\n\
+                    ep_0000000a url=https://a.example/in secret=whsec_AAECAw==  # kept\r\n\
+                    # end";
+    std::fs::write(&file, original).expect("write");
+    std::os::unix::fs::chown(&file, Some(4321), Some(4322)).expect("chown");
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o640)).expect("chmod");
+
+    let (first, shop) = add(
+        &file,
+        &[
+            "https://shop.example/hooks",
+            "--types",
+            "pet.created,order.placed",
+            "--label",
+            "shop",
+            "--from-start",
+        ],
+    );
+    let (_, crm) = add(&file, &["https://crm.example:8443/petstore?source=pets"]);
+    let text = std::fs::read_to_string(&file).expect("read");
+    let added = text
+        .strip_prefix(original)
+        .expect("every line kept")
+        .strip_prefix('\n')
+        .expect("a line break after the last line");
+    assert_eq!(
+        added,
+        format!(
+            "{shop} url=https://shop.example/hooks secret={first} \
+             types=pet.created,order.placed label=shop start=oldest\n\
+             {crm} url=https://crm.example:8443/petstore?source=pets secret={}\n",
+            secrets_of(&file, &crm)[0]
+        )
+    );
+    let meta = std::fs::metadata(&file).expect("stat");
+    assert_eq!(
+        (meta.uid(), meta.gid(), meta.mode() & 0o7777),
+        (4321, 4322, 0o640),
+        "owner and mode kept"
+    );
+
+    let (code, listed, stderr) = webhooks(&file, true, &["list"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    let rows: Vec<Vec<&str>> = listed
+        .lines()
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(
+        rows,
+        [
+            vec!["ID", "LABEL", "URL", "TYPES", "SECRETS", "START"],
+            vec![
+                "ep_0000000a",
+                "-",
+                "https://a.example/in",
+                "*",
+                "1",
+                "newest"
+            ],
+            vec![
+                shop.as_str(),
+                "shop",
+                "https://shop.example/hooks",
+                "pet.created,order.placed",
+                "1",
+                "oldest"
+            ],
+            vec![
+                crm.as_str(),
+                "-",
+                "https://crm.example:8443/petstore?source=pets",
+                "*",
+                "1",
+                "newest"
+            ],
+        ]
+    );
+
+    assert_eq!(edit(&file, &["enable", &shop]), "");
+    assert!(line_of(&file, &shop).ends_with(" start=oldest resume=1"));
+    edit(&file, &["enable", &shop]);
+    assert!(line_of(&file, &shop).ends_with(" start=oldest resume=2"));
+
+    let stdout = edit(&file, &["rotate", &shop]);
+    let second = stdout.strip_suffix('\n').expect("one line");
+    assert!(is_secret(second), "{stdout:?}");
+    assert_eq!(
+        secrets_of(&file, &shop),
+        [first.as_str(), second],
+        "oldest first"
+    );
+    assert_eq!(edit(&file, &["rotate", &shop, "--finish"]), "");
+    assert_eq!(secrets_of(&file, &shop), [second]);
+    assert!(
+        line_of(&file, &shop).ends_with(" label=shop start=oldest resume=2"),
+        "the rest of the line is kept"
+    );
+
+    // The hand-written line, rewritten, keeps its comment and its CRLF.
+    edit(&file, &["enable", "ep_0000000a"]);
+    let text = std::fs::read_to_string(&file).expect("read");
+    assert!(
+        text.contains(
+            "\nep_0000000a url=https://a.example/in secret=whsec_AAECAw== resume=1  # kept\r\n"
+        ),
+        "{text:?}"
+    );
+
+    edit(&file, &["remove", &shop]);
+    edit(&file, &["remove", &crm]);
+    assert_eq!(
+        std::fs::read_to_string(&file).expect("read"),
+        format!("{}\n", original.replace("== ", "== resume=1 "))
+    );
+    let (code, _, stderr) = webhooks(&file, true, &["remove", &crm]);
+    assert_eq!(code, Some(1));
+    assert_eq!(
+        stderr,
+        format!(
+            "error: {}: no endpoint has the id {crm} (`petstore webhooks list` shows them)\n",
+            file.display()
+        )
+    );
+}
+
+#[test]
+fn an_http_url_is_refused_with_a_clear_message_and_nothing_is_written() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let file = dir.path().join("webhooks");
+    let (code, stdout, stderr) = webhooks(&file, true, &["add", "http://shop.example/hooks"]);
+    assert_eq!((code, stdout.as_str()), (Some(1), ""), "{stderr}");
+    assert_eq!(
+        stderr,
+        "error: URL http://shop.example/hooks: http:// is refused: events go to receivers over \
+         https:// only, so that no one on the way reads or replays them\n"
+    );
+    for (url, says) in [
+        (
+            "https://user:pw@shop.example/",
+            "a user or password in the URL",
+        ),
+        ("https://shop.example/#hooks", "no fragment"),
+        (
+            "shop.example/hooks",
+            "not a URL (expected https://HOST/PATH)",
+        ),
+        ("/hooks", "not an absolute URL: expected https://HOST/PATH"),
+    ] {
+        let (code, stdout, stderr) = webhooks(&file, true, &["add", url]);
+        assert_eq!((code, stdout.as_str()), (Some(1), ""), "{stderr}");
+        assert!(stderr.contains(says), "{url}: {stderr}");
+    }
+    assert!(!file.exists(), "no file was made");
+}
+
+#[test]
+fn an_unknown_type_is_refused_naming_it_and_the_known_ones() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let file = dir.path().join("webhooks");
+    let (code, stdout, stderr) = webhooks(
+        &file,
+        false,
+        &[
+            "add",
+            "https://shop.example/",
+            "--types",
+            "pet.created,pet.sold",
+        ],
+    );
+    assert_eq!((code, stdout.as_str()), (Some(1), ""), "{stderr}");
+    assert_eq!(
+        stderr,
+        "error: --types: unknown event type \"pet.sold\"; the types are pet.created, \
+         pet.updated, pet.deleted, order.placed, order.completed, order.cancelled, \
+         order.expired, category.created, category.updated, category.deleted\n"
+    );
+    assert!(!file.exists(), "no file was made");
+}
+
+#[test]
+fn a_command_without_a_file_says_how_to_name_one() {
+    let output = Command::new(env!("CARGO_BIN_EXE_petstore"))
+        .args(["webhooks", "list"])
+        .env_remove("PETSTORE_WEBHOOKS")
+        .stdin(Stdio::null())
+        .output()
+        .expect("the petstore binary runs");
+    assert_eq!(output.status.code(), Some(1));
+    assert_eq!(
+        String::from_utf8_lossy(&output.stderr),
+        "error: which webhooks file? give --webhooks FILE or set PETSTORE_WEBHOOKS, as for the \
+         server\n"
+    );
+}
+
+#[test]
+fn a_broken_line_stops_every_edit_and_names_the_line() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let file = dir.path().join("webhooks");
+    let broken =
+        "# mine\nep_0000000a url=https://a.example/ secret=whsec_AAECAw== tpyes=pet.created\n";
+    std::fs::write(&file, broken).expect("write");
+    let (code, stdout, stderr) = webhooks(&file, true, &["add", "https://b.example/"]);
+    assert_eq!((code, stdout.as_str()), (Some(1), ""), "{stderr}");
+    assert!(
+        stderr.starts_with(&format!(
+            "error: {}, line 2: fix it by hand first: tpyes= is not a word of an endpoint line",
+            file.display()
+        )),
+        "{stderr}"
+    );
+    assert_eq!(std::fs::read_to_string(&file).expect("read"), broken);
+}
