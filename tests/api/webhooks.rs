@@ -171,21 +171,59 @@ impl Receiver {
             .collect()
     }
 
-    /// Waits until `check` holds of the log; returns the log then.
-    async fn wait_for(&self, what: &str, check: impl Fn(&[Delivery]) -> bool) -> Vec<Delivery> {
-        let described = format!("{what} (receiver on {})", self.port);
-        poll_until(DELIVERY_WAIT, &described, async || {
+    /// Waits until `check` holds of the log; returns the log then. Past the deadline, fails
+    /// with what the receiver logged and what `server` said about webhooks.
+    async fn wait_for(
+        &self,
+        server: &Server,
+        what: &str,
+        check: impl Fn(&[Delivery]) -> bool,
+    ) -> Vec<Delivery> {
+        self.wait_within(server, DELIVERY_WAIT, what, check).await
+    }
+
+    /// `wait_for`, within `within`.
+    async fn wait_within(
+        &self,
+        server: &Server,
+        within: Duration,
+        what: &str,
+        check: impl Fn(&[Delivery]) -> bool,
+    ) -> Vec<Delivery> {
+        let deadline = Instant::now() + within;
+        loop {
             let deliveries = self.deliveries();
-            check(&deliveries).then_some(deliveries)
-        })
-        .await
+            if check(&deliveries) {
+                return deliveries;
+            }
+            if Instant::now() >= deadline {
+                let logged: Vec<String> = deliveries
+                    .iter()
+                    .map(|d| format!("{} {:?} {}", d.status, d.id, d.path))
+                    .collect();
+                let said: Vec<String> = server
+                    .logs()
+                    .lines()
+                    .filter(|line| line.contains("webhook") || line.contains("ERROR"))
+                    .map(str::to_owned)
+                    .collect();
+                panic!(
+                    "not within {within:?}: {what}\nthe receiver on port {} logged \
+                     {logged:#?}\nits stderr: {}\nthe server's webhook lines:\n{}",
+                    self.port,
+                    std::fs::read_to_string(self.dir.path().join("stderr")).unwrap_or_default(),
+                    said.join("\n")
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
     }
 
     /// Waits until the log holds the 2xx delivery of each of `events` (in any order); returns
     /// the whole log then.
-    async fn wait_for_events(&self, events: &[Value]) -> Vec<Delivery> {
+    async fn wait_for_events(&self, server: &Server, events: &[Value]) -> Vec<Delivery> {
         let wanted: Vec<&str> = events.iter().map(cursor).collect();
-        self.wait_for(&format!("deliveries of {wanted:?}"), |deliveries| {
+        self.wait_for(server, &format!("deliveries of {wanted:?}"), |deliveries| {
             wanted.iter().all(|cursor| {
                 deliveries
                     .iter()
@@ -488,7 +526,7 @@ async fn every_event_is_delivered_in_feed_order_signed_and_exactly_as_the_feed_l
     ] {
         assert!(types.contains(&kind), "the writes made a {kind}: {types:?}");
     }
-    let deliveries = receiver.wait_for_events(&events).await;
+    let deliveries = receiver.wait_for_events(&server, &events).await;
     let sent = unix_now();
 
     assert_eq!(
@@ -567,7 +605,7 @@ async fn an_endpoint_for_pet_deleted_gets_the_deletions_only() {
         .collect();
     assert_eq!(deletions.len(), 2);
     // The last deletion is the feed's last event: anything else would have come before it.
-    let deliveries = receiver.wait_for_events(&deletions).await;
+    let deliveries = receiver.wait_for_events(&server, &deletions).await;
     assert_verified(&deliveries);
     let bodies: Vec<Value> = deliveries.iter().map(Delivery::json).collect();
     assert_eq!(bodies, deletions, "the deletions, and nothing else");
@@ -595,20 +633,20 @@ async fn a_receiver_down_then_failing_then_redirecting_gets_every_event_in_order
     receiver.answer(json!({"status": 500}));
     receiver.restart();
     receiver
-        .wait_for("two 500s", |d| {
+        .wait_for(&server, "two 500s", |d| {
             d.iter().filter(|d| d.status == 500).count() >= 2
         })
         .await;
     // A redirect is a failure too, never followed.
     receiver.answer(json!({"status": 302, "location": "/elsewhere"}));
     receiver
-        .wait_for("a 302", |d| d.iter().any(|d| d.status == 302))
+        .wait_for(&server, "a 302", |d| d.iter().any(|d| d.status == 302))
         .await;
     receiver.answer(json!({"status": 200}));
     for name in ["d", "e"] {
         events.push(create(&mut client, name).await);
     }
-    let deliveries = receiver.wait_for_events(&events).await;
+    let deliveries = receiver.wait_for_events(&server, &events).await;
 
     assert_verified(&deliveries);
     assert_eq!(tried_in_order(&deliveries), cursors(&events));
@@ -652,9 +690,11 @@ async fn retry_after(first: Value, least: f64) {
         Server::start_with(endpoints.options(&["--webhook-retry-schedule", PATIENT_SCHEDULE]));
     let mut client = server.h2().await;
     let event = create(&mut client, "later").await;
-    receiver.wait_for("the first try", |d| !d.is_empty()).await;
+    receiver
+        .wait_for(&server, "the first try", |d| !d.is_empty())
+        .await;
     receiver.answer(json!({"status": 200}));
-    let deliveries = receiver.wait_for_events(&[event]).await;
+    let deliveries = receiver.wait_for_events(&server, &[event]).await;
 
     assert_eq!(deliveries.len(), 2, "{deliveries:#?}");
     let waited = deliveries[1].at - deliveries[0].at;
@@ -693,7 +733,7 @@ async fn a_410_disables_the_endpoint_and_enable_with_a_reload_resumes_it_from_th
     server.signal("HUP");
     server.wait_for_log("reload done", 1);
     events.push(create(&mut client, "d").await);
-    let deliveries = receiver.wait_for_events(&events).await;
+    let deliveries = receiver.wait_for_events(&server, &events).await;
 
     assert_verified(&deliveries);
     let ids: Vec<&str> = deliveries.iter().map(Delivery::id).collect();
@@ -744,14 +784,14 @@ async fn a_sigkill_with_a_delivery_in_flight_resends_that_event_at_most_and_lose
     for name in ["a", "b"] {
         events.push(create(&mut client, name).await);
     }
-    receiver.wait_for_events(&events).await;
+    receiver.wait_for_events(&server, &events).await;
 
     // The receiver logs the next delivery as it arrives and answers 3 s later: the server is
     // killed in between.
     receiver.answer(json!({"status": 200, "sleep": 3}));
     let in_flight = create(&mut client, "in flight").await;
     receiver
-        .wait_for("the delivery in flight", |d| {
+        .wait_for(&server, "the delivery in flight", |d| {
             d.iter()
                 .any(|d| d.id.as_deref() == Some(cursor(&in_flight)))
         })
@@ -766,7 +806,7 @@ async fn a_sigkill_with_a_delivery_in_flight_resends_that_event_at_most_and_lose
         events.push(create(&mut client, name).await);
     }
     assert_eq!(feed(&mut client).await, events);
-    let deliveries = receiver.wait_for_events(&events).await;
+    let deliveries = receiver.wait_for_events(&server, &events).await;
 
     assert_verified(&deliveries);
     assert_eq!(tried_in_order(&deliveries), cursors(&events), "none lost");
@@ -794,7 +834,8 @@ async fn a_reload_starts_an_endpoint_added_and_stops_one_removed() {
     let server = Server::start_with(endpoints.options(&[]));
     let mut client = server.h2().await;
     let before = create(&mut client, "before").await;
-    old.wait_for_events(std::slice::from_ref(&before)).await;
+    old.wait_for_events(&server, std::slice::from_ref(&before))
+        .await;
 
     endpoints.add(&mut new, &[]);
     endpoints.cli(&["remove", &old_id]);
@@ -804,7 +845,7 @@ async fn a_reload_starts_an_endpoint_added_and_stops_one_removed() {
     for name in ["after-1", "after-2"] {
         after.push(create(&mut client, name).await);
     }
-    let deliveries = new.wait_for_events(&after).await;
+    let deliveries = new.wait_for_events(&server, &after).await;
 
     assert_verified(&deliveries);
     let bodies: Vec<Value> = deliveries.iter().map(Delivery::json).collect();
@@ -827,7 +868,9 @@ async fn a_rotated_endpoint_s_deliveries_carry_a_signature_per_secret_until_the_
     let server = Server::start_with(endpoints.options(&[]));
     let mut client = server.h2().await;
     let one = create(&mut client, "one secret").await;
-    let deliveries = receiver.wait_for_events(std::slice::from_ref(&one)).await;
+    let deliveries = receiver
+        .wait_for_events(&server, std::slice::from_ref(&one))
+        .await;
     assert_verified(&deliveries);
 
     let out = endpoints.cli(&["rotate", &endpoint]);
@@ -837,7 +880,9 @@ async fn a_rotated_endpoint_s_deliveries_carry_a_signature_per_secret_until_the_
     server.signal("HUP");
     server.wait_for_log("reload done", 1);
     let two = create(&mut client, "two secrets").await;
-    let deliveries = receiver.wait_for_events(std::slice::from_ref(&two)).await;
+    let deliveries = receiver
+        .wait_for_events(&server, std::slice::from_ref(&two))
+        .await;
     let rotating = deliveries.last().expect("the delivery");
     assert_eq!(rotating.id(), cursor(&two));
     let mut verified_with = rotating.verified_with.clone();
@@ -852,7 +897,9 @@ async fn a_rotated_endpoint_s_deliveries_carry_a_signature_per_secret_until_the_
     server.signal("HUP");
     server.wait_for_log("reload done", 2);
     let again = create(&mut client, "the new secret").await;
-    let deliveries = receiver.wait_for_events(std::slice::from_ref(&again)).await;
+    let deliveries = receiver
+        .wait_for_events(&server, std::slice::from_ref(&again))
+        .await;
     let finished = deliveries.last().expect("the delivery");
     assert_eq!(
         finished.verified_with,
@@ -902,8 +949,8 @@ async fn a_new_endpoint_starts_after_the_events_before_it_was_first_seen_unless_
         after.push(create(&mut client, name).await);
     }
     events.extend(after.iter().cloned());
-    let from_newest = newest.wait_for_events(&after).await;
-    let from_oldest = oldest.wait_for_events(&events).await;
+    let from_newest = newest.wait_for_events(&server, &after).await;
+    let from_oldest = oldest.wait_for_events(&server, &events).await;
 
     assert_verified(&from_newest);
     assert_verified(&from_oldest);
@@ -935,7 +982,7 @@ async fn on_postgres_one_instance_delivers_and_another_takes_over_within_10s_of_
     for name in ["a", "b", "c"] {
         events.push(create(&mut client, name).await);
     }
-    receiver.wait_for_events(&events).await;
+    receiver.wait_for_events(&servers[0], &events).await;
     let counts = [
         metric(metrics[0], DELIVERED).await,
         metric(metrics[1], DELIVERED).await,
@@ -949,7 +996,7 @@ async fn on_postgres_one_instance_delivers_and_another_takes_over_within_10s_of_
     receiver.answer(json!({"status": 200, "sleep": 3}));
     let in_flight = create(&mut client, "in flight").await;
     receiver
-        .wait_for("the delivery in flight", |d| {
+        .wait_for(&servers[0], "the delivery in flight", |d| {
             d.iter()
                 .any(|d| d.id.as_deref() == Some(cursor(&in_flight)))
         })
@@ -969,20 +1016,16 @@ async fn on_postgres_one_instance_delivers_and_another_takes_over_within_10s_of_
     let mut client = survivor.h2().await;
     let next = create(&mut client, "d").await;
     events.push(next.clone());
-    poll_until(
-        Duration::from_secs(10),
-        "the surviving instance delivers the next event",
-        async || {
-            receiver
-                .deliveries()
-                .iter()
-                .any(|d| d.is_2xx() && d.id() == cursor(&next))
-                .then_some(())
-        },
-    )
-    .await;
+    receiver
+        .wait_within(
+            &survivor,
+            Duration::from_secs(10),
+            "the surviving instance delivers the next event",
+            |d| d.iter().any(|d| d.is_2xx() && d.id() == cursor(&next)),
+        )
+        .await;
     eprintln!("taken over {:?} after the SIGKILL", killed_at.elapsed());
-    let deliveries = receiver.wait_for_events(&events).await;
+    let deliveries = receiver.wait_for_events(&survivor, &events).await;
 
     assert_verified(&deliveries);
     assert_eq!(tried_in_order(&deliveries), cursors(&events), "none lost");
