@@ -790,32 +790,7 @@ fn eab_key(kid: &str, file: &Path) -> anyhow::Result<ExternalAccountKey> {
 /// The HTTPS client for the CA: ring, and the `--acme-ca-root` certificates or else the
 /// system's roots.
 fn http_client(ca_root: Option<&Path>) -> anyhow::Result<Http> {
-    let mut roots = rustls::RootCertStore::empty();
-    match ca_root {
-        Some(path) => {
-            let certs = CertificateDer::pem_file_iter(path)
-                .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
-                .with_context(|| format!("reading --acme-ca-root {}", path.display()))?;
-            anyhow::ensure!(
-                !certs.is_empty(),
-                "--acme-ca-root {}: no CERTIFICATE block found",
-                path.display()
-            );
-            for cert in certs {
-                roots
-                    .add(cert)
-                    .with_context(|| format!("--acme-ca-root {}", path.display()))?;
-            }
-        }
-        None => {
-            let found = rustls_native_certs::load_native_certs();
-            let (added, _) = roots.add_parsable_certificates(found.certs);
-            anyhow::ensure!(
-                added > 0,
-                "no system root certificates found for the ACME CA's HTTPS; give --acme-ca-root"
-            );
-        }
-    }
+    let roots = crate::tls::client_roots(ca_root, "--acme-ca-root", "the ACME CA's HTTPS")?;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let tls = rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()

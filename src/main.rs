@@ -219,8 +219,19 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         None => None,
     };
 
+    let webhooks = match &config.webhooks {
+        Some(path) => Some(Arc::new(webhook::Running::start(
+            &store,
+            path,
+            config.webhook_retry_schedule.clone(),
+            config.webhooks_allow_private,
+            config.webhooks_ca.as_deref(),
+        )?)),
+        None => None,
+    };
     let reloads = {
         let keys = Arc::clone(&keys);
+        let webhooks = webhooks.clone();
         tokio::spawn(async move {
             loop {
                 reload.requested().await;
@@ -244,7 +255,18 @@ async fn serve(config: Config) -> anyhow::Result<()> {
                         false
                     }
                 };
-                tracing::info!(certificate_ok, keys_ok, "reload done");
+                let webhooks_ok = match webhooks.as_ref().map(|w| w.reload()) {
+                    None => true,
+                    Some(Ok(count)) => {
+                        tracing::info!(endpoints = count, "webhooks reloaded");
+                        true
+                    }
+                    Some(Err(e)) => {
+                        tracing::warn!(error = %format!("{e:#}"), "webhooks reload failed; keeping the old endpoints");
+                        false
+                    }
+                };
+                tracing::info!(certificate_ok, keys_ok, webhooks_ok, "reload done");
                 lifecycle::notify(lifecycle::State::Ready);
             }
         })
@@ -310,6 +332,11 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     reloads.abort();
     if let Some(metrics) = metrics {
         metrics.abort();
+    }
+    // A delivery in flight is abandoned (resent after the next start), and on PostgreSQL the
+    // leases are given up, so another instance goes on at once.
+    if let Some(webhooks) = &webhooks {
+        webhooks.stop().await;
     }
     // A snapshot in progress stops and removes its temp file, within a few thousand entries.
     backups.stop().await;

@@ -333,6 +333,48 @@ pub fn orders_moved(kinds: impl IntoIterator<Item = crate::event::EventType>) {
 }
 
 /// Orders by what became of them, in the order of `ORDER_STATUSES`; the scrape's
+/// The `outcome` label of each count in `WEBHOOK_DELIVERIES`.
+const WEBHOOK_OUTCOMES: [&str; 3] = ["delivered", "failed", "gone"];
+static WEBHOOK_DELIVERIES: [AtomicU64; 3] = [const { AtomicU64::new(0) }; 3];
+/// Each webhook endpoint's seconds behind the newest event and whether it is disabled, by its
+/// label (its id when it has none).
+static WEBHOOK_ENDPOINTS: std::sync::Mutex<std::collections::BTreeMap<String, (u64, bool)>> =
+    std::sync::Mutex::new(std::collections::BTreeMap::new());
+
+/// What became of one delivery attempt.
+#[derive(Clone, Copy, Debug)]
+pub enum WebhookOutcome {
+    Delivered,
+    Failed,
+    /// The receiver answered 410 Gone: the endpoint is disabled.
+    Gone,
+}
+
+pub fn webhook_delivery(outcome: WebhookOutcome) {
+    WEBHOOK_DELIVERIES[outcome as usize].fetch_add(1, Ordering::Relaxed);
+}
+
+/// Endpoint `name`'s state now: seconds behind the newest event, and whether it is disabled.
+pub fn webhook_endpoint(name: &str, behind_secs: u64, disabled: bool) {
+    let mut endpoints = WEBHOOK_ENDPOINTS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    match endpoints.get_mut(name) {
+        Some(kept) => *kept = (behind_secs, disabled),
+        None => {
+            endpoints.insert(name.to_owned(), (behind_secs, disabled));
+        }
+    }
+}
+
+/// Endpoint `name` was removed from the endpoints file: its series go.
+pub fn webhook_endpoint_removed(name: &str) {
+    WEBHOOK_ENDPOINTS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .remove(name);
+}
+
 /// `petstore_orders_total{status}`.
 static ORDERS: [AtomicU64; 4] = [const { AtomicU64::new(0) }; 4];
 /// The `status` label of each count in `ORDERS`.
@@ -576,6 +618,47 @@ struct Scrape {
 }
 
 /// A counter, gauge or histogram with no labels, or one series of a family.
+/// The webhook families: deliveries by outcome (every outcome from 0), and per endpoint its
+/// seconds behind, with the count of disabled endpoints.
+fn encode_webhooks(e: &mut DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
+    let mut deliveries = e.encode_descriptor(
+        "petstore_webhook_deliveries",
+        "Webhook delivery attempts, by outcome (gone: the receiver answered 410 Gone).",
+        None,
+        MetricType::Counter,
+    )?;
+    for (outcome, count) in WEBHOOK_OUTCOMES.iter().zip(&WEBHOOK_DELIVERIES) {
+        deliveries
+            .encode_family(&[("outcome", *outcome)])?
+            .encode_counter::<NoLabelSet, _, u64>(&count.load(Ordering::Relaxed), None)?;
+    }
+    let endpoints = WEBHOOK_ENDPOINTS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .clone();
+    let mut behind = e.encode_descriptor(
+        "petstore_webhook_behind",
+        "Age of the oldest event a webhook endpoint has yet to get (0: caught up), by endpoint \
+         label.",
+        Some(&Unit::Seconds),
+        MetricType::Gauge,
+    )?;
+    for (name, (secs, _)) in &endpoints {
+        behind
+            .encode_family(&[("endpoint", name.as_str())])?
+            .encode_gauge(&i64::try_from(*secs).unwrap_or(i64::MAX))?;
+    }
+    let disabled = endpoints.values().filter(|(_, disabled)| *disabled).count();
+    gauge(
+        e,
+        "petstore_webhook_endpoints_disabled",
+        "Webhook endpoints stopped (410 Gone, tries used up, the feed purged past them) until \
+         `petstore webhooks enable`.",
+        None,
+        i64::try_from(disabled).unwrap_or(i64::MAX),
+    )
+}
+
 fn counter(
     encoder: &mut DescriptorEncoder<'_>,
     name: &str,
@@ -758,6 +841,7 @@ impl Scrape {
                 .encode_family(&[("status", *status)])?
                 .encode_counter::<NoLabelSet, _, u64>(&count.load(Ordering::Relaxed), None)?;
         }
+        encode_webhooks(e)?;
         let oldest = EVENTS_OLDEST_MS.load(Ordering::Relaxed);
         let now_ms = SystemTime::now()
             .duration_since(UNIX_EPOCH)

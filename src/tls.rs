@@ -271,6 +271,42 @@ fn read_pair(
     })
 }
 
+/// The roots a client of ours verifies servers against: the PEM certificates of `ca` (given
+/// as `flag`), else the system's, for `what` (said in the error when there are none).
+pub fn client_roots(
+    ca: Option<&Path>,
+    flag: &str,
+    what: &str,
+) -> anyhow::Result<rustls::RootCertStore> {
+    let mut roots = rustls::RootCertStore::empty();
+    match ca {
+        Some(path) => {
+            let certs = CertificateDer::pem_file_iter(path)
+                .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
+                .with_context(|| format!("reading {flag} {}", path.display()))?;
+            anyhow::ensure!(
+                !certs.is_empty(),
+                "{flag} {}: no CERTIFICATE block found",
+                path.display()
+            );
+            for cert in certs {
+                roots
+                    .add(cert)
+                    .with_context(|| format!("{flag} {}", path.display()))?;
+            }
+        }
+        None => {
+            let found = rustls_native_certs::load_native_certs();
+            let (added, _) = roots.add_parsable_certificates(found.certs);
+            anyhow::ensure!(
+                added > 0,
+                "no system root certificates found for {what}; give {flag}"
+            );
+        }
+    }
+    Ok(roots)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

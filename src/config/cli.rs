@@ -651,8 +651,14 @@ pub enum WebhooksCommand {
         from_start: bool,
     },
     /// Show each endpoint's id, label, URL, types, number of secrets and start (never a
-    /// secret).
-    List,
+    /// secret), and with --db its delivery state.
+    List {
+        /// The server's redb file: each endpoint's state (delivering, retrying since, disabled
+        /// and why) and how many events it is behind. A running server lets another process
+        /// read it with --shared-reads (as for `petstore backup`).
+        #[arg(long, env = "PETSTORE_DB", value_name = "PATH")]
+        db: Option<PathBuf>,
+    },
     /// Remove the endpoint with this id: its deliveries stop.
     Remove {
         /// The endpoint's id (ep_…), as `list` shows it.

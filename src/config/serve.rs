@@ -68,29 +68,13 @@ pub struct Config {
     /// Where `/metrics` is served; `None`: nowhere.
     pub metrics_listen: Option<SocketAddr>,
     /// The webhook endpoints file; `None`: no webhooks.
-    #[allow(
-        dead_code,
-        reason = "read by the webhook delivery worker, wired in separately"
-    )]
     pub webhooks: Option<PathBuf>,
     /// The waits before each retry of a failed delivery: 1 to 20, each above zero.
-    #[allow(
-        dead_code,
-        reason = "read by the webhook delivery worker, wired in separately"
-    )]
     pub webhook_retry_schedule: Vec<Duration>,
     /// Deliveries may go to loopback, private and other addresses that are not public.
-    #[allow(
-        dead_code,
-        reason = "read by the webhook delivery worker, wired in separately"
-    )]
     pub webhooks_allow_private: bool,
     /// The PEM file of CA certificates receivers are verified against; `None`: the system's
     /// roots.
-    #[allow(
-        dead_code,
-        reason = "read by the webhook delivery worker, wired in separately"
-    )]
     pub webhooks_ca: Option<PathBuf>,
 }
 

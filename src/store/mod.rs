@@ -25,6 +25,7 @@ mod postgres;
 mod redb;
 #[cfg(test)]
 mod suite;
+pub(crate) mod webhooks;
 mod write;
 
 pub use claims::{IdempotencyKey, KeyClaim};
@@ -34,6 +35,7 @@ pub use model::{
     StoreError, StoredPet,
 };
 pub use postgres::connect::{PgTarget, parse as parse_postgres};
+pub use webhooks::WebhookState;
 pub use write::{DEFAULT_EVENTS_KEEP, DEFAULT_MAX_WRITE_BATCH, DEFAULT_ORDER_HOLD};
 use write::{Front, Runs};
 
@@ -42,6 +44,7 @@ use write::{Front, Runs};
 pub mod redb_file {
     pub use super::redb::backup::backup_live as backup;
     pub use super::redb::check::{STATUSES, check_file as check};
+    pub use super::redb::webhooks::states_in_file as webhook_states;
 }
 
 /// A handle to the open store; cheap to clone, shared by every connection.
@@ -313,6 +316,12 @@ impl Store {
         self.front.subscribe()
     }
 
+    /// Changes whenever a commit of this process appended events (its value counts them): a
+    /// cheap wake for readers of the feed, which then read the store for what is new.
+    pub fn appended(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.front.appended()
+    }
+
     /// The pet with this id. The reads on PostgreSQL are boxed: their futures are KiBs long,
     /// and inline they would lengthen every request's future on redb too, which HTTP/2 copies
     /// into each stream's task.
@@ -357,6 +366,71 @@ impl Store {
             ReadError::Store(e) => ReadError::Store(self.closed_or(e)),
             gone => gone,
         })
+    }
+
+    /// Every webhook endpoint's delivery state the store keeps, by endpoint id (`petstore
+    /// webhooks list` reads a redb file directly: `redb_file::webhook_states`).
+    #[cfg(test)]
+    pub async fn webhook_states(&self) -> Result<Vec<(String, WebhookState)>, StoreError> {
+        let read = match &self.backend {
+            Backend::Redb(store) => store.webhook_states().await,
+            Backend::Postgres(store) => Box::pin(store.webhook_states()).await,
+        };
+        read.map_err(|e| self.closed_or(e))
+    }
+
+    /// Takes (or keeps) the right of this process, named `holder`, to deliver to endpoint
+    /// `id`, whose state starts as `fresh` if the store has none: its state while this process
+    /// holds it, `None` while another instance does (PostgreSQL). A redb file has one process:
+    /// it always holds every endpoint.
+    pub async fn lease_webhook(
+        &self,
+        id: &str,
+        holder: &str,
+        fresh: &WebhookState,
+    ) -> Result<Option<WebhookState>, StoreError> {
+        let leased = match &self.backend {
+            Backend::Redb(store) => {
+                let kept = store.webhook_states().await?;
+                match kept.into_iter().find(|(kept, _)| kept == id) {
+                    Some((_, state)) => Ok(Some(state)),
+                    None => self
+                        .front
+                        .save_webhook(id.to_owned(), fresh.clone())
+                        .await
+                        .map(|()| Some(fresh.clone())),
+                }
+            }
+            Backend::Postgres(store) => Box::pin(store.lease_webhook(id, holder, fresh)).await,
+        };
+        leased.map_err(|e| self.closed_or(e))
+    }
+
+    /// Saves endpoint `id`'s state, durably, and renews `holder`'s lease on it; `false` when
+    /// another instance holds it now, and the state was not saved.
+    pub async fn save_webhook(
+        &self,
+        id: &str,
+        holder: &str,
+        state: &WebhookState,
+    ) -> Result<bool, StoreError> {
+        let saved = match &self.backend {
+            Backend::Redb(_) => self
+                .front
+                .save_webhook(id.to_owned(), state.clone())
+                .await
+                .map(|()| true),
+            Backend::Postgres(store) => Box::pin(store.save_webhook(id, holder, state)).await,
+        };
+        saved.map_err(|e| self.closed_or(e))
+    }
+
+    /// Gives up `holder`'s leases at a clean stop, so another instance takes over at once.
+    pub async fn release_webhooks(&self, holder: &str) -> Result<(), StoreError> {
+        match &self.backend {
+            Backend::Redb(_) => Ok(()),
+            Backend::Postgres(store) => Box::pin(store.release_webhooks(holder)).await,
+        }
     }
 
     /// Whether another instance may commit to this store: then the feed must be read again

@@ -16,6 +16,7 @@ mod open;
 mod sales;
 mod snapshot;
 mod tables;
+pub(super) mod webhooks;
 mod writer;
 
 use std::path::Path;

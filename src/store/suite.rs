@@ -1735,7 +1735,48 @@ suite!(
     every_order_and_category_change_appends_its_event_with_its_subject with HOLD_A_MINUTE,
     a_keyed_order_replays_its_first_answer_and_refuses_another_body,
     a_copy_carries_categories_orders_next_ids_and_the_inventory,
+    a_webhook_s_state_is_made_once_then_saved_and_read_back,
 );
+
+/// A webhook endpoint's state: `lease_webhook` makes it from `fresh` only the first time, and
+/// a save is what the next lease and the list read (issue 30).
+async fn a_webhook_s_state_is_made_once_then_saved_and_read_back(store: Store) {
+    use crate::store::webhooks::WebhookState;
+    let fresh = WebhookState {
+        feed: 7,
+        position: 3,
+        ..WebhookState::default()
+    };
+    assert_eq!(store.webhook_states().await.expect("states"), vec![]);
+    let made = store
+        .lease_webhook("ep_1", "me", &fresh)
+        .await
+        .expect("lease");
+    assert_eq!(made, Some(fresh.clone()));
+    let moved = WebhookState {
+        position: 9,
+        attempts: 2,
+        last_error: Some("HTTP 500".into()),
+        ..fresh.clone()
+    };
+    assert!(
+        store
+            .save_webhook("ep_1", "me", &moved)
+            .await
+            .expect("save")
+    );
+    let other_fresh = WebhookState::default();
+    let kept = store
+        .lease_webhook("ep_1", "me", &other_fresh)
+        .await
+        .expect("lease");
+    assert_eq!(kept, Some(moved.clone()));
+    assert_eq!(
+        store.webhook_states().await.expect("states"),
+        vec![("ep_1".to_owned(), moved)]
+    );
+    store.release_webhooks("me").await.expect("release");
+}
 
 /// Runs `case` on a store opened through `url`, a database of the shared cluster that the
 /// caller has made (with a schema or options of its own), with the pets it held at open.
@@ -1892,6 +1933,66 @@ fn on_postgres_a_transaction_that_commits_later_numbers_its_event_later() {
             })
             .collect();
         assert_eq!(kinds, [("pet.updated", held.id)]);
+        a.close().await;
+        b.close().await;
+    });
+}
+
+/// Two instances, one webhook endpoint: the lease lets one deliver at a time, fences the
+/// other's saves, passes at once on a release and lapses when not renewed.
+#[test]
+fn on_postgres_one_instance_holds_a_webhook_lease_and_a_save_without_it_is_refused() {
+    use crate::store::webhooks::WebhookState;
+    let cluster = shared_cluster();
+    cluster.psql("CREATE DATABASE webhook_leases");
+    let url = cluster.url().replace("/petstore?", "/webhook_leases?");
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime builds");
+    runtime.block_on(async {
+        let open = || async {
+            let target = postgres::connect::parse(&url, None, None, 4, Duration::from_secs(5))
+                .expect("a test cluster URL");
+            Store::open(Location::Postgres(Box::new(target)), TUNING)
+                .await
+                .expect("open")
+                .0
+        };
+        let (a, b) = (open().await, open().await);
+        let fresh = WebhookState::default();
+        let held = a.lease_webhook("ep", "a", &fresh).await.expect("lease");
+        assert_eq!(held, Some(fresh.clone()));
+        // Held by a: b neither takes it nor saves under it.
+        assert_eq!(
+            b.lease_webhook("ep", "b", &fresh).await.expect("lease"),
+            None
+        );
+        let moved = WebhookState {
+            position: 5,
+            ..fresh.clone()
+        };
+        assert!(!b.save_webhook("ep", "b", &moved).await.expect("save"));
+        assert!(a.save_webhook("ep", "a", &moved).await.expect("save"));
+        // Given up (a clean stop), b takes it at once, with a's position; a's saves are
+        // refused from then on.
+        a.release_webhooks("a").await.expect("release");
+        assert_eq!(
+            b.lease_webhook("ep", "b", &fresh).await.expect("lease"),
+            Some(moved.clone())
+        );
+        let later = WebhookState {
+            position: 6,
+            ..moved.clone()
+        };
+        assert!(!a.save_webhook("ep", "a", &later).await.expect("save"));
+        // A lease not renewed lapses: after `LEASE`, a takes it back.
+        tokio::time::sleep(crate::store::webhooks::LEASE + Duration::from_millis(500)).await;
+        assert_eq!(
+            a.lease_webhook("ep", "a", &fresh).await.expect("lease"),
+            Some(moved)
+        );
+        assert!(!b.save_webhook("ep", "b", &later).await.expect("save"));
         a.close().await;
         b.close().await;
     });

@@ -10,13 +10,14 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tokio::sync::{broadcast, mpsc, oneshot};
+use tokio::sync::{broadcast, mpsc, oneshot, watch};
 
 use super::claims::{Claims, IdempotencyKey, KeyClaim};
 use super::events::now_ms;
 use super::model::{
     Change, Created, Moved, Placed, Precondition, Record, Settled, StoreError, StoredPet,
 };
+use super::webhooks::WebhookState;
 use crate::category::{Category, CategoryId, CategoryPatch, NewCategory};
 use crate::clock::unix_now;
 use crate::event::EventType;
@@ -78,6 +79,9 @@ pub(crate) enum Write {
     PatchCategory(CategoryId, CategoryPatch, Pending<Category>),
     /// Answers the id of the category removed.
     DeleteCategory(CategoryId, Pending<CategoryId>),
+    /// Keep a webhook endpoint's delivery state (redb only: PostgreSQL saves it with its
+    /// lease, outside the batches).
+    SaveWebhook(Box<(String, WebhookState)>, Pending<()>),
 }
 
 /// An order to place: the client's, its key if it sent one, and how long it holds its pet.
@@ -139,6 +143,7 @@ impl Write {
                 pending.answer(failure)
             }
             Write::DeleteCategory(_, pending) => pending.answer(failure),
+            Write::SaveWebhook(_, pending) => pending.answer(failure),
         }
     }
 
@@ -156,6 +161,7 @@ impl Write {
                 pending.abandoned()
             }
             Write::DeleteCategory(_, pending) => pending.abandoned(),
+            Write::SaveWebhook(_, pending) => pending.abandoned(),
         }
     }
 
@@ -181,6 +187,7 @@ impl Write {
                 matches!(pending.outcome, Some(Ok(_)))
             }
             Write::DeleteCategory(_, pending) => matches!(pending.outcome, Some(Ok(_))),
+            Write::SaveWebhook(_, pending) => matches!(pending.outcome, Some(Ok(_))),
         }
     }
 
@@ -205,7 +212,7 @@ impl Write {
                     out.push(Change::pet(*id, *revision, None));
                 }
             }
-            Write::Purge(..) | Write::Trim(..) => {}
+            Write::Purge(..) | Write::Trim(..) | Write::SaveWebhook(..) => {}
             Write::PlaceOrder(_, pending) => {
                 if let Some(Ok(Placed {
                     order,
@@ -267,7 +274,7 @@ impl Write {
                     out.push(EventType::PetDeleted);
                 }
             }
-            Write::Purge(..) | Write::Trim(..) => {}
+            Write::Purge(..) | Write::Trim(..) | Write::SaveWebhook(..) => {}
             Write::PlaceOrder(_, pending) => {
                 if let Some(Ok(placed)) = &pending.outcome
                     && !placed.replayed
@@ -345,6 +352,8 @@ pub(super) struct Front {
     claims: Arc<Claims>,
     /// Where committed batches are published; the loop holds the other sender.
     settled: broadcast::Sender<Settled>,
+    /// How many events this process's commits appended: a change wakes its watchers.
+    appended: watch::Sender<u64>,
     /// How long an idempotency record answers its key.
     idempotency_ttl: Duration,
     /// How long a placed order holds its pet (`None`: until completed or cancelled).
@@ -368,7 +377,12 @@ impl Front {
     ) -> Result<Front, StoreError> {
         let (queue, commands) = mpsc::channel(WRITE_QUEUE);
         let (settled, _) = broadcast::channel(SETTLED_BACKLOG);
-        let run = write_loop(engine, commands, max_write_batch.max(1), settled.clone());
+        let appended = watch::Sender::new(0);
+        let tell = Tell {
+            settled: settled.clone(),
+            appended: appended.clone(),
+        };
+        let run = write_loop(engine, commands, max_write_batch.max(1), tell);
         match runs {
             Runs::OnThread(name) => {
                 let thread_failed = |e: std::io::Error| {
@@ -398,6 +412,7 @@ impl Front {
             queue,
             claims: Arc::default(),
             settled,
+            appended,
             idempotency_ttl,
             order_hold,
             answer_within,
@@ -415,6 +430,10 @@ impl Front {
     /// Every batch committed from now on, in commit order.
     pub(super) fn subscribe(&self) -> broadcast::Receiver<Settled> {
         self.settled.subscribe()
+    }
+
+    pub(super) fn appended(&self) -> watch::Receiver<u64> {
+        self.appended.subscribe()
     }
 
     /// Adds a pet. With a key, `record` is the engine's record for the key's scope: a live
@@ -553,6 +572,17 @@ impl Front {
         .map(|_| ())
     }
 
+    pub(super) async fn save_webhook(
+        &self,
+        id: String,
+        state: WebhookState,
+    ) -> Result<(), StoreError> {
+        self.write(Instant::now(), |reply| {
+            Write::SaveWebhook(Box::new((id, state)), Pending::new(reply))
+        })
+        .await
+    }
+
     /// Expires the placed orders whose hold ended by `now_ms`, up to `PURGE_BATCH`.
     #[cfg(test)]
     pub(super) async fn expire(&self, now_ms: u64) -> Result<usize, StoreError> {
@@ -625,12 +655,19 @@ impl Front {
     }
 }
 
+/// Whom a committed batch tells of it: listeners to its changes, and the count of events this
+/// process appended, which wakes webhook deliveries without making any change's event.
+struct Tell {
+    settled: broadcast::Sender<Settled>,
+    appended: watch::Sender<u64>,
+}
+
 /// The engine's loop: every write queued while the last batch ran goes into the next.
 async fn write_loop<E: Engine>(
     mut engine: E,
     mut queue: mpsc::Receiver<Command>,
     max_batch: usize,
-    settled: broadcast::Sender<Settled>,
+    tell: Tell,
 ) {
     let mut batch = Vec::with_capacity(max_batch);
     let mut stats = WriteStats::default();
@@ -641,7 +678,7 @@ async fn write_loop<E: Engine>(
         // replay at once when it ends. A retry with the same Idempotency-Key creates the pet.
         batch.retain(|write| !write.abandoned());
         if !batch.is_empty() {
-            stats.count(settle(&mut engine, &mut batch, &settled).await);
+            stats.count(settle(&mut engine, &mut batch, &tell).await);
         }
         if let Some(done) = closing {
             engine.close().await;
@@ -657,11 +694,8 @@ async fn write_loop<E: Engine>(
 /// Commits one batch and settles it: counts it, publishes what it changed (before any answer,
 /// so a listener hears of a change no later than its writer), and answers every caller.
 /// Returns how many writes changed something.
-async fn settle<E: Engine>(
-    engine: &mut E,
-    batch: &mut Vec<Write>,
-    settled: &broadcast::Sender<Settled>,
-) -> u64 {
+async fn settle<E: Engine>(engine: &mut E, batch: &mut Vec<Write>, tell: &Tell) -> u64 {
+    let settled = &tell.settled;
     let began = Instant::now();
     match engine.commit(batch).await {
         Ok(committed) => {
@@ -677,6 +711,9 @@ async fn settle<E: Engine>(
                 }
                 crate::metrics::events_appended(kinds.len());
                 crate::metrics::orders_moved(kinds.iter().copied());
+                if !kinds.is_empty() {
+                    tell.appended.send_modify(|n| *n += kinds.len() as u64);
+                }
                 if !kinds.is_empty() && settled.receiver_count() > 0 {
                     // No listener left since the count: nothing to tell.
                     let changes: Settled = Write::changes_of(batch).into();

@@ -26,7 +26,8 @@ pub fn run(file: &Path, command: WebhooksCommand) -> anyhow::Result<()> {
             label,
             from_start,
         } => add(file, &url, types.as_deref(), label, from_start),
-        WebhooksCommand::List => list(file, &[], &|_| Vec::new()),
+        WebhooksCommand::List { db: None } => list(file, &[], &|_| Vec::new()),
+        WebhooksCommand::List { db: Some(db) } => list_with_state(file, &db),
         WebhooksCommand::Remove { id } => remove(file, &id),
         WebhooksCommand::Enable { id } => enable(file, &id),
         WebhooksCommand::Rotate { id, finish } => rotate(file, &id, finish),
@@ -84,6 +85,45 @@ fn add(
 /// Prints the endpoints as a table: ID, LABEL, URL, TYPES (`*`: all), SECRETS (how many),
 /// START, then the columns named by `headings`, whose cells `cells` gives by endpoint id (a
 /// missing cell shows as `-`). The delivery state a server keeps can be shown this way.
+/// `list` with each endpoint's delivery state, read from the redb file `db`.
+fn list_with_state(file: &Path, db: &Path) -> anyhow::Result<()> {
+    let db_text = db.to_string_lossy();
+    anyhow::ensure!(
+        !db_text.starts_with("postgres://") && !db_text.starts_with("postgresql://"),
+        "--db: the state is read from a redb file; on PostgreSQL it is the webhooks table \
+         (SELECT endpoint, convert_from(state, 'UTF8') FROM webhooks)"
+    );
+    let (states, newest) = crate::store::redb_file::webhook_states(db)
+        .map_err(|e| anyhow::anyhow!("reading the delivery state in {}: {e}", db.display()))?;
+    let states: std::collections::HashMap<String, crate::store::WebhookState> =
+        states.into_iter().collect();
+    list(file, &["STATE", "BEHIND"], &|id| match states.get(id) {
+        None => vec!["not started".to_owned(), "-".to_owned()],
+        Some(state) => vec![
+            describe_state(state),
+            format!("{} events", newest.saturating_sub(state.position)),
+        ],
+    })
+}
+
+/// An endpoint's state as `list` shows it.
+fn describe_state(state: &crate::store::WebhookState) -> String {
+    let at = |ms: u64| crate::auth::format_time(ms / 1000);
+    if let Some(reason) = &state.disabled {
+        return format!("disabled: {reason}");
+    }
+    if state.attempts > 0 {
+        return format!(
+            "retrying since {} ({} tries, next {}; last: {})",
+            at(state.failing_since_ms),
+            state.attempts,
+            at(state.next_try_ms),
+            state.last_error.as_deref().unwrap_or("?")
+        );
+    }
+    "delivering".to_owned()
+}
+
 pub fn list(
     file: &Path,
     headings: &[&str],

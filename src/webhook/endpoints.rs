@@ -75,10 +75,6 @@ impl Secret {
     }
 
     /// The key's bytes, for the HMAC.
-    #[allow(
-        dead_code,
-        reason = "called by the delivery worker, wired in separately"
-    )]
     pub fn key(&self) -> &[u8] {
         &self.key
     }
@@ -125,10 +121,6 @@ impl Endpoint {
 /// The endpoints in `path`; `Ok(None)` when the file does not exist (the server then has no
 /// endpoints and logs it). A line that does not parse fails the whole file, naming the file
 /// and the line.
-#[allow(
-    dead_code,
-    reason = "called by the delivery worker, wired in separately"
-)]
 pub fn load(path: &Path) -> anyhow::Result<Option<Vec<Endpoint>>> {
     let text = match std::fs::read_to_string(path) {
         Ok(text) => text,

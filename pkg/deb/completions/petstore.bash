@@ -941,12 +941,16 @@ _petstore() {
             return 0
             ;;
         petstore__subcmd__webhooks__subcmd__list)
-            opts="-h --webhooks --help"
+            opts="-h --db --webhooks --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
+                --db)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --webhooks)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0

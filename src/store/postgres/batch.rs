@@ -156,6 +156,12 @@ async fn run_batch(
             Write::DeleteCategory(id, pending) => {
                 pending.outcome = Some(sale_writes::delete_category(&txn, *id).await?);
             }
+            // Saved with its lease (`postgres/webhooks.rs`); never queued here.
+            Write::SaveWebhook(_, pending) => {
+                pending.outcome = Some(Err(StoreError::Corrupt(
+                    "a webhook's state reached PostgreSQL's batch".into(),
+                )));
+            }
         }
     }
     if !new_pets.ids.is_empty() {
@@ -225,7 +231,7 @@ async fn lock_rows(
             Write::CreateCategory(..) | Write::PatchCategory(..) | Write::DeleteCategory(..) => {
                 categories = true;
             }
-            Write::Purge(..) | Write::Trim(..) | Write::Expire(..) => {}
+            Write::Purge(..) | Write::Trim(..) | Write::Expire(..) | Write::SaveWebhook(..) => {}
         }
     }
     if !moving.is_empty() {

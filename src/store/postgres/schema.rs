@@ -11,7 +11,7 @@ use crate::store::events::new_feed_id;
 use crate::store::model::StoreError;
 
 /// The schema this binary writes; a database at a newer one is refused, naming both.
-pub(super) const SCHEMA_VERSION: i64 = 4;
+pub(super) const SCHEMA_VERSION: i64 = 5;
 /// `pg_advisory_xact_lock` key for migrations: "petstore" in ASCII.
 const MIGRATION_LOCK: i64 = 0x7065_7473_746f_7265;
 
@@ -98,6 +98,18 @@ const MIGRATION_4: &str = "
 
 /// Creates or upgrades the schema. The transaction holds an advisory lock, so instances that
 /// start together apply each migration once, one after the other.
+/// Webhook endpoints' delivery state (`store::webhooks`) and the lease that lets one instance
+/// deliver to an endpoint at a time: `holder` is an instance's random name, `lease_until` the
+/// database's clock, so instances' clocks need not agree.
+const MIGRATION_5: &str = "
+    CREATE TABLE webhooks (
+        endpoint text PRIMARY KEY,
+        state bytea NOT NULL,
+        holder text,
+        lease_until timestamptz NOT NULL DEFAULT '-infinity'
+    );
+";
+
 pub(super) async fn migrate(client: &mut ClientWrapper) -> Result<u64, StoreError> {
     let txn = client.transaction().await.map_err(pg_error)?;
     txn.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
@@ -147,6 +159,10 @@ pub(super) async fn migrate(client: &mut ClientWrapper) -> Result<u64, StoreErro
             .await
             .map_err(pg_error)?;
         tracing::info!(version = 4, "database schema upgraded");
+    }
+    if version < 5 {
+        txn.batch_execute(MIGRATION_5).await.map_err(pg_error)?;
+        tracing::info!(version = 5, "database schema upgraded");
     }
     txn.execute(
         "INSERT INTO petstore_meta (name, value) VALUES ('schema_version', $1)

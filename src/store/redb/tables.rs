@@ -88,8 +88,12 @@ pub(super) const ORDERS_BY_PET: TableDefinition<(i64, i64), u8> =
 /// expiry takes the ended ones from the front.
 pub(super) const HOLD_ENDS: TableDefinition<(u64, i64), ()> = TableDefinition::new("hold_ends");
 
+/// Webhook endpoint id to its delivery state (`store::webhooks::WebhookState::encode`). Made
+/// by the first save: a file that never had an endpoint has no such table.
+pub(super) const WEBHOOKS: TableDefinition<&str, &[u8]> = TableDefinition::new("webhooks");
+
 /// Every table of the current layout, by name: what a snapshot copies and a check expects.
-pub(super) const NAMES: [&str; 13] = [
+pub(super) const NAMES: [&str; 14] = [
     "pets",
     "pets_by_status",
     "revisions",
@@ -103,6 +107,7 @@ pub(super) const NAMES: [&str; 13] = [
     "orders_by_status",
     "orders_by_pet",
     "hold_ends",
+    "webhooks",
 ];
 
 pub(super) const META_SCHEMA_VERSION: &str = "schema_version";
@@ -375,6 +380,7 @@ mod tests {
             ORDERS_BY_STATUS.name().to_owned(),
             ORDERS_BY_PET.name().to_owned(),
             HOLD_ENDS.name().to_owned(),
+            WEBHOOKS.name().to_owned(),
         ];
         assert_eq!(defined, NAMES.map(str::to_owned));
     }
