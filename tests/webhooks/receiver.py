@@ -21,7 +21,8 @@ What it answers comes from the plan file, read at each request; a missing file i
 defaults: {"status": 200, "retry_after": null (a Retry-After header as is),
 "retry_after_date": null (seconds from now: a Retry-After HTTP-date), "location": null (a
 Location header), "sleep": 0 (seconds to wait before answering, after the log line),
-"secrets": null (replaces --secrets)}.
+"secrets": null (replaces --secrets), "idle_timeout": 120 (seconds a new connection may sit
+idle before it is closed, which says "Request timed out" on standard error)}.
 """
 
 import argparse
@@ -87,6 +88,7 @@ class Handler(BaseHTTPRequestHandler):
         # The TLS handshake runs here, in the connection's thread, never in the accept loop.
         self.request.settimeout(HANDSHAKE_TIMEOUT_SECONDS)
         self.request.do_handshake()
+        self.timeout = read_plan(self.server.plan).get("idle_timeout") or IDLE_TIMEOUT_SECONDS
         super().setup()
 
     def do_POST(self):
@@ -133,6 +135,10 @@ class Handler(BaseHTTPRequestHandler):
 
     def log_message(self, format, *args):
         pass
+
+    def log_error(self, format, *args):
+        # "Request timed out" when it closes an idle connection, which a test waits for.
+        print(f"receiver.py: {format % args}", file=sys.stderr, flush=True)
 
 
 class Receiver(ThreadingHTTPServer):
