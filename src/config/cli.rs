@@ -653,11 +653,20 @@ pub enum WebhooksCommand {
     /// Show each endpoint's id, label, URL, types, number of secrets and start (never a
     /// secret), and with --db its delivery state.
     List {
-        /// The server's redb file: each endpoint's state (delivering, retrying since, disabled
-        /// and why) and how many events it is behind. A running server lets another process
-        /// read it with --shared-reads (as for `petstore backup`).
-        #[arg(long, env = "PETSTORE_DB", value_name = "PATH")]
-        db: Option<PathBuf>,
+        /// The server's store, a redb file or a PostgreSQL URL as --db takes them: each
+        /// endpoint's state (delivering, retrying since, disabled and why) and how many events
+        /// it is behind. A running server lets another process read its redb file with
+        /// --shared-reads (as for `petstore backup`).
+        #[arg(long, env = "PETSTORE_DB", value_name = "PATH|URL")]
+        db: Option<OsString>,
+
+        /// PostgreSQL only: file holding the database password, as the server's.
+        #[arg(long, env = "PETSTORE_DB_PASSWORD_FILE", value_name = "FILE")]
+        db_password_file: Option<PathBuf>,
+
+        /// PostgreSQL only: PEM file with the CA certificates to verify the server against.
+        #[arg(long, env = "PETSTORE_DB_CA", value_name = "FILE")]
+        db_ca: Option<PathBuf>,
     },
     /// Remove the endpoint with this id: its deliveries stop.
     Remove {

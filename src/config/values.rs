@@ -27,7 +27,7 @@ impl Database {
     /// Classifies a `--db` value (or `--from`, `--to`, as `flag` says): a `postgres://` or
     /// `postgresql://` URL (scheme in any case), another `scheme://` (refused), or else a redb
     /// file path.
-    pub(super) fn from_flag(flag: &str, value: OsString) -> anyhow::Result<Database> {
+    pub fn from_flag(flag: &str, value: OsString) -> anyhow::Result<Database> {
         // A path that is not UTF-8 cannot be a URL.
         let Some(text) = value.to_str() else {
             return Ok(Database::Redb(value.into()));

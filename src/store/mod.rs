@@ -370,7 +370,6 @@ impl Store {
 
     /// Every webhook endpoint's delivery state the store keeps, by endpoint id (`petstore
     /// webhooks list` reads a redb file directly: `redb_file::webhook_states`).
-    #[cfg(test)]
     pub async fn webhook_states(&self) -> Result<Vec<(String, WebhookState)>, StoreError> {
         let read = match &self.backend {
             Backend::Redb(store) => store.webhook_states().await,

@@ -6,7 +6,7 @@
 //! not parse is never edited. A new secret goes to standard output alone on the first line.
 
 use std::io::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 
@@ -26,8 +26,16 @@ pub fn run(file: &Path, command: WebhooksCommand) -> anyhow::Result<()> {
             label,
             from_start,
         } => add(file, &url, types.as_deref(), label, from_start),
-        WebhooksCommand::List { db: None } => list(file, &[], &|_| Vec::new()),
-        WebhooksCommand::List { db: Some(db) } => list_with_state(file, &db),
+        WebhooksCommand::List { db: None, .. } => list(file, &[], &|_| Vec::new()),
+        WebhooksCommand::List {
+            db: Some(db),
+            db_password_file,
+            db_ca,
+        } => {
+            let db = crate::config::Database::from_flag("--db", db)?;
+            let (states, newest) = read_states(&db, db_password_file, db_ca)?;
+            list_with_state(file, states, newest)
+        }
         WebhooksCommand::Remove { id } => remove(file, &id),
         WebhooksCommand::Enable { id } => enable(file, &id),
         WebhooksCommand::Rotate { id, finish } => rotate(file, &id, finish),
@@ -85,16 +93,68 @@ fn add(
 /// Prints the endpoints as a table: ID, LABEL, URL, TYPES (`*`: all), SECRETS (how many),
 /// START, then the columns named by `headings`, whose cells `cells` gives by endpoint id (a
 /// missing cell shows as `-`). The delivery state a server keeps can be shown this way.
-/// `list` with each endpoint's delivery state, read from the redb file `db`.
-fn list_with_state(file: &Path, db: &Path) -> anyhow::Result<()> {
-    let db_text = db.to_string_lossy();
-    anyhow::ensure!(
-        !db_text.starts_with("postgres://") && !db_text.starts_with("postgresql://"),
-        "--db: the state is read from a redb file; on PostgreSQL it is the webhooks table \
-         (SELECT endpoint, convert_from(state, 'UTF8') FROM webhooks)"
-    );
-    let (states, newest) = crate::store::redb_file::webhook_states(db)
-        .map_err(|e| anyhow::anyhow!("reading the delivery state in {}: {e}", db.display()))?;
+/// Every endpoint's delivery state in the store `db`, and the feed's newest event.
+fn read_states(
+    db: &crate::config::Database,
+    password_file: Option<PathBuf>,
+    ca: Option<PathBuf>,
+) -> anyhow::Result<(Vec<(String, crate::store::WebhookState)>, u64)> {
+    use crate::store::{EventQuery, Location, Store, Tuning};
+    let url = match db {
+        crate::config::Database::Redb(path) => {
+            return crate::store::redb_file::webhook_states(path).map_err(|e| {
+                anyhow::anyhow!("reading the delivery state in {}: {e}", path.display())
+            });
+        }
+        crate::config::Database::Postgres(url) => url,
+    };
+    let target = crate::store::parse_postgres(
+        url,
+        password_file.as_deref(),
+        ca.as_deref(),
+        1,
+        std::time::Duration::from_secs(10),
+    )?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    runtime.block_on(async {
+        // Nothing is written: these only have to be valid.
+        let tuning = Tuning {
+            idempotency_ttl: std::time::Duration::from_secs(24 * 3600),
+            max_write_batch: 1,
+            events_keep: crate::store::DEFAULT_EVENTS_KEEP,
+            order_hold: None,
+        };
+        let (store, _) = Store::open(Location::Postgres(Box::new(target)), tuning)
+            .await
+            .with_context(|| format!("opening {url}"))?;
+        let states = store.webhook_states().await;
+        let feed = store
+            .events(EventQuery {
+                after: None,
+                types: crate::event::Types::only([]),
+                limit: 1,
+                scan: 1,
+            })
+            .await;
+        store.close().await;
+        let newest = match feed {
+            Ok(page) => page.state.newest,
+            Err(crate::store::ReadError::Store(e)) => return Err(e.into()),
+            Err(crate::store::ReadError::Gone) => 0,
+        };
+        Ok((states?, newest))
+    })
+}
+
+/// `list` with each endpoint's delivery state.
+fn list_with_state(
+    file: &Path,
+    states: Vec<(String, crate::store::WebhookState)>,
+    newest: u64,
+) -> anyhow::Result<()> {
     let states: std::collections::HashMap<String, crate::store::WebhookState> =
         states.into_iter().collect();
     list(file, &["STATE", "BEHIND"], &|id| match states.get(id) {

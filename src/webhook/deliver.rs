@@ -246,6 +246,11 @@ impl Worker {
         while !*self.stopping.borrow() {
             match self.step().await {
                 Next::Again => {}
+                // A lease must be renewed while the task waits (a retry minutes away), or
+                // another instance takes the endpoint over.
+                Next::Wait(wait) if self.shared.store.shared_by_instances() => {
+                    self.wait(wait.min(RENEW_EVERY)).await;
+                }
                 Next::Wait(wait) => self.wait(wait).await,
             }
         }

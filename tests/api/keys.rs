@@ -371,38 +371,17 @@ async fn requests_in_flight_across_reloads_are_all_answered() {
 }
 
 /// The commands of one `Exec…=` kind in the shipped `pets.service`, as systemd would run them
-/// here: `%t` is `runtime`, the operator's keys file is `etc_keys`, `$MAINPID` is `pid`, and
-/// the `+` prefix (run with full privileges) is dropped: the tests already run as root.
+/// here: `%t` is `runtime`, the operator's keys file is `etc_keys`, `$MAINPID` is `pid`.
 fn unit_commands(kind: &str, runtime: &Path, etc_keys: &Path, pid: u32) -> Vec<Vec<String>> {
-    let unit = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("pets.service"))
-        .expect("pets.service");
-    let commands: Vec<Vec<String>> = unit
-        .lines()
-        .filter_map(|line| line.strip_prefix(kind)?.strip_prefix('='))
-        .map(|command| {
-            command
-                .trim_start_matches('+')
-                .split_whitespace()
-                .map(|word| {
-                    word.replace("%t", &runtime.display().to_string())
-                        .replace("/etc/petstore/api-keys", &etc_keys.display().to_string())
-                        .replace("$MAINPID", &pid.to_string())
-                })
-                .collect()
-        })
-        .collect();
-    assert!(!commands.is_empty(), "no {kind}= in pets.service");
-    commands
-}
-
-fn run_unit_commands(commands: &[Vec<String>]) {
-    for command in commands {
-        let status = Command::new(&command[0])
-            .args(&command[1..])
-            .status()
-            .expect("the unit's command runs");
-        assert!(status.success(), "{command:?}: {status}");
-    }
+    crate::support::unit_commands(
+        "pets.service",
+        kind,
+        &[
+            ("%t", runtime.display().to_string()),
+            ("/etc/petstore/api-keys", etc_keys.display().to_string()),
+            ("$MAINPID", pid.to_string()),
+        ],
+    )
 }
 
 /// `keys add` on /etc/petstore/api-keys, then `systemctl reload`: what the shipped unit's
@@ -417,7 +396,7 @@ async fn the_shipped_units_reload_puts_a_new_key_in_force_without_a_failed_reque
     let (etc_keys, _) = own_keys(dir.path());
     let runtime = dir.path().join("run");
     std::fs::create_dir_all(runtime.join("petstore")).expect("RuntimeDirectory=");
-    run_unit_commands(&unit_commands("ExecStartPre", &runtime, &etc_keys, 0));
+    crate::support::run_unit_commands(&unit_commands("ExecStartPre", &runtime, &etc_keys, 0));
     let server = server_with(&runtime.join("petstore/api-keys"));
 
     let stop = Arc::new(AtomicBool::new(false));
@@ -443,7 +422,7 @@ async fn the_shipped_units_reload_puts_a_new_key_in_force_without_a_failed_reque
         401,
         "not in force before the reload"
     );
-    run_unit_commands(&unit_commands(
+    crate::support::run_unit_commands(&unit_commands(
         "ExecReload",
         &runtime,
         &etc_keys,
@@ -460,7 +439,7 @@ async fn the_shipped_units_reload_puts_a_new_key_in_force_without_a_failed_reque
 
     let (code, _, stderr) = keys(&etc_keys, false, &["revoke", "carol"]);
     assert_eq!(code, Some(0), "{stderr}");
-    run_unit_commands(&unit_commands(
+    crate::support::run_unit_commands(&unit_commands(
         "ExecReload",
         &runtime,
         &etc_keys,

@@ -1027,3 +1027,47 @@ pub async fn poll_until<T>(
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// The commands of one `Exec…=` kind (`ExecStartPre`, `ExecReload`) in the shipped unit file or
+/// drop-in `file` (at the repository's root), as systemd would run them here: each word with
+/// `replace`'s specifiers and paths put in (`%t`, `/etc/petstore/…`, `$MAINPID`), and the `+`
+/// prefix (full privileges) dropped, since the tests run as root. An empty `ExecReload=` (a
+/// drop-in's reset) empties the list so far, as in systemd.
+pub fn unit_commands(file: &str, kind: &str, replace: &[(&str, String)]) -> Vec<Vec<String>> {
+    let unit = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(file))
+        .expect("the unit file");
+    let mut commands: Vec<Vec<String>> = Vec::new();
+    for command in unit
+        .lines()
+        .filter_map(|line| line.strip_prefix(kind)?.strip_prefix('='))
+    {
+        if command.trim().is_empty() {
+            commands.clear();
+            continue;
+        }
+        commands.push(
+            command
+                .trim_start_matches('+')
+                .split_whitespace()
+                .map(|word| {
+                    replace
+                        .iter()
+                        .fold(word.to_owned(), |word, (from, to)| word.replace(from, to))
+                })
+                .collect(),
+        );
+    }
+    assert!(!commands.is_empty(), "no {kind}= in {file}");
+    commands
+}
+
+/// Runs each of `commands` (`unit_commands`), each of which must succeed.
+pub fn run_unit_commands(commands: &[Vec<String>]) {
+    for command in commands {
+        let status = Command::new(&command[0])
+            .args(&command[1..])
+            .status()
+            .expect("the unit's command runs");
+        assert!(status.success(), "{command:?}: {status}");
+    }
+}

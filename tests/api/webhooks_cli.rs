@@ -320,3 +320,104 @@ fn a_broken_line_stops_every_edit_and_names_the_line() {
     );
     assert_eq!(std::fs::read_to_string(&file).expect("read"), broken);
 }
+
+/// The shipped drop-in `pets-webhooks.conf`: its start copies /etc/petstore/webhooks where the
+/// server reads it, and its reload copies both files and signals, so `webhooks add` on the
+/// operator's file and `systemctl reload petstore` put the new endpoint in force (systemd is
+/// not PID 1 on the test machines: the unit's lines are run as it would run them).
+#[test]
+fn the_drop_ins_reload_takes_an_endpoint_added_to_the_operator_s_file() {
+    use crate::support::{Options, Server, cert, run_unit_commands, unit_commands};
+    let dir = tempfile::tempdir().expect("temp dir");
+    let etc_keys = dir.path().join("etc-api-keys");
+    std::fs::copy(cert("dev-keys.txt"), &etc_keys).expect("the operator's keys file");
+    let etc_webhooks = dir.path().join("etc-webhooks");
+    add(&etc_webhooks, &["https://127.0.0.1:9/first"]);
+    let runtime = dir.path().join("run");
+    std::fs::create_dir_all(runtime.join("petstore")).expect("RuntimeDirectory=");
+    let commands = |file: &str, kind: &str, pid: u32| {
+        unit_commands(
+            file,
+            kind,
+            &[
+                ("%t", runtime.display().to_string()),
+                ("/etc/petstore/api-keys", etc_keys.display().to_string()),
+                ("/etc/petstore/webhooks", etc_webhooks.display().to_string()),
+                ("$MAINPID", pid.to_string()),
+            ],
+        )
+    };
+    run_unit_commands(&commands("pets.service", "ExecStartPre", 0));
+    run_unit_commands(&commands("pets-webhooks.conf", "ExecStartPre", 0));
+    let environment =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("pets-webhooks.conf"))
+            .expect("the drop-in");
+    let webhooks_path = environment
+        .lines()
+        .find_map(|line| line.strip_prefix("Environment=PETSTORE_WEBHOOKS="))
+        .expect("the drop-in sets PETSTORE_WEBHOOKS")
+        .replace("%t", &runtime.display().to_string());
+    let server = Server::start_with(Options {
+        api_keys: runtime.join("petstore/api-keys"),
+        env: vec![("PETSTORE_WEBHOOKS".into(), webhooks_path)],
+        ..Options::default()
+    });
+    server.wait_for_log("webhooks loaded endpoints=1", 1);
+
+    add(&etc_webhooks, &["https://127.0.0.1:9/second"]);
+    run_unit_commands(&commands("pets-webhooks.conf", "ExecReload", server.pid()));
+    server.wait_for_log("reload done", 1);
+    let logs = server.logs();
+    assert!(
+        logs.contains("webhooks reloaded endpoints=2"),
+        "the reload took the operator's new endpoint: {logs}"
+    );
+    assert!(
+        logs.contains("keys_ok=true"),
+        "the keys were copied too: {logs}"
+    );
+
+    // An event for both endpoints, at a loopback address the server refuses to reach without
+    // --webhooks-allow-private: each retries, and `list --db` shows why.
+    let runtime_tokio = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    runtime_tokio.block_on(async {
+        let mut client = server.h1().await;
+        client
+            .create(r#"{"name":"Rex","photoUrls":[],"categoryId":1}"#)
+            .await;
+    });
+    server.wait_for_log("webhook delivery failed", 2);
+    let logs = server.logs();
+    assert!(
+        logs.contains(
+            "a loopback, private or link-local address, refused without --webhooks-allow-private"
+        ),
+        "{logs}"
+    );
+    let db = server.db_path();
+    let stopped = server.stop();
+    let (code, stdout, stderr) = webhooks(
+        &etc_webhooks,
+        false,
+        &["list", "--db", &db.display().to_string()],
+    );
+    assert_eq!(code, Some(0), "{stderr}");
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert!(
+        lines[0].contains("STATE") && lines[0].contains("BEHIND"),
+        "{stdout}"
+    );
+    assert_eq!(lines.len(), 3, "{stdout}");
+    for line in &lines[1..] {
+        assert!(line.contains("retrying since"), "{stdout}");
+        assert!(
+            line.contains("refused without --webhooks-allow-private"),
+            "{stdout}"
+        );
+        assert!(line.ends_with("1 events"), "{stdout}");
+    }
+    drop(stopped);
+}

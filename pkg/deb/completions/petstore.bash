@@ -941,13 +941,21 @@ _petstore() {
             return 0
             ;;
         petstore__subcmd__webhooks__subcmd__list)
-            opts="-h --db --webhooks --help"
+            opts="-h --db --db-password-file --db-ca --webhooks --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
                 --db)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --db-password-file)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --db-ca)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

@@ -13,7 +13,6 @@ fn lease_ms() -> i64 {
 }
 
 impl PgStore {
-    #[cfg(test)]
     pub(in crate::store) async fn webhook_states(
         &self,
     ) -> Result<Vec<(String, WebhookState)>, StoreError> {
