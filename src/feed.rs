@@ -38,6 +38,10 @@ const STALL_LIMIT: Duration = Duration::from_secs(10);
 const CATCH_UP_LIMIT: usize = 1000;
 const CATCH_UP_SCAN: usize = 10_000;
 
+/// Whether the client that opened a stream may still read it: asked at each bookmark, so a
+/// stream whose key was revoked (or expired) ends within `BOOKMARK_EVERY` of the reload.
+pub type StillAllowed = Box<dyn Fn() -> bool + Send + Sync>;
+
 /// A stream's frames as its response body takes them. Boxed: a channel allocates its slots 32
 /// at a time, so a slot of 8 bytes rather than 32 saves 768 bytes a stream.
 pub type Frames = mpsc::Receiver<Box<Bytes>>;
@@ -172,7 +176,13 @@ impl Feed {
 
     /// Opens a stream that starts with `first`, a page read after the client's position, and
     /// goes on live; returns the receiving end of its frames, for the response body.
-    pub fn stream(&self, place: OwnedSemaphorePermit, first: EventPage, types: Types) -> Frames {
+    pub fn stream(
+        &self,
+        place: OwnedSemaphorePermit,
+        first: EventPage,
+        types: Types,
+        allowed: StillAllowed,
+    ) -> Frames {
         let (frames, body) = mpsc::channel(SEND_BUFFER);
         let stream = Stream {
             feed: Arc::clone(&self.0),
@@ -180,6 +190,7 @@ impl Feed {
             feed_id: first.state.feed,
             position: first.reached,
             types,
+            allowed,
             _place: place,
             _counted: metrics::Subscriber::enter(),
         };
@@ -339,6 +350,7 @@ struct Stream {
     /// The newest position this stream has sent or looked past.
     position: u64,
     types: Types,
+    allowed: StillAllowed,
     _place: OwnedSemaphorePermit,
     _counted: metrics::Subscriber,
 }
@@ -370,7 +382,10 @@ impl Stream {
             StreamClosed::Client | StreamClosed::Shutdown => {
                 tracing::debug!(?reason, "event stream ended");
             }
-            StreamClosed::Slow | StreamClosed::Expired | StreamClosed::Error => {
+            StreamClosed::Slow
+            | StreamClosed::Expired
+            | StreamClosed::Error
+            | StreamClosed::Revoked => {
                 tracing::info!(
                     ?reason,
                     position = self.position,
@@ -421,6 +436,9 @@ impl Stream {
                 ticked = bookmarks.changed() => {
                     if ticked.is_err() {
                         return Err(Ended::Closed(StreamClosed::Shutdown));
+                    }
+                    if !(self.allowed)() {
+                        return Err(Ended::Closed(StreamClosed::Revoked));
                     }
                     let bookmark = self.bookmark();
                     self.send(bookmark).await?;

@@ -255,9 +255,12 @@ pub enum StreamClosed {
     Expired,
     /// The store failed while the stream read it.
     Error,
+    /// Its key was revoked or expired (a reload) since it opened.
+    Revoked,
 }
 
-const STREAM_CLOSE_REASONS: [&str; 5] = ["client", "slow", "shutdown", "expired", "error"];
+const STREAM_CLOSE_REASONS: [&str; 6] =
+    ["client", "slow", "shutdown", "expired", "error", "revoked"];
 
 /// Counts one answered request, `status` being the one sent.
 pub fn request(route: Route, method: &Method, status: u16, duration: Duration) {
@@ -409,6 +412,7 @@ pub fn stream_closed(reason: StreamClosed) {
         StreamClosed::Shutdown => 2,
         StreamClosed::Expired => 3,
         StreamClosed::Error => 4,
+        StreamClosed::Revoked => 5,
     };
     STREAMS_CLOSED[index].fetch_add(1, Ordering::Relaxed);
 }

@@ -431,7 +431,15 @@ impl App {
             Route::ListEvents => {
                 let head = parts.method == Method::HEAD;
                 let feed = &self.0.feed;
-                Box::pin(events::list_events(store, feed, query, headers, head)).await
+                // A stream outlives its request's check: its key is checked again as it goes.
+                let keys = Arc::clone(&self.0.keys);
+                let key = caller.as_ref().map(|caller| caller.key_hash);
+                let allowed: crate::feed::StillAllowed =
+                    Box::new(move || key.is_some_and(|key| keys.by_hash(&key).is_ok()));
+                Box::pin(events::list_events(
+                    store, feed, query, headers, head, allowed,
+                ))
+                .await
             }
             Route::PlaceOrder => {
                 let caller = caller.expect("every /v1 request passed the key check");

@@ -2890,3 +2890,49 @@ fn dechunk_at_millis_revision_and_members_read_what_they_should() {
     assert!(is_cursor("0123456789abcdef0123456789abcdef"));
     assert!(!is_cursor("0123456789ABCDEF0123456789abcdef"));
 }
+
+/// A stream outlives the request that opened it: when its key is revoked (and the keys
+/// reloaded), it ends at its next bookmark instead of going on for ever.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stream_ends_within_a_bookmark_of_its_key_being_revoked() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let file = dir.path().join("api-keys");
+    std::fs::copy(cert("dev-keys.txt"), &file).expect("the keys file");
+    let added = std::process::Command::new(env!("CARGO_BIN_EXE_petstore"))
+        .args(["keys", "--api-keys"])
+        .arg(&file)
+        .args(["add", "relay"])
+        .output()
+        .expect("keys add runs");
+    assert!(added.status.success(), "{added:?}");
+    let key = String::from_utf8(added.stdout).expect("UTF-8");
+    let bearer = format!("Bearer {}", key.trim());
+    let server = Server::start_with(Options {
+        api_keys: file.clone(),
+        ..Options::default()
+    });
+    let headers = [
+        ("authorization", bearer.as_str()),
+        ("accept", "text/event-stream"),
+    ];
+    let mut sse = streaming(open(server.addr, Protocol::Http1, "/v1/events", &headers).await);
+    sse.start().await;
+    let revoked = std::process::Command::new(env!("CARGO_BIN_EXE_petstore"))
+        .args(["keys", "--api-keys"])
+        .arg(&file)
+        .args(["revoke", "relay"])
+        .output()
+        .expect("keys revoke runs");
+    assert!(revoked.status.success(), "{revoked:?}");
+    server.signal("HUP");
+    server.wait_for_log("reload done", 1);
+    let ended_by = Instant::now();
+    let (_, clean) = sse.read_to_end(Duration::from_secs(20)).await;
+    assert!(clean, "the stream's body ends cleanly");
+    assert!(
+        ended_by.elapsed() <= Duration::from_secs(16),
+        "{:?}",
+        ended_by.elapsed()
+    );
+    server.stop();
+}
