@@ -8,7 +8,7 @@ import { categoryList, loadCategories, watchCategories } from './store.js';
 const PATCH = 'application/merge-patch+json';
 
 export function categories(ctx) {
-  const list = h('ul', { class: 'rows', 'aria-label': 'Categories' });
+  const list = h('ul', { class: 'rows' });
   const empty = h('p', { class: 'empty', hidden: true }, 'No categories yet.');
   const rows = new Map();      // id -> {item, renaming}
 
@@ -111,7 +111,7 @@ export function categories(ctx) {
     title: 'Categories',
     node: h('section', null,
       h('h1', { tabindex: '-1' }, 'Categories'),
-      ctx.canWrite ? h('section', { class: 'card', 'aria-labelledby': 'new-category' }, h('h2', { id: 'new-category' }, 'New category'), addForm) : null,
+      ctx.canWrite ? h('section', { class: 'card' }, h('h2', { id: 'new-category' }, 'New category'), addForm) : null,
       h('h2', null, 'All categories'),
       list, empty),
     ready: loadCategories().then(draw),

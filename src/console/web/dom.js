@@ -78,33 +78,29 @@ export async function busy(button, work) {
 }
 
 /**
- * Asks before a destructive action, in the page's modal dialog (Escape or the second button
- * says no). Resolves to true only for the first button.
+ * Asks before a destructive action, in a modal dialog made for the question and removed after
+ * it (so no stale label lingers in the page). Escape or the second button says no. Resolves to
+ * true only for the first button.
  */
 export function confirmAction({ title, text, yes, no }) {
-  const dialog = document.getElementById('confirm');
-  const yesButton = document.getElementById('confirm-yes');
-  const noButton = document.getElementById('confirm-no');
   const before = document.activeElement;
-  document.getElementById('confirm-title').textContent = title;
-  document.getElementById('confirm-text').textContent = text;
-  yesButton.textContent = yes;
-  noButton.textContent = no;
+  const yesButton = h('button', { type: 'button', class: 'danger' }, yes);
+  const noButton = h('button', { type: 'button' }, no);
+  const dialog = h('dialog', { 'aria-labelledby': 'confirm-title', 'aria-describedby': 'confirm-text' },
+    h('h2', { id: 'confirm-title' }, title),
+    h('p', { id: 'confirm-text' }, text),
+    h('div', { class: 'actions' }, yesButton, noButton));
+  document.body.append(dialog);
   return new Promise((resolve) => {
     const done = (answer) => {
-      yesButton.removeEventListener('click', onYes);
-      noButton.removeEventListener('click', onNo);
-      dialog.removeEventListener('cancel', onCancel);
-      if (dialog.open) dialog.close();
+      dialog.close();
+      dialog.remove();
       if (before && before.isConnected) before.focus();
       resolve(answer);
     };
-    const onYes = () => done(true);
-    const onNo = () => done(false);
-    const onCancel = (event) => { event.preventDefault(); done(false); };
-    yesButton.addEventListener('click', onYes);
-    noButton.addEventListener('click', onNo);
-    dialog.addEventListener('cancel', onCancel);
+    yesButton.addEventListener('click', () => done(true));
+    noButton.addEventListener('click', () => done(false));
+    dialog.addEventListener('cancel', (event) => { event.preventDefault(); done(false); });
     dialog.showModal();
     // The safe answer has the focus: Enter alone never destroys anything.
     noButton.focus();

@@ -90,7 +90,7 @@ export function orderActions(order, petName, { onDone }) {
 export function orders(ctx) {
   const status = ctx.query.get('status') || '';
   const statusSelect = select([['', 'All orders'], ...Object.entries(ORDER_STATUS)], status);
-  const list = h('ul', { class: 'cards', 'aria-label': 'Orders' });
+  const list = h('ul', { class: 'cards' });
   const empty = h('p', { class: 'empty', hidden: true });
   const more = h('button', { type: 'button', hidden: true, onclick: () => loadMore() }, 'Load more');
   const sell = ctx.canWrite
@@ -118,7 +118,6 @@ export function orders(ctx) {
       ctx.canWrite && order.status === 'placed'
         ? orderActions(order, petName, { onDone: (done) => { onEvent({ type: 'order.' + done.status, orderId: done.id, order: done }); ctx.flash(`Order ${done.id} ${ORDER_STATUS[done.status].toLowerCase()}.`); } })
         : null);
-    entry.item.setAttribute('aria-labelledby', headingId);
   }
 
   function summary() {
@@ -204,9 +203,9 @@ export function orders(ctx) {
     title: 'Orders',
     node: h('section', null,
       h('h1', { tabindex: '-1' }, 'Orders'),
-      sell ? h('section', { class: 'card', 'aria-labelledby': 'sell-title' }, h('h2', { id: 'sell-title' }, 'Sell a pet'), sell) : null,
+      sell ? h('section', { class: 'card' }, h('h2', { id: 'sell-title' }, 'Sell a pet'), sell) : null,
       h('h2', null, 'All orders'),
-      h('form', { class: 'filters', role: 'search', 'aria-label': 'Filter orders', onsubmit: (e) => e.preventDefault() }, field('Status', statusSelect)),
+      h('form', { class: 'filters', role: 'search', onsubmit: (e) => e.preventDefault() }, field('Status', statusSelect)),
       list, empty, more),
     ready: load(),
     refresh: load,

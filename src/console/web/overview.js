@@ -14,7 +14,7 @@ const COUNTS = [
 
 export function overview(ctx) {
   const numbers = {};
-  const counts = h('ul', { class: 'counts', 'aria-label': 'Inventory' }, COUNTS.map(([key, words, href]) => {
+  const counts = h('ul', { class: 'counts' }, COUNTS.map(([key, words, href]) => {
     numbers[key] = h('span', { class: 'number' }, '…');
     const inner = [numbers[key], h('span', { class: 'words' }, words)];
     return h('li', { class: 'count count-' + key }, href ? h('a', { href: base + href }, inner) : h('div', null, inner));

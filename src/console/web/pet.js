@@ -112,8 +112,8 @@ export function petPage(ctx) {
 
   const title = h('h1', { tabindex: '-1' }, '…');
   const facts = h('dl', { class: 'facts' });
-  const holdBox = h('section', { class: 'card', 'aria-labelledby': 'hold-title', hidden: true });
-  const sellBox = h('section', { class: 'card', 'aria-labelledby': 'sell-title', hidden: true });
+  const holdBox = h('section', { class: 'card', hidden: true });
+  const sellBox = h('section', { class: 'card', hidden: true });
   const gone = h('p', { class: 'note', role: 'alert', hidden: true });
 
   const form = petFields(null);
@@ -121,12 +121,12 @@ export function petPage(ctx) {
   const changed = h('div', { class: 'conflict', role: 'alert', hidden: true });
   const save = h('button', { type: 'submit', class: 'primary' }, 'Save changes');
   const useCurrent = h('button', { type: 'button', hidden: true, onclick: () => startEditing() }, 'Use current details');
-  const editBox = h('section', { class: 'card', 'aria-labelledby': 'edit-title', hidden: !ctx.canWrite },
+  const editBox = h('section', { class: 'card', hidden: !ctx.canWrite },
     h('h2', { id: 'edit-title' }, 'Change details'),
     h('form', { novalidate: true, onsubmit: (event) => { event.preventDefault(); busy(save, saveChanges); } },
       changed, form.nodes, problem, h('div', { class: 'actions' }, save, useCurrent)));
   const remove = h('button', { type: 'button', class: 'danger', onclick: () => deletePet() }, 'Delete');
-  const deleteBox = h('section', { class: 'card', 'aria-labelledby': 'delete-title', hidden: !ctx.canWrite },
+  const deleteBox = h('section', { class: 'card', hidden: !ctx.canWrite },
     h('h2', { id: 'delete-title' }, 'Delete'),
     h('p', { class: 'hint' }, 'Removes this pet from the shop for good.'), remove);
   const deleteProblem = alertLine();
@@ -287,7 +287,7 @@ export function petPage(ctx) {
     title: 'Pet',
     node: h('section', null,
       h('p', { class: 'crumbs' }, h('a', { href: base + '/pets' }, 'Pets')),
-      title, gone, facts, holdBox, sellBox, editBox, deleteBox,
+      title, gone, facts, holdBox, sellBox, ctx.canWrite ? [editBox, deleteBox] : null,
       ctx.canWrite ? null : h('p', { class: 'note' }, 'Your key can look but not change anything.')),
     ready: load(),
     refresh: reload,

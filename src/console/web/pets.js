@@ -152,7 +152,7 @@ export function petList(ctx) {
       h('div', { class: 'title-row' },
         h('h1', { tabindex: '-1' }, 'Pets'),
         ctx.canWrite ? h('a', { class: 'button primary', href: base + '/pets/new' }, 'Add pet') : null),
-      h('form', { class: 'filters', role: 'search', 'aria-label': 'Filter pets', onsubmit: (e) => { e.preventDefault(); filter(); } },
+      h('form', { class: 'filters', role: 'search', onsubmit: (e) => { e.preventDefault(); filter(); } },
         field('Status', statusSelect), field('Category', categorySelect)),
       table, empty, shown, more),
     ready: load(),
