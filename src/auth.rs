@@ -26,6 +26,9 @@ pub enum AuthFailure {
     Invalid,
     /// A listed key whose `expires=` time has passed; the label is for the log line.
     Expired { label: Arc<str> },
+    /// A console session cookie that admits nobody now: signed out, idle too long, unknown,
+    /// or its key revoked or expired.
+    SessionEnded,
 }
 
 /// The key set in force and the file it came from.
@@ -63,6 +66,19 @@ impl Keys {
         // and a request saves an `Arc` count up and down.
         let set = self.current.read().unwrap_or_else(PoisonError::into_inner);
         set.check(values, unix_now)
+    }
+
+    /// Who holds the key `key` (a console's sign-in), checked as a bearer key is.
+    pub fn check_key(&self, key: &[u8]) -> Result<Caller, AuthFailure> {
+        self.by_hash(&hash_key(key))
+    }
+
+    /// Who holds the key whose SHA-256 is `hash`, if it is in force now: what a console
+    /// session admits at each use, so a key revoked (and reloaded) or expired ends its
+    /// sessions at once.
+    pub fn by_hash(&self, hash: &[u8; 32]) -> Result<Caller, AuthFailure> {
+        let set = self.current.read().unwrap_or_else(PoisonError::into_inner);
+        set.entry(*hash, unix_now)
     }
 
     fn set(&self) -> Arc<KeySet> {
@@ -221,7 +237,11 @@ impl KeySet {
         if values.next().is_some() {
             return Err(AuthFailure::Invalid);
         }
-        let hash = hash_key(bearer_token(header)?);
+        self.entry(hash_key(bearer_token(header)?), now)
+    }
+
+    /// The caller whose key hashes to `hash`, if it is listed and not expired at `now`.
+    fn entry(&self, hash: [u8; 32], now: impl FnOnce() -> u64) -> Result<Caller, AuthFailure> {
         let entry = self.entries.get(&hash).ok_or(AuthFailure::Invalid)?;
         // The clock is read only for a key that can expire: most never do.
         if entry.expires.is_some() && entry.expired_at(now()) {

@@ -43,6 +43,9 @@ pub enum Error {
     Forbidden {
         what: &'static str,
     },
+    /// An unsafe request made with a console session came from another site (its
+    /// `Sec-Fetch-Site` or `Origin`): refused, as a forged request would be.
+    CrossOrigin,
     /// Nothing at this path, or no pet with this id; the message says which.
     NotFound(String),
     /// The path exists but not for this method; `allow` lists the methods it has.
@@ -111,7 +114,7 @@ impl Error {
             Error::HeadersTooLarge { .. } => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
             Error::RequestTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
             Error::Unauthorized(_) => StatusCode::UNAUTHORIZED,
-            Error::Forbidden { .. } => StatusCode::FORBIDDEN,
+            Error::Forbidden { .. } | Error::CrossOrigin => StatusCode::FORBIDDEN,
             Error::NotFound(_) => StatusCode::NOT_FOUND,
             Error::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
             Error::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
@@ -141,6 +144,7 @@ impl Error {
             Error::InvalidBody(_) => "invalid_body",
             Error::Unauthorized(_) => "unauthorized",
             Error::Forbidden { .. } => "forbidden",
+            Error::CrossOrigin => "cross_origin",
             Error::NotFound(_) => "not_found",
             Error::MethodNotAllowed { .. } => "method_not_allowed",
             Error::PayloadTooLarge { .. } => "payload_too_large",
@@ -182,6 +186,12 @@ impl Error {
                 "this operation needs an API key: send Authorization: Bearer <key>".into()
             }
             Error::Unauthorized(AuthFailure::Invalid) => "the API key is not valid".into(),
+            Error::Unauthorized(AuthFailure::SessionEnded) => "the console session has ended \
+                (signed out, unused too long, or its key revoked): sign in again"
+                .into(),
+            Error::CrossOrigin => "a request from another site may not make changes with a \
+                console session"
+                .into(),
             Error::Unauthorized(AuthFailure::Expired { .. }) => {
                 "the API key has expired: ask for a new one".into()
             }
@@ -260,6 +270,10 @@ impl Error {
             Error::Unauthorized(AuthFailure::Expired { .. }) => one(
                 WWW_AUTHENTICATE,
                 r#"Bearer realm="petstore", error="invalid_token", error_description="the API key has expired""#,
+            ),
+            Error::Unauthorized(AuthFailure::SessionEnded) => one(
+                WWW_AUTHENTICATE,
+                r#"Bearer realm="petstore", error="invalid_token", error_description="the console session has ended""#,
             ),
             Error::MethodNotAllowed { allow } => one(ALLOW, allow),
             Error::UnsupportedPatchType => one(
@@ -427,7 +441,9 @@ mod tests {
             Error::Unauthorized(AuthFailure::Expired {
                 label: "old".into(),
             }),
+            Error::Unauthorized(AuthFailure::SessionEnded),
             Error::Forbidden { what: "pets" },
+            Error::CrossOrigin,
             Error::NotFound("no pet has id 7".into()),
             Error::MethodNotAllowed { allow: "GET, HEAD" },
             Error::PayloadTooLarge { limit_bytes: 65536 },
@@ -471,7 +487,9 @@ mod tests {
                 "unauthorized",
                 "unauthorized",
                 "unauthorized",
+                "unauthorized",
                 "forbidden",
+                "cross_origin",
                 "not_found",
                 "method_not_allowed",
                 "payload_too_large",

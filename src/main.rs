@@ -13,6 +13,7 @@ mod check;
 mod clock;
 mod conditional;
 mod config;
+mod console;
 mod copy;
 mod cursor;
 mod durable;
@@ -278,6 +279,10 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         .is_some()
         .then_some(acme::health as api::CertificateHealth);
     let feed = feed::Feed::start(store.clone(), config.max_subscribers);
+    let console = config.console_path.as_deref().map(|path| {
+        tracing::info!(path, "console served");
+        console::Console::new(path, store.clone(), Arc::clone(&keys), config.session_idle)
+    });
     let app = service::App::new(
         store.clone(),
         keys,
@@ -285,6 +290,7 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         config.body_timeout,
         certificate_health,
         feed.clone(),
+        console,
     );
     let stopping = async move {
         let signal = stop.stopped().await;

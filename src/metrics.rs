@@ -55,10 +55,14 @@ pub enum Route {
     Category,
     /// Any path no route matched (and `/v1` paths refused before routing, without a key).
     Unmatched,
+    /// The console's page and files, under `--console-path`.
+    Console,
+    /// The console's sign-in, session and sign-out.
+    ConsoleSession,
 }
 
 /// The label of each `Route`, in its order.
-const ROUTES: [&str; 13] = [
+const ROUTES: [&str; 15] = [
     "/v1/pets",
     "/v1/pets/{petId}",
     "/v1/openapi.json",
@@ -72,6 +76,8 @@ const ROUTES: [&str; 13] = [
     "/v1/categories",
     "/v1/categories/{categoryId}",
     "unmatched",
+    "console",
+    "console/session",
 ];
 
 /// Methods as OpenTelemetry's `http.request.method`: the known ones, and `_OTHER`.
@@ -966,7 +972,7 @@ mod tests {
 
     #[test]
     fn every_route_has_its_label_in_order() {
-        assert_eq!(ROUTES.len(), Route::Unmatched as usize + 1);
+        assert_eq!(ROUTES.len(), Route::ConsoleSession as usize + 1);
         assert_eq!(ROUTES[Route::Unmatched as usize], "unmatched");
         assert_eq!(ROUTES[Route::Orders as usize], "/v1/store/orders");
         assert_eq!(

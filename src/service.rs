@@ -21,6 +21,7 @@ use hyper::{Method, Request, Response, StatusCode, Version};
 
 use crate::api::{self, Reply, categories, events, orders, pets};
 use crate::auth::{AuthFailure, Keys};
+use crate::console::{Console, Place, session};
 use crate::error::Error;
 use crate::feed::{Feed, Frames};
 use crate::metrics;
@@ -111,6 +112,8 @@ struct Shared {
     certificate_health: Option<api::CertificateHealth>,
     /// The event feed's live streams.
     feed: Feed,
+    /// The staff console and its sessions; `None` with `--no-console`.
+    console: Option<Console>,
 }
 
 /// An operation, chosen by method and path; a path's id is checked by its operation.
@@ -197,9 +200,11 @@ impl App {
         body_timeout: Duration,
         certificate_health: Option<api::CertificateHealth>,
         feed: Feed,
+        console: Option<Console>,
     ) -> App {
         App(Arc::new(Shared {
             feed,
+            console,
             store,
             keys,
             limits,
@@ -216,13 +221,25 @@ impl App {
         let (method, version, path) = (&parts.method, parts.version, parts.uri.path());
         // With the line at the end, this one shows requests that are slow or never finish.
         tracing::debug!(method = method.as_str(), path, peer, "request started");
+        let place = self
+            .0
+            .console
+            .as_ref()
+            .and_then(|console| console.place(path));
         let routed = route(method, path);
-        let template = route_template(path);
+        let template = match place {
+            Some(Place::Session) => metrics::Route::ConsoleSession,
+            Some(_) => metrics::Route::Console,
+            None => route_template(path),
+        };
         let deprecated = matches!(routed, Ok(Route::GetPet(_)));
         let health = matches!(routed, Ok(Route::Health));
         let mut label = None;
 
-        let result = self.dispatch(&parts, body, routed, peer, &mut label).await;
+        let result = match place {
+            Some(place) => Box::pin(self.console(&parts, body, place, peer, &mut label)).await,
+            None => self.dispatch(&parts, body, routed, peer, &mut label).await,
+        };
         if let Err(e) = &result
             && let Some(cause) = e.cause()
         {
@@ -326,7 +343,25 @@ impl App {
                 .get_all(AUTHORIZATION)
                 .iter()
                 .map(HeaderValue::as_bytes);
-            let checked = match self.0.keys.check(credentials) {
+            // A console's session stands for a key only where no key is sent.
+            let session = match (&self.0.console, parts.headers.contains_key(AUTHORIZATION)) {
+                (Some(console), false) => {
+                    session::cookie_token(&parts.headers).map(|token| (console, token))
+                }
+                _ => None,
+            };
+            let checked = match session {
+                Some((console, token)) => {
+                    let caller = console.sessions.caller(token).await?;
+                    if !session::same_origin(parts) {
+                        *label = Some(Arc::clone(&caller.label));
+                        return Err(Error::CrossOrigin);
+                    }
+                    Ok(caller)
+                }
+                None => self.0.keys.check(credentials),
+            };
+            let checked = match checked {
                 Ok(checked) => checked,
                 // Only a key that is not valid counts against its address, so the limit can
                 // slow a key guesser but never refuse a valid key, whoever shares the address.
@@ -426,6 +461,63 @@ impl App {
             Route::OpenApi => Ok(api::openapi()),
             Route::Health => api::healthz(&self.0.store, self.0.certificate_health).await,
         }
+    }
+}
+
+impl App {
+    /// A request under the console's prefix: its page and files, or its session.
+    async fn console(
+        &self,
+        parts: &Parts,
+        body: Incoming,
+        place: Place<'_>,
+        peer: &str,
+        label: &mut Option<Arc<str>>,
+    ) -> Result<Reply, Error> {
+        check_framing(parts)?;
+        let Some(console) = &self.0.console else {
+            return Err(Error::NotFound("no console here".into()));
+        };
+        let headers = &parts.headers;
+        let mut reply = match (place, &parts.method) {
+            (Place::Session, &Method::POST) => {
+                if !session::same_origin(parts) {
+                    return Err(Error::CrossOrigin);
+                }
+                let timeout = self.0.body_timeout;
+                match session::sign_in_request(&console.sessions, headers, body, timeout).await {
+                    Ok(reply) => reply,
+                    // Counted against the address, as a bearer key that is not valid is.
+                    Err(Ok(AuthFailure::Invalid)) => {
+                        self.0
+                            .limits
+                            .check_auth_failure(peer)
+                            .map_err(Error::RateLimited)?;
+                        return Err(AuthFailure::Invalid.into());
+                    }
+                    Err(Ok(AuthFailure::Expired { label: expired })) => {
+                        *label = Some(Arc::clone(&expired));
+                        return Err(AuthFailure::Expired { label: expired }.into());
+                    }
+                    Err(Ok(failure)) => return Err(failure.into()),
+                    Err(Err(e)) => return Err(e),
+                }
+            }
+            (Place::Session, &Method::GET | &Method::HEAD) => {
+                session::session_request(&console.sessions, headers).await?
+            }
+            (Place::Session, &Method::DELETE) => {
+                if !session::same_origin(parts) {
+                    return Err(Error::CrossOrigin);
+                }
+                session::sign_out_request(&console.sessions, headers).await?
+            }
+            (place, method) => console.serve(place, method, headers)?,
+        };
+        if matches!(place, Place::Session) {
+            reply.headers.extend(crate::console::locked_down());
+        }
+        Ok(reply)
     }
 }
 

@@ -191,7 +191,7 @@ fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, Error> {
 
 /// Reads a request body whole, within `MAX_BODY_BYTES` and `body_timeout`. An empty body is
 /// refused here, whatever its Content-Type says: there is nothing to be of a wrong type.
-async fn read_body(
+pub(crate) async fn read_body(
     headers: &HeaderMap,
     body: Incoming,
     body_timeout: Duration,

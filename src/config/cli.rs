@@ -26,6 +26,35 @@ const POSTGRESQL: &str = "PostgreSQL";
 const LIMITS: &str = "Limits";
 const BACKUPS: &str = "Backups";
 const WEBHOOKS: &str = "Webhooks";
+const CONSOLE: &str = "Console";
+
+/// A console prefix: `/` and then segments of letters, digits, `-`, `_` and `.`, without a
+/// trailing `/`, and not under `/v1` (the API's) or `/healthz`.
+fn parse_console_path(text: &str) -> Result<String, String> {
+    let segments: Vec<&str> = text
+        .strip_prefix('/')
+        .map(|rest| rest.split('/').collect())
+        .unwrap_or_default();
+    let fine = !segments.is_empty()
+        && segments.iter().all(|segment| {
+            !segment.is_empty()
+                && segment != &"."
+                && segment != &".."
+                && segment
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
+        });
+    if !fine {
+        return Err(format!(
+            "{text:?}: a path such as /console or /shop/admin (letters, digits, - _ . between \
+             slashes, no trailing slash)"
+        ));
+    }
+    if segments[0] == "v1" || segments[0] == "healthz" {
+        return Err(format!("{text:?} is the API's: pick another path"));
+    }
+    Ok(text.to_owned())
+}
 const METRICS: &str = "Metrics";
 const LOGGING: &str = "Logging";
 
@@ -481,6 +510,38 @@ pub struct Cli {
     #[arg(long, env = "PETSTORE_WEBHOOKS_CA", value_name = "FILE", help_heading = WEBHOOKS)]
     pub(super) webhooks_ca: Option<PathBuf>,
 
+    /// Where the staff console is served on the listener: a path prefix such as `/console` or
+    /// `/shop/admin`.
+    #[arg(
+        long,
+        env = "PETSTORE_CONSOLE_PATH",
+        default_value = "/console",
+        value_name = "PATH",
+        value_parser = parse_console_path,
+        help_heading = CONSOLE
+    )]
+    pub(super) console_path: String,
+
+    /// Serve no console: its paths answer 404 and no session is accepted.
+    #[arg(
+        long,
+        env = "PETSTORE_NO_CONSOLE",
+        value_parser = clap::builder::BoolishValueParser::new(),
+        help_heading = CONSOLE
+    )]
+    pub(super) no_console: bool,
+
+    /// How long a console session lasts without use, e.g. `30m`, `12h`, `7d`.
+    #[arg(
+        long,
+        env = "PETSTORE_SESSION_IDLE",
+        default_value = "12h",
+        value_name = "DURATION",
+        value_parser = parse_ttl,
+        help_heading = CONSOLE
+    )]
+    pub(super) session_idle: Duration,
+
     /// Socket address (an IP address and port) to serve Prometheus metrics on, over plain
     /// HTTP at `/metrics`, e.g. 127.0.0.1:9464; for localhost or a private network only
     /// [default: off].
@@ -704,15 +765,16 @@ mod tests {
     }
 
     /// What a value name may be: the common ones say what a flag holds, the rest its syntax.
-    const VALUE_NAMES: [&str; 19] = [
+    const VALUE_NAMES: [&str; 20] = [
         "FILE", "DIR", "ADDR", "DURATION", "N", "URL", "PATH|URL", "NAME", "EMAIL", "KID", "MIB",
-        "RATE", "RATE|off", "FORMAT", "FILTER", "DATE", "LIST", "TYPES", "LABEL",
+        "RATE", "RATE|off", "FORMAT", "FILTER", "DATE", "LIST", "TYPES", "LABEL", "PATH",
     ];
 
     #[test]
     fn every_server_flag_sits_under_a_heading_in_the_manual_order() {
         let headings = [
-            LISTENER, ACME, STORE, POSTGRESQL, LIMITS, BACKUPS, WEBHOOKS, METRICS, LOGGING,
+            LISTENER, ACME, STORE, POSTGRESQL, LIMITS, BACKUPS, WEBHOOKS, CONSOLE, METRICS,
+            LOGGING,
         ];
         let mut command = Cli::command();
         command.build();

@@ -76,6 +76,10 @@ pub struct Config {
     /// The PEM file of CA certificates receivers are verified against; `None`: the system's
     /// roots.
     pub webhooks_ca: Option<PathBuf>,
+    /// Where the console is served (`/console`); `None`: no console (`--no-console`).
+    pub console_path: Option<String>,
+    /// How long a console session lasts without use.
+    pub session_idle: Duration,
 }
 
 impl Cli {
@@ -173,6 +177,8 @@ impl Cli {
             webhook_retry_schedule: self.webhook_retry_schedule.0,
             webhooks_allow_private: self.webhooks_allow_private,
             webhooks_ca: self.webhooks_ca,
+            console_path: (!self.no_console).then_some(self.console_path),
+            session_idle: self.session_idle,
         })
     }
 }

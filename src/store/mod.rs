@@ -23,6 +23,7 @@ pub(crate) mod model;
 mod pg_cluster;
 mod postgres;
 mod redb;
+pub(crate) mod sessions;
 #[cfg(test)]
 mod suite;
 pub(crate) mod webhooks;
@@ -35,6 +36,7 @@ pub use model::{
     StoreError, StoredPet,
 };
 pub use postgres::connect::{PgTarget, parse as parse_postgres};
+pub use sessions::{SessionRecord, SessionsGone};
 pub use webhooks::WebhookState;
 pub use write::{DEFAULT_EVENTS_KEEP, DEFAULT_MAX_WRITE_BATCH, DEFAULT_ORDER_HOLD};
 use write::{Front, Runs};
@@ -422,6 +424,37 @@ impl Store {
             Backend::Postgres(store) => Box::pin(store.save_webhook(id, holder, state)).await,
         };
         saved.map_err(|e| self.closed_or(e))
+    }
+
+    /// The console session whose token hashes to `token`, if the store has it.
+    pub async fn session(&self, token: [u8; 32]) -> Result<Option<SessionRecord>, StoreError> {
+        let read = match &self.backend {
+            Backend::Redb(store) => store.session(token).await,
+            Backend::Postgres(store) => Box::pin(store.session(token)).await,
+        };
+        read.map_err(|e| self.closed_or(e))
+    }
+
+    /// Keeps a console session, durably, under its token's hash.
+    pub async fn save_session(
+        &self,
+        token: [u8; 32],
+        record: SessionRecord,
+    ) -> Result<(), StoreError> {
+        let saved = match &self.backend {
+            Backend::Redb(_) => self.front.save_session(token, record).await,
+            Backend::Postgres(store) => Box::pin(store.save_session(token, &record)).await,
+        };
+        saved.map_err(|e| self.closed_or(e))
+    }
+
+    /// Removes console sessions; returns how many went.
+    pub async fn remove_sessions(&self, gone: SessionsGone) -> Result<usize, StoreError> {
+        let removed = match &self.backend {
+            Backend::Redb(_) => self.front.remove_sessions(gone).await,
+            Backend::Postgres(store) => Box::pin(store.remove_sessions(gone)).await,
+        };
+        removed.map_err(|e| self.closed_or(e))
     }
 
     /// Gives up `holder`'s leases at a clean stop, so another instance takes over at once.

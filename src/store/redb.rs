@@ -14,6 +14,7 @@ mod idempotency;
 mod old_log;
 mod open;
 mod sales;
+mod sessions;
 mod snapshot;
 mod tables;
 pub(super) mod webhooks;

@@ -1855,7 +1855,7 @@ fn a_version_1_postgres_database_is_upgraded_and_its_records_still_replay() {
         "\\connect upgrade_v1\nSELECT value, (SELECT octet_length(scope) FROM idempotency) \
          FROM petstore_meta WHERE name = 'schema_version'",
     );
-    assert_eq!(upgraded, "4|16");
+    assert_eq!(upgraded, "5|16");
 }
 
 /// The URL's own `options` reach the server beside our statement bound: here a search_path

@@ -17,6 +17,7 @@ use super::events::now_ms;
 use super::model::{
     Change, Created, Moved, Placed, Precondition, Record, Settled, StoreError, StoredPet,
 };
+use super::sessions::{SessionRecord, SessionsGone};
 use super::webhooks::WebhookState;
 use crate::category::{Category, CategoryId, CategoryPatch, NewCategory};
 use crate::clock::unix_now;
@@ -82,6 +83,10 @@ pub(crate) enum Write {
     /// Keep a webhook endpoint's delivery state (redb only: PostgreSQL saves it with its
     /// lease, outside the batches).
     SaveWebhook(Box<(String, WebhookState)>, Pending<()>),
+    /// Keep a console session under its token's hash (redb only, as `SaveWebhook`).
+    SaveSession(Box<([u8; 32], SessionRecord)>, Pending<()>),
+    /// Remove console sessions; answers how many (redb only).
+    RemoveSessions(SessionsGone, Pending<usize>),
 }
 
 /// An order to place: the client's, its key if it sent one, and how long it holds its pet.
@@ -143,7 +148,10 @@ impl Write {
                 pending.answer(failure)
             }
             Write::DeleteCategory(_, pending) => pending.answer(failure),
-            Write::SaveWebhook(_, pending) => pending.answer(failure),
+            Write::SaveWebhook(_, pending) | Write::SaveSession(_, pending) => {
+                pending.answer(failure)
+            }
+            Write::RemoveSessions(_, pending) => pending.answer(failure),
         }
     }
 
@@ -161,7 +169,8 @@ impl Write {
                 pending.abandoned()
             }
             Write::DeleteCategory(_, pending) => pending.abandoned(),
-            Write::SaveWebhook(_, pending) => pending.abandoned(),
+            Write::SaveWebhook(_, pending) | Write::SaveSession(_, pending) => pending.abandoned(),
+            Write::RemoveSessions(_, pending) => pending.abandoned(),
         }
     }
 
@@ -187,7 +196,10 @@ impl Write {
                 matches!(pending.outcome, Some(Ok(_)))
             }
             Write::DeleteCategory(_, pending) => matches!(pending.outcome, Some(Ok(_))),
-            Write::SaveWebhook(_, pending) => matches!(pending.outcome, Some(Ok(_))),
+            Write::SaveWebhook(_, pending) | Write::SaveSession(_, pending) => {
+                matches!(pending.outcome, Some(Ok(_)))
+            }
+            Write::RemoveSessions(_, pending) => matches!(pending.outcome, Some(Ok(n)) if n > 0),
         }
     }
 
@@ -212,7 +224,11 @@ impl Write {
                     out.push(Change::pet(*id, *revision, None));
                 }
             }
-            Write::Purge(..) | Write::Trim(..) | Write::SaveWebhook(..) => {}
+            Write::Purge(..)
+            | Write::Trim(..)
+            | Write::SaveWebhook(..)
+            | Write::SaveSession(..)
+            | Write::RemoveSessions(..) => {}
             Write::PlaceOrder(_, pending) => {
                 if let Some(Ok(Placed {
                     order,
@@ -274,7 +290,11 @@ impl Write {
                     out.push(EventType::PetDeleted);
                 }
             }
-            Write::Purge(..) | Write::Trim(..) | Write::SaveWebhook(..) => {}
+            Write::Purge(..)
+            | Write::Trim(..)
+            | Write::SaveWebhook(..)
+            | Write::SaveSession(..)
+            | Write::RemoveSessions(..) => {}
             Write::PlaceOrder(_, pending) => {
                 if let Some(Ok(placed)) = &pending.outcome
                     && !placed.replayed
@@ -579,6 +599,24 @@ impl Front {
     ) -> Result<(), StoreError> {
         self.write(Instant::now(), |reply| {
             Write::SaveWebhook(Box::new((id, state)), Pending::new(reply))
+        })
+        .await
+    }
+
+    pub(super) async fn save_session(
+        &self,
+        token: [u8; 32],
+        record: SessionRecord,
+    ) -> Result<(), StoreError> {
+        self.write(Instant::now(), |reply| {
+            Write::SaveSession(Box::new((token, record)), Pending::new(reply))
+        })
+        .await
+    }
+
+    pub(super) async fn remove_sessions(&self, gone: SessionsGone) -> Result<usize, StoreError> {
+        self.write(Instant::now(), |reply| {
+            Write::RemoveSessions(gone, Pending::new(reply))
         })
         .await
     }

@@ -114,8 +114,9 @@ impl Webhooks {
         webhooks
     }
 
-    /// Takes the endpoints file as it is now: new endpoints start, removed ones stop (after
-    /// their delivery in flight), changed ones go on with their new settings.
+    /// Takes the endpoints file as it is now: new endpoints start, removed ones stop at once
+    /// (a delivery in flight is dropped: nobody waits for it any more), changed ones go on
+    /// with their new settings from their next delivery.
     pub fn reload(&self, endpoints: Vec<Endpoint>) {
         let mut tasks = self.tasks.lock().unwrap_or_else(PoisonError::into_inner);
         let kept: Vec<String> = endpoints.iter().map(|e| e.id.clone()).collect();

@@ -38,4 +38,5 @@ mod readme;
 mod reload;
 mod support;
 mod tls;
+mod webhooks;
 mod webhooks_cli;

@@ -149,7 +149,7 @@ _petstore() {
 
     case "${cmd}" in
         petstore)
-            opts="-h -V --listen --tls-cert --tls-key --api-keys --acme-domain --acme-directory --acme-email --acme-ca-root --acme-eab-kid --acme-eab-hmac-key-file --acme-state-dir --db --cache-size --max-write-batch --shared-reads --idempotency-ttl --events-keep --order-hold --db-password-file --db-ca --db-pool-size --db-statement-timeout --max-connections --max-subscribers --handshake-timeout --header-timeout --body-timeout --idle-timeout --shutdown-timeout --rate-limit --rate-burst --auth-failure-limit --auth-failure-burst --backup-dir --backup-keep --backup-every --webhooks --webhook-retry-schedule --webhooks-allow-private --webhooks-ca --metrics-listen --log-format --log-level --help --version new-key keys webhooks copy check backup help"
+            opts="-h -V --listen --tls-cert --tls-key --api-keys --acme-domain --acme-directory --acme-email --acme-ca-root --acme-eab-kid --acme-eab-hmac-key-file --acme-state-dir --db --cache-size --max-write-batch --shared-reads --idempotency-ttl --events-keep --order-hold --db-password-file --db-ca --db-pool-size --db-statement-timeout --max-connections --max-subscribers --handshake-timeout --header-timeout --body-timeout --idle-timeout --shutdown-timeout --rate-limit --rate-burst --auth-failure-limit --auth-failure-burst --backup-dir --backup-keep --backup-every --webhooks --webhook-retry-schedule --webhooks-allow-private --webhooks-ca --console-path --no-console --session-idle --metrics-listen --log-format --log-level --help --version new-key keys webhooks copy check backup help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -304,6 +304,14 @@ _petstore() {
                     return 0
                     ;;
                 --webhooks-ca)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --console-path)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --session-idle)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

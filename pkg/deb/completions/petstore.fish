@@ -1,6 +1,6 @@
 # Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
 function __fish_petstore_global_optspecs
-    string join \n listen= tls-cert= tls-key= api-keys= acme-domain= acme-directory= acme-email= acme-ca-root= acme-eab-kid= acme-eab-hmac-key-file= acme-state-dir= db= cache-size= max-write-batch= shared-reads idempotency-ttl= events-keep= order-hold= db-password-file= db-ca= db-pool-size= db-statement-timeout= max-connections= max-subscribers= handshake-timeout= header-timeout= body-timeout= idle-timeout= shutdown-timeout= rate-limit= rate-burst= auth-failure-limit= auth-failure-burst= backup-dir= backup-keep= backup-every= webhooks= webhook-retry-schedule= webhooks-allow-private webhooks-ca= metrics-listen= log-format= log-level= h/help V/version
+    string join \n listen= tls-cert= tls-key= api-keys= acme-domain= acme-directory= acme-email= acme-ca-root= acme-eab-kid= acme-eab-hmac-key-file= acme-state-dir= db= cache-size= max-write-batch= shared-reads idempotency-ttl= events-keep= order-hold= db-password-file= db-ca= db-pool-size= db-statement-timeout= max-connections= max-subscribers= handshake-timeout= header-timeout= body-timeout= idle-timeout= shutdown-timeout= rate-limit= rate-burst= auth-failure-limit= auth-failure-burst= backup-dir= backup-keep= backup-every= webhooks= webhook-retry-schedule= webhooks-allow-private webhooks-ca= console-path= no-console session-idle= metrics-listen= log-format= log-level= h/help V/version
 end
 
 function __fish_petstore_needs_command
@@ -62,12 +62,15 @@ complete -c petstore -n "__fish_petstore_needs_command" -l backup-every -d 'Take
 complete -c petstore -n "__fish_petstore_needs_command" -l webhooks -d 'Webhook endpoints file: one `ID url=https://… secret=whsec_… [types=…] [label=…]` a line, managed with `petstore webhooks`; re-read on reload [default: no webhooks]' -r -F
 complete -c petstore -n "__fish_petstore_needs_command" -l webhook-retry-schedule -d 'How long to wait before each retry of a delivery that failed, comma-separated: 1 to 20 durations, each above zero' -r
 complete -c petstore -n "__fish_petstore_needs_command" -l webhooks-ca -d 'PEM file with the CA certificates receivers\' certificates are verified against, instead of the system\'s roots' -r -F
+complete -c petstore -n "__fish_petstore_needs_command" -l console-path -d 'Where the staff console is served on the listener: a path prefix such as `/console` or `/shop/admin`' -r
+complete -c petstore -n "__fish_petstore_needs_command" -l session-idle -d 'How long a console session lasts without use, e.g. `30m`, `12h`, `7d`' -r
 complete -c petstore -n "__fish_petstore_needs_command" -l metrics-listen -d 'Socket address (an IP address and port) to serve Prometheus metrics on, over plain HTTP at `/metrics`, e.g. 127.0.0.1:9464; for localhost or a private network only [default: off]' -r
 complete -c petstore -n "__fish_petstore_needs_command" -l log-format -d 'Log line format on stderr' -r -f -a "text\t'One human-readable line per event'
 json\t'One JSON object per line, for log shippers'"
 complete -c petstore -n "__fish_petstore_needs_command" -l log-level -d 'Log filter, e.g. `info`, `debug` or `petstore=debug`; when absent, RUST_LOG, else `info`' -r
 complete -c petstore -n "__fish_petstore_needs_command" -l shared-reads -d 'redb only: let `petstore backup` and `petstore check` open the live file from another process'
 complete -c petstore -n "__fish_petstore_needs_command" -l webhooks-allow-private -d 'Deliver to receivers at loopback, private, link-local and other addresses that are not public; by default a URL whose host resolves to one is refused'
+complete -c petstore -n "__fish_petstore_needs_command" -l no-console -d 'Serve no console: its paths answer 404 and no session is accepted'
 complete -c petstore -n "__fish_petstore_needs_command" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c petstore -n "__fish_petstore_needs_command" -s V -l version -d 'Print version'
 complete -c petstore -n "__fish_petstore_needs_command" -f -a "new-key" -d 'Print a new random API key and the line that admits it in the keys file'

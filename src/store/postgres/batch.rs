@@ -156,10 +156,16 @@ async fn run_batch(
             Write::DeleteCategory(id, pending) => {
                 pending.outcome = Some(sale_writes::delete_category(&txn, *id).await?);
             }
-            // Saved with its lease (`postgres/webhooks.rs`); never queued here.
-            Write::SaveWebhook(_, pending) => {
+            // Saved by statements of their own (`postgres/webhooks.rs`, `sessions.rs`); never
+            // queued here.
+            Write::SaveWebhook(_, pending) | Write::SaveSession(_, pending) => {
                 pending.outcome = Some(Err(StoreError::Corrupt(
-                    "a webhook's state reached PostgreSQL's batch".into(),
+                    "a webhook's or session's write reached PostgreSQL's batch".into(),
+                )));
+            }
+            Write::RemoveSessions(_, pending) => {
+                pending.outcome = Some(Err(StoreError::Corrupt(
+                    "a session's removal reached PostgreSQL's batch".into(),
                 )));
             }
         }
@@ -231,7 +237,12 @@ async fn lock_rows(
             Write::CreateCategory(..) | Write::PatchCategory(..) | Write::DeleteCategory(..) => {
                 categories = true;
             }
-            Write::Purge(..) | Write::Trim(..) | Write::Expire(..) | Write::SaveWebhook(..) => {}
+            Write::Purge(..)
+            | Write::Trim(..)
+            | Write::Expire(..)
+            | Write::SaveWebhook(..)
+            | Write::SaveSession(..)
+            | Write::RemoveSessions(..) => {}
         }
     }
     if !moving.is_empty() {

@@ -100,13 +100,19 @@ const MIGRATION_4: &str = "
 /// start together apply each migration once, one after the other.
 /// Webhook endpoints' delivery state (`store::webhooks`) and the lease that lets one instance
 /// deliver to an endpoint at a time: `holder` is an instance's random name, `lease_until` the
-/// database's clock, so instances' clocks need not agree.
+/// database's clock, so instances' clocks need not agree. Console sessions
+/// (`store::sessions`), by their token's hash.
 const MIGRATION_5: &str = "
     CREATE TABLE webhooks (
         endpoint text PRIMARY KEY,
         state bytea NOT NULL,
         holder text,
         lease_until timestamptz NOT NULL DEFAULT '-infinity'
+    );
+    CREATE TABLE sessions (
+        token bytea PRIMARY KEY,
+        record bytea NOT NULL,
+        used_ms bigint NOT NULL
     );
 ";
 

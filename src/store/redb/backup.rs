@@ -18,7 +18,7 @@ use super::handle::RedbStore;
 use super::tables::{
     CATEGORIES, CATEGORY_NAMES, EVENTS, HOLD_ENDS, META, META_FEED, META_LOG_EPOCH, NAMES, ORDERS,
     ORDERS_BY_PET, ORDERS_BY_STATUS, PETS, PETS_BY_CATEGORY, PETS_BY_STATUS, RECORDS, REVISIONS,
-    WEBHOOKS,
+    SESSIONS, WEBHOOKS,
 };
 use crate::store::events::new_feed_id;
 use crate::store::model::StoreError;
@@ -140,6 +140,8 @@ fn write_copy(txn: &ReadTransaction, to: &Path, cancel: &AtomicBool) -> Result<u
     // Restored, its endpoints' positions are of the old feed: each is stopped until enabled
     // (`webhook::deliver`), never sent a renumbered event as if it were the next.
     copy_table(txn, &write, WEBHOOKS, cancel)?;
+    // Restored, a session still admits only while its key is in force.
+    copy_table(txn, &write, SESSIONS, cancel)?;
     {
         let mut meta = write.open_table(META).map_err(StoreError::storage)?;
         // A copy never expects a write-ahead log of an earlier petstore: restored beside one,

@@ -92,8 +92,12 @@ pub(super) const HOLD_ENDS: TableDefinition<(u64, i64), ()> = TableDefinition::n
 /// by the first save: a file that never had an endpoint has no such table.
 pub(super) const WEBHOOKS: TableDefinition<&str, &[u8]> = TableDefinition::new("webhooks");
 
+/// The SHA-256 of a console session's token to the session
+/// (`store::sessions::SessionRecord::encode`). Made by the first sign-in.
+pub(super) const SESSIONS: TableDefinition<[u8; 32], &[u8]> = TableDefinition::new("sessions");
+
 /// Every table of the current layout, by name: what a snapshot copies and a check expects.
-pub(super) const NAMES: [&str; 14] = [
+pub(super) const NAMES: [&str; 15] = [
     "pets",
     "pets_by_status",
     "revisions",
@@ -108,6 +112,7 @@ pub(super) const NAMES: [&str; 14] = [
     "orders_by_pet",
     "hold_ends",
     "webhooks",
+    "sessions",
 ];
 
 pub(super) const META_SCHEMA_VERSION: &str = "schema_version";
@@ -381,6 +386,7 @@ mod tests {
             ORDERS_BY_PET.name().to_owned(),
             HOLD_ENDS.name().to_owned(),
             WEBHOOKS.name().to_owned(),
+            SESSIONS.name().to_owned(),
         ];
         assert_eq!(defined, NAMES.map(str::to_owned));
     }

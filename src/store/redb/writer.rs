@@ -19,8 +19,8 @@ use super::idempotency::{self, Changes, Index};
 use super::open::{Opening, open_database};
 use super::tables::{
     META, META_BATCH, META_EVENT_SEQ, META_EVENTS_TRIMMED, META_INVENTORY, META_NEXT_CATEGORY_ID,
-    META_NEXT_ID, META_NEXT_ORDER_ID, Sales, Tables, WEBHOOKS, begin, category_status_code,
-    event_head, event_length, holding_order, meta_value, write_event,
+    META_NEXT_ID, META_NEXT_ORDER_ID, SESSIONS, Sales, Tables, WEBHOOKS, begin,
+    category_status_code, event_head, event_length, holding_order, meta_value, write_event,
 };
 use crate::clock::unix_now;
 use crate::pet::{NewPet, Pet, PetId, PetPatch};
@@ -386,6 +386,17 @@ impl<'txn> Run<'txn> {
                     .insert(id.as_str(), state.encode().as_slice())
                     .map_err(StoreError::storage)?;
                 pending.outcome = Some(Ok(()));
+            }
+            Write::SaveSession(save, pending) => {
+                let (token, record) = &**save;
+                let mut table = self.txn.open_table(SESSIONS).map_err(StoreError::storage)?;
+                table
+                    .insert(token, record.encode().as_slice())
+                    .map_err(StoreError::storage)?;
+                pending.outcome = Some(Ok(()));
+            }
+            Write::RemoveSessions(gone, pending) => {
+                pending.outcome = Some(Ok(super::sessions::remove(self.txn, *gone)?));
             }
         }
         Ok(())
