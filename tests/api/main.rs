@@ -8,6 +8,7 @@ mod backup;
 mod categories;
 mod cli;
 mod connection_fuzz;
+mod console;
 mod copy;
 mod crash;
 mod create;

@@ -103,8 +103,9 @@ async function render() {
   document.title = `${current.title} · Pet shop console`;
   main.setAttribute('aria-busy', 'true');
   fill(main, current.node);
-  // A new page: the focus goes to its heading, as a screen reader expects after a link.
-  (main.querySelector('h1') || main).focus({ preventScroll: true });
+  // A new page: the focus goes to its heading, as a screen reader expects after a link (not
+  // on the first load, where the browser starts at the top: "Skip to content" first).
+  if (!firstReady || document.activeElement !== document.body) (main.querySelector('h1') || main).focus({ preventScroll: true });
   window.scrollTo(0, 0);
   try {
     await current.ready;

@@ -23,7 +23,13 @@ export function placeOrderForm({ petId = null, onPlaced }) {
 
   async function loadPets() {
     if (!petField) return;
-    const { data } = await get('/v1/pets?status=available&limit=100');
+    // A small shop has a few dozen pets on sale; past 1,000 the pet's own page sells it.
+    const data = [];
+    for (let next = '/v1/pets?status=available&limit=100', pages = 0; next && pages < 10; pages++) {
+      const page = await get(next);
+      data.push(...page.data);
+      next = page.next;
+    }
     const chosen = petSelect.value;
     for (const pet of data) notePet(pet.id, pet);
     fill(petSelect,
@@ -98,7 +104,6 @@ export function orders(ctx) {
     : null;
 
   const known = new Map();  // id -> {order, item}
-  let hi = -Infinity;       // the highest id read so far (more come with "Load more")
   let next = null;
   let queue = null;
 
@@ -136,17 +141,15 @@ export function orders(ctx) {
     const item = h('li', { class: 'card order' });
     const fresh = { order, item };
     known.set(order.id, fresh);
-    // Newest first, as a till wants them.
-    const before = [...known.keys()].filter((id) => id < order.id).sort((a, b) => b - a)[0];
-    list.insertBefore(item, before === undefined ? null : known.get(before).item);
+    // In id order, as the API pages them: "Load more" adds the newer ones below.
+    const after = [...known.keys()].filter((id) => id > order.id).sort((a, b) => a - b)[0];
+    list.insertBefore(item, after === undefined ? null : known.get(after).item);
     draw(fresh);
   }
 
   function add(page) {
     for (const order of page.data) upsert(order);
-    if (page.data.length) hi = Math.max(hi, page.data.at(-1).id);
     next = page.next;
-    if (!next) hi = Infinity;
     summary();
   }
 
@@ -164,7 +167,6 @@ export function orders(ctx) {
     const [page] = await Promise.all([get(path()), sell?.loadPets()]);
     known.clear();
     list.replaceChildren();
-    hi = -Infinity;
     add(page);
   });
 
@@ -182,7 +184,7 @@ export function orders(ctx) {
       if (entry && entry.order.status !== 'placed') return;
       if (status && order.status !== status) {
         if (entry) { entry.item.remove(); known.delete(order.id); summary(); }
-      } else if (entry || order.id <= hi) {
+      } else {
         upsert(order);
         summary();
       }

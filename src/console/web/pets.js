@@ -122,8 +122,9 @@ export function petList(ctx) {
     if (queue) { queue.push(event); return; }
     const id = event.petId;
     const known = pets.get(id);
-    const page = pages.find((p) => id <= p.hi);
-    // A pet beyond the pages read comes with "Load more"; an event the page already shows is old.
+    // An event the page already shows is old. A pet beyond the pages read is shown all the
+    // same (a new pet, say, has the highest id): "Load more" later finds it in place.
+    const page = pages.find((p) => id <= p.hi) || pages.at(-1);
     if (!page || event.cursor <= (known ? known.cursor : page.cursor)) return;
     if (!event.pet || !matches(event.pet)) {
       if (known) { known.row.remove(); pets.delete(id); summary(); }
