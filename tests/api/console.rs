@@ -112,6 +112,17 @@ fn browse(
     server: &mut Option<Server>,
     keys: &Keys,
     scenarios: &[&str],
+    asked: impl FnMut(&str, &mut Option<Server>),
+) -> String {
+    browse_at("/console", server, keys, scenarios, asked)
+}
+
+/// `browse`, for a console served under `path` (`--console-path`).
+fn browse_at(
+    path: &str,
+    server: &mut Option<Server>,
+    keys: &Keys,
+    scenarios: &[&str],
     mut asked: impl FnMut(&str, &mut Option<Server>),
 ) -> String {
     require_browser();
@@ -124,7 +135,7 @@ fn browse(
     let mut child = Command::new("node")
         .arg(root().join("tests/console/console.mjs"))
         .args(scenarios)
-        .env("CONSOLE_URL", format!("{origin}/console"))
+        .env("CONSOLE_URL", format!("{origin}{path}"))
         .env("API_URL", &origin)
         .env("DEV_KEY", DEV_KEY)
         .env("READ_ONLY_KEY", &keys.reader)
@@ -202,15 +213,17 @@ fn no_asking(what: &str, _: &mut Option<Server>) {
 }
 
 #[test]
-fn staff_sign_in_manage_pets_categories_and_orders_and_see_conflicts_in_a_browser() {
+fn staff_sign_in_and_manage_pets_categories_and_orders_and_see_conflicts_in_a_browser() {
     let keys = keys();
     let mut server = Some(start(&keys, None, &[]));
-    let output = browse(
-        &mut server,
-        &keys,
-        &["tasks", "conflict", "read-only"],
-        no_asking,
-    );
+    browse(&mut server, &keys, &["tasks", "conflict"], no_asking);
+}
+
+#[test]
+fn a_read_only_key_gets_no_write_controls_under_another_console_path() {
+    let keys = keys();
+    let mut server = Some(start(&keys, None, &["--console-path", "/shop/admin"]));
+    let output = browse_at("/shop/admin", &mut server, &keys, &["read-only"], no_asking);
     assert!(output.contains("ok - a read-only key gets a console without write controls"));
 }
 

@@ -96,7 +96,13 @@ async function render() {
   const ctx = {
     session, canWrite: Boolean(session && !session.readOnly), go, flash,
     params: match ? match.slice(1) : [], query: new URLSearchParams(location.search),
-    signedIn: signedIn,
+    signedIn,
+    // A view that reads again in place (a filter changed) says so as a page load does.
+    reloading(work) {
+      main.setAttribute('aria-busy', 'true');
+      return Promise.resolve(work).catch((error) => flash(plain(error)))
+        .finally(() => { if (ticket === rendering) main.setAttribute('aria-busy', 'false'); });
+    },
   };
   const current = route ? route[1](ctx) : notFound();
   view = current;

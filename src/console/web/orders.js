@@ -94,7 +94,7 @@ export function orderActions(order, petName, { onDone }) {
 }
 
 export function orders(ctx) {
-  const status = ctx.query.get('status') || '';
+  let status = ctx.query.get('status') || '';
   const statusSelect = select([['', 'All orders'], ...Object.entries(ORDER_STATUS)], status);
   const list = h('ul', { class: 'cards' });
   const empty = h('p', { class: 'empty', hidden: true });
@@ -198,8 +198,12 @@ export function orders(ctx) {
     }
   }
 
-  statusSelect.addEventListener('change', () =>
-    ctx.go('/orders' + (statusSelect.value ? '?status=' + statusSelect.value : ''), { replace: true }));
+  // As on the pets list: read again in place, the filter kept in the address.
+  statusSelect.addEventListener('change', () => {
+    status = statusSelect.value;
+    history.replaceState(null, '', `${base}/orders${status ? '?status=' + status : ''}`);
+    ctx.reloading(load());
+  });
 
   return {
     title: 'Orders',

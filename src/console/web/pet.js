@@ -172,11 +172,19 @@ export function petPage(ctx) {
     sellBox.hidden = !sellable;
   }
 
+  // What is typed differs from the version the form was opened on.
+  function isEdited() {
+    const typed = form.values();
+    return typed.name !== editing.name || typed.categoryId !== editing.categoryId || typed.status !== (editing.status || null);
+  }
+
   // A change made elsewhere while the form is open: said at once, with what the pet is now.
   function showChanged(why) {
     fill(changed, h('p', null, why),
       h('p', null, 'Now: ', h('strong', null, describe(pet)), '.'),
-      h('p', null, 'Your changes are still in the form below. Save again to put them in place of these, or use the current details.'));
+      h('p', null, isEdited()
+        ? 'Your changes are still in the form below. Save again to put them in place of these, or use the current details.'
+        : 'The form below still shows it as it was when you opened it: use the current details before you change it.'));
     changed.hidden = false;
     useCurrent.hidden = false;
   }

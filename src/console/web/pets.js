@@ -7,8 +7,8 @@ import { badge, field, fill, h, PET_STATUS, select } from './dom.js';
 import { categoryList, categoryName, loadCategories, notePet, watchCategories } from './store.js';
 
 export function petList(ctx) {
-  const status = ctx.query.get('status') || '';
-  const category = ctx.query.get('category') || '';
+  let status = ctx.query.get('status') || '';
+  let category = ctx.query.get('category') || '';
   const statusSelect = select([['', 'All statuses'], ...['available', 'pending', 'sold'].map((s) => [s, PET_STATUS[s]])], status);
   const categorySelect = select([['', 'All categories']], category);
   const rows = h('tbody');
@@ -136,12 +136,17 @@ export function petList(ctx) {
     if (!known) { pets.set(id, entry); place(entry); summary(); }
   }
 
+  // A filter reads the list again in place: the focus stays on the select (arrow keys change
+  // a select's value at once), and the address keeps the filters for a reload or a bookmark.
   function filter() {
+    status = statusSelect.value;
+    category = categorySelect.value;
     const params = new URLSearchParams();
-    if (statusSelect.value) params.set('status', statusSelect.value);
-    if (categorySelect.value) params.set('category', categorySelect.value);
+    if (status) params.set('status', status);
+    if (category) params.set('category', category);
     const query = params.toString();
-    ctx.go('/pets' + (query ? '?' + query : ''), { replace: true });
+    history.replaceState(null, '', `${base}/pets${query ? '?' + query : ''}`);
+    ctx.reloading(load());
   }
   statusSelect.addEventListener('change', filter);
   categorySelect.addEventListener('change', filter);
