@@ -773,8 +773,7 @@ mod tests {
     #[test]
     fn every_server_flag_sits_under_a_heading_in_the_manual_order() {
         let headings = [
-            LISTENER, ACME, STORE, POSTGRESQL, LIMITS, BACKUPS, WEBHOOKS, CONSOLE, METRICS,
-            LOGGING,
+            LISTENER, ACME, STORE, POSTGRESQL, LIMITS, BACKUPS, WEBHOOKS, CONSOLE, METRICS, LOGGING,
         ];
         let mut command = Cli::command();
         command.build();

@@ -102,8 +102,14 @@ fn read_states(
     use crate::store::{EventQuery, Location, Store, Tuning};
     let url = match db {
         crate::config::Database::Redb(path) => {
-            return crate::store::redb_file::webhook_states(path).map_err(|e| {
-                anyhow::anyhow!("reading the delivery state in {}: {e}", path.display())
+            return crate::store::redb_file::webhook_states(path).map_err(|e| match e {
+                crate::store::StoreError::Locked => anyhow::anyhow!(
+                    "{} is open in a server that does not share it: the state can be read \
+                     beside a server started with --shared-reads (PETSTORE_SHARED_READS=1), \
+                     or with the server stopped; `webhooks list` without --db shows the file",
+                    path.display()
+                ),
+                e => anyhow::anyhow!("reading the delivery state in {}: {e}", path.display()),
             });
         }
         crate::config::Database::Postgres(url) => url,

@@ -9,6 +9,7 @@ mod categories;
 mod cli;
 mod connection_fuzz;
 mod console;
+mod console_server;
 mod copy;
 mod crash;
 mod create;
