@@ -423,6 +423,20 @@ const scenarios = {
       const stored = await apiOk('GET', `/v1/pets/${pet.id}`);
       expect(stored.name === typed && stored.status === 'sold', JSON.stringify(stored));
     });
+    await step('after a 412, a field left as it was takes the other change; the typed one stays', async () => {
+      const mine = unique('Mine');
+      await page.getByLabel('Name').fill(mine);
+      await apiOk('PATCH', `/v1/pets/${pet.id}`, { status: 'pending' });
+      await expectText(page.locator('.facts'), 'Pending', 'the pet as it is now');
+      await page.getByRole('button', { name: 'Save changes' }).click();
+      await expectText(page.getByRole('alert'), 'Someone else changed', 'the conflict');
+      expect(await page.getByLabel('Name').inputValue() === mine, 'the typed name is kept');
+      expect(await page.getByLabel('Status').inputValue() === 'pending', 'the status nobody typed is the other change');
+      await page.getByRole('button', { name: 'Save changes' }).click();
+      await expectText(flash(page), `Saved: ${mine}`, 'the flash');
+      const stored = await apiOk('GET', `/v1/pets/${pet.id}`);
+      expect(stored.name === mine && stored.status === 'pending', JSON.stringify(stored));
+    });
     await step('"Use current details" takes the other version instead', async () => {
       const other = unique('Third name');
       await page.getByLabel('Name').fill(unique('Discarded'));

@@ -183,7 +183,7 @@ export function petPage(ctx) {
     fill(changed, h('p', null, why),
       h('p', null, 'Now: ', h('strong', null, describe(pet)), '.'),
       h('p', null, isEdited()
-        ? 'Your changes are still in the form below. Save again to put them in place of these, or use the current details.'
+        ? 'Your changes are still in the form below, with theirs where you changed nothing. Save again to put yours in place, or use the current details.'
         : 'The form below still shows it as it was when you opened it: use the current details before you change it.'));
     changed.hidden = false;
     useCurrent.hidden = false;
@@ -212,8 +212,12 @@ export function petPage(ctx) {
       if (error.status === 412) {
         // Someone else changed it first: read it as it is now, show it, keep what was typed,
         // and let the next save go against this version.
+        const opened = editing;
         await reload();
         if (deleted) return;
+        // The form keeps what was typed, and takes the other change where nothing was typed.
+        const theirs = (key, empty) => (typed[key] !== (opened[key] ?? empty) ? typed[key] : pet[key] ?? empty);
+        form.set({ name: theirs('name', ''), categoryId: theirs('categoryId', null), status: theirs('status', null) });
         editing = pet;
         editingTag = etag;
         showChanged(`Someone else changed ${nameOf(pet)} before you saved, so your changes were not saved.`);
