@@ -105,6 +105,7 @@ export function petPage(ctx) {
   let etag = '';        // its ETag
   let hold = null;      // the placed order holding it, if any
   let deleted = false;
+  let holdDrawn = '';   // which hold the sale box shows
   // The form edits a version of the pet (`editing`, with `editingTag`): a save is sent with
   // that version's ETag, so a change made elsewhere since is a 412, never overwritten.
   let editing = null;
@@ -145,12 +146,13 @@ export function petPage(ctx) {
   const describe = (p) => `${nameOf(p)}, ${categoryName(p.categoryId)}, ${PET_STATUS[p.status || '']}`;
 
   function drawFacts() {
-    title.textContent = deleted ? 'Deleted pet' : nameOf(pet);
+    title.textContent = deleted ? (pet ? `${nameOf(pet)} (deleted)` : 'Pet not found') : nameOf(pet);
     document.title = `${title.textContent} · Pet shop console`;
     if (deleted) {
       for (const box of [facts, holdBox, sellBox, editBox, deleteBox]) box.hidden = true;
       gone.hidden = false;
-      fill(gone, 'This pet has been deleted. ', h('a', { href: base + '/pets' }, 'Back to pets'), '.');
+      fill(gone, pet ? 'This pet has just been deleted. ' : `There is no pet number ${id}: it may have been deleted. `,
+        h('a', { href: base + '/pets' }, 'Back to pets'), '.');
       return;
     }
     fill(facts,
@@ -158,16 +160,19 @@ export function petPage(ctx) {
       h('div', null, h('dt', null, 'Category'), h('dd', null, categoryName(pet.categoryId))),
       h('div', null, h('dt', null, 'Number'), h('dd', null, String(pet.id))));
     holdBox.hidden = !hold;
-    if (hold) {
+    // Drawn again only when the hold changes, so that a focused button keeps its focus.
+    const holdKey = hold ? `${hold.id} ${nameOf(pet)}` : '';
+    if (hold && holdKey !== holdDrawn) {
       fill(holdBox, h('h2', { id: 'hold-title' }, 'Sale in progress'),
         h('p', null, `Order ${hold.id} holds ${nameOf(pet)}` + (hold.expiresAt ? ` until ${new Date(hold.expiresAt).toLocaleTimeString([], { hour: '2-digit', minute: '2-digit' })}` : '') + '.'),
         hold.note ? h('p', null, 'Note: ', hold.note) : null,
-        ctx.canWrite ? orderActions(hold, nameOf(pet), { onDone: (order) => { hold = order.status === 'placed' ? order : null; reload(); } }) : null);
+        ctx.canWrite ? orderActions(hold, nameOf(pet), { onDone: (order) => { hold = order.status === 'placed' ? order : null; reload().catch(() => {}); } }) : null);
     }
+    holdDrawn = holdKey;
     const sellable = ctx.canWrite && pet.status === 'available' && !hold;
     if (sellable && sellBox.hidden) {
       fill(sellBox, h('h2', { id: 'sell-title' }, `Sell ${nameOf(pet)}`),
-        placeOrderForm({ petId: id, onPlaced: (order) => { hold = order; ctx.flash(`Order ${order.id} placed for ${nameOf(pet)}.`); reload(); } }));
+        placeOrderForm({ petId: id, onPlaced: (order) => { hold = order; ctx.flash(`Order ${order.id} placed for ${nameOf(pet)}.`); reload().catch(() => {}); } }));
     }
     sellBox.hidden = !sellable;
   }
