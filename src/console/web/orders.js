@@ -162,7 +162,7 @@ export function orders(ctx) {
     }
   }
 
-  const path = () => '/v1/store/orders?limit=50' + (status ? '&status=' + status : '');
+  const path = () => '/v1/store/orders?limit=20' + (status ? '&status=' + status : '');
   const load = () => reading(async () => {
     const [page] = await Promise.all([get(path()), sell?.loadPets()]);
     known.clear();

@@ -75,7 +75,7 @@ export function petList(ctx) {
   }
 
   function listPath() {
-    const params = new URLSearchParams({ limit: '50' });
+    const params = new URLSearchParams({ limit: '20' });
     if (status) params.set('status', status);
     if (category) params.set('categoryId', category);
     return '/v1/pets?' + params;
