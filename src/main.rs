@@ -221,13 +221,16 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     };
 
     let webhooks = match &config.webhooks {
-        Some(path) => Some(Arc::new(webhook::Running::start(
-            &store,
-            path,
-            config.webhook_retry_schedule.clone(),
-            config.webhooks_allow_private,
-            config.webhooks_ca.as_deref(),
-        )?)),
+        Some(path) => Some(Arc::new(
+            webhook::Running::start(
+                &store,
+                path,
+                config.webhook_retry_schedule.clone(),
+                config.webhooks_allow_private,
+                config.webhooks_ca.as_deref(),
+            )
+            .await?,
+        )),
         None => None,
     };
     let reloads = {
@@ -256,7 +259,11 @@ async fn serve(config: Config) -> anyhow::Result<()> {
                         false
                     }
                 };
-                let webhooks_ok = match webhooks.as_ref().map(|w| w.reload()) {
+                let reloaded = match &webhooks {
+                    Some(webhooks) => Some(webhooks.reload().await),
+                    None => None,
+                };
+                let webhooks_ok = match reloaded {
                     None => true,
                     Some(Ok(count)) => {
                         tracing::info!(endpoints = count, "webhooks reloaded");

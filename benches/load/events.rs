@@ -294,7 +294,7 @@ impl Bench<'_> {
             ));
         }
 
-        let creates = creates(&server, &self.tls, origin, settings).await;
+        let creates = creates(&server, &self.tls, origin, settings, settings.events_rate).await;
 
         // Wait until every stream has as many events as there were 201s (or has ended).
         let answered = creates.created.len() as u32;
@@ -365,7 +365,7 @@ impl Bench<'_> {
     }
 }
 
-fn store_name(kind: Kind) -> &'static str {
+pub fn store_name(kind: Kind) -> &'static str {
     match kind {
         Kind::Postgres => "PostgreSQL",
         _ => "redb",
@@ -955,21 +955,21 @@ fn pet_id(data: &[u8]) -> Option<u64> {
 }
 
 /// The creates of a run, as the clients saw them.
-struct Creates {
-    created: Vec<Created>,
-    outcome: Outcome,
-    sample: Option<Sample>,
-    memory: Memory,
+pub struct Creates {
+    pub created: Vec<Created>,
+    pub outcome: Outcome,
+    pub sample: Option<Sample>,
+    pub memory: Memory,
 }
 
 /// One 201: the pet's id, when its request was sent and when the answer arrived
 /// (microseconds after the run's origin), and whether it arrived in the window.
 #[derive(Clone, Copy)]
-struct Created {
-    pet: u64,
-    sent_us: u32,
-    done_us: u32,
-    inside: bool,
+pub struct Created {
+    pub pet: u64,
+    pub sent_us: u32,
+    pub done_us: u32,
+    pub inside: bool,
 }
 
 /// What one creating client saw.
@@ -1000,9 +1000,14 @@ struct Pace {
 /// `CLIENTS` clients create at `rate` a second together for the warm-up and the window: client
 /// `i`'s `k`-th create is due at `(k * CLIENTS + i) / rate` seconds (or at once when the one
 /// before was late). The server's CPU is sampled over the window, its memory at the end. The
-/// 201s' instants count from `origin`, as the streams' arrivals do.
-async fn creates(server: &Server, tls: &Arc<Tls>, origin: Instant, settings: &Settings) -> Creates {
-    let rate = settings.events_rate;
+/// 201s' instants count from `origin`, as the streams' (and the webhook receivers') arrivals do.
+pub async fn creates(
+    server: &Server,
+    tls: &Arc<Tls>,
+    origin: Instant,
+    settings: &Settings,
+    rate: f64,
+) -> Creates {
     let start = Instant::now();
     let window_start = start + settings.warmup;
     let window_end = window_start + settings.window;
@@ -1203,7 +1208,7 @@ impl Delivery {
 }
 
 /// p50, p99 and max of `values`, sorting them.
-fn percentiles(values: &mut [i32]) -> Option<[i64; 3]> {
+pub fn percentiles(values: &mut [i32]) -> Option<[i64; 3]> {
     values.sort_unstable();
     let last = values.len().checked_sub(1)?;
     let at = |p: f64| i64::from(values[(last as f64 * p).round() as usize]);

@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use crate::load::Outcome;
 use crate::report::{Kind, Report};
-use crate::{KEYED_KEYED, KEYED_PLAIN, READ_STORE, SCALE_PAIR, SCALE_STEPS, deep, orders, pg};
+use crate::{
+    KEYED_KEYED, KEYED_PLAIN, READ_STORE, SCALE_PAIR, SCALE_STEPS, deep, orders, pg, webhooks,
+};
 
 /// Adds the goal lines; figures a short run did not measure show as "not measured".
 pub fn add(
@@ -118,6 +120,57 @@ pub fn add(
     crate::snapshot::goals(report);
     crate::events::goals(report);
     orders_goals(report);
+    webhooks_goals(report);
+}
+
+/// Issue 30: with 10 endpoints every event reaches every one, soon after its 201, and the
+/// deliveries cost the creates little of their core.
+fn webhooks_goals(report: &mut Report) {
+    let figures = &report.webhooks;
+    let (rate, from_201, wrong) = (figures.rate, figures.from_201_us, figures.wrong);
+    let from_request = figures.from_request_us;
+    let (deliveries, behind) = (figures.deliveries_per_second, figures.behind);
+    let (cpu_with, cpu_without) = (figures.cpu_with_us, figures.cpu_without_us);
+    let ms = |i: usize| from_201.map(|f| f[i] as f64 / 1000.0);
+    let endpoints = webhooks::ENDPOINTS;
+    report.goal(
+        &format!(
+            "webhooks on redb, {endpoints} endpoints, {rate} creates/s: events not delivered once, in order"
+        ),
+        wrong.map(|n| n as f64),
+        "0",
+        |v| v == 0.0,
+    );
+    report.goal(
+        "webhooks on redb: p99 201 to delivery, ms",
+        ms(1),
+        "<= 100",
+        |v| v <= 100.0,
+    );
+    report.report_only("  the same, p50, ms", ms(0));
+    report.report_only("  the same, max, ms", ms(2));
+    report.report_only(
+        "  from the create's request to its delivery, p99, ms",
+        from_request.map(|f| f[1] as f64 / 1000.0),
+    );
+    pair_goal(
+        report,
+        &format!("creates a core with {endpoints} webhook endpoints over without"),
+        webhooks::WITH,
+        webhooks::WITHOUT,
+        ">= 0.85",
+        |v| v >= 0.85,
+    );
+    report.report_only(
+        "  deliveries a second at full speed, all endpoints, median of rounds",
+        deliveries,
+    );
+    report.report_only(
+        "  events an endpoint had yet to get at the window's end, median of rounds",
+        behind,
+    );
+    report.report_only("  server CPU a create with the endpoints, us", cpu_with);
+    report.report_only("  server CPU a create without, us", cpu_without);
 }
 
 /// Issue 29: an order costs at most a quarter more than a create, a pet is sold once however

@@ -17,9 +17,11 @@ mod pg;
 #[path = "../../src/store/pg_cluster.rs"]
 mod pg_cluster;
 mod process;
+mod receiver;
 mod report;
 mod settings;
 mod snapshot;
+mod webhooks;
 
 use std::path::Path;
 use std::process::ExitCode;
@@ -704,6 +706,9 @@ async fn bench(settings: &Settings) -> Report {
     }
     if settings.wants("orders-pg") {
         bench.orders_pg().await;
+    }
+    if settings.wants("webhooks") {
+        bench.webhooks().await;
     }
 
     let whole_rss_kib = if settings.wants("rss") {

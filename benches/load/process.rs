@@ -52,6 +52,11 @@ struct Log {
     errors: u64,
     /// Each `snapshot taken` line's pets and milliseconds, in order.
     snapshots: Vec<(u64, u64)>,
+    /// `delivering to webhook endpoint` lines: endpoints whose delivery task holds its
+    /// position, from which it delivers every later event.
+    webhooks_delivering: u64,
+    /// `webhook delivery failed` lines: tries that will be retried.
+    webhook_failures: u64,
     tail: VecDeque<String>,
 }
 
@@ -212,6 +217,16 @@ impl Server {
     /// ERROR lines the server has logged so far.
     pub fn logged_errors(&self) -> u64 {
         self.log.lock().expect("log lock").errors
+    }
+
+    /// Webhook endpoints whose delivery task has taken its position so far.
+    pub fn webhooks_delivering(&self) -> u64 {
+        self.log.lock().expect("log lock").webhooks_delivering
+    }
+
+    /// Failed webhook delivery tries the server has logged so far.
+    pub fn webhook_failures(&self) -> u64 {
+        self.log.lock().expect("log lock").webhook_failures
     }
 
     /// The pet count from the server's `database open` line.
@@ -455,6 +470,10 @@ fn drain_petstore(stderr: impl std::io::Read, log: &Mutex<Log>, found: &mpsc::Se
             log.store_closed = Some(text.to_owned());
         } else if text.contains("database open") {
             log.database_open = Some(text.to_owned());
+        } else if text.contains("delivering to webhook endpoint") {
+            log.webhooks_delivering += 1;
+        } else if text.contains("webhook delivery failed") {
+            log.webhook_failures += 1;
         } else if text.contains("snapshot taken") {
             let taken = (
                 field(text, " pets=").unwrap_or(0),

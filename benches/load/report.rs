@@ -58,6 +58,8 @@ pub struct Report {
     pub feeds: Vec<crate::events::Feed>,
     /// The orders part's races, one a store (`orders.rs`).
     pub races: Vec<crate::orders::Race>,
+    /// The webhooks part's figures (`webhooks.rs`).
+    pub webhooks: crate::webhooks::Figures,
     goals: Vec<Goal>,
 }
 

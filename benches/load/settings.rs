@@ -8,8 +8,9 @@ use std::time::Duration;
 
 /// Knobs from the environment, so a quick iteration needs no edit: BENCH_SECONDS, BENCH_WARMUP,
 /// BENCH_SCALE_SECONDS, BENCH_ROUNDS, BENCH_SKIP_1M=1,
-/// BENCH_ONLY=list20,get-one,scale,create,create-keyed,postgres,rss,1m,deep-page,snapshot,events,events-pg,orders,orders-pg,
+/// BENCH_ONLY=list20,get-one,scale,create,create-keyed,postgres,rss,1m,deep-page,snapshot,events,events-pg,orders,orders-pg,webhooks,
 /// BENCH_EVENTS_STREAMS and BENCH_EVENTS_RATE (the event feed part's streams and creates/s),
+/// BENCH_WEBHOOKS_RATE (the webhooks part's creates/s in its latency run),
 /// BENCH_PETSTORE_ARGS="--log-level info,petstore::service=warn" (a diagnostic: the real
 /// figures use none; the `listening on` line must stay, so the filter keeps `info`) and
 /// BENCH_PETSTORE_BIN=target/x86_64-unknown-linux-musl/release/petstore (the shipped static
@@ -24,7 +25,7 @@ pub struct Settings {
     pub rounds: usize,
     pub skip_1m: bool,
     /// Parts to run (read scenario names, `scale`, `create`, `create-keyed`, `postgres`, `rss`, `1m`,
-    /// `deep-page`, `snapshot`, `events`, `events-pg`, `orders`, `orders-pg`); all when empty. `deep-page`,
+    /// `deep-page`, `snapshot`, `events`, `events-pg`, `orders`, `orders-pg`, `webhooks`); all when empty. `deep-page`,
     /// `snapshot` and `orders` build the 1M store without `1m`'s crash.
     pub only: Vec<String>,
     /// Extra petstore flags, for diagnostics such as a log filter without the request lines.
@@ -35,6 +36,10 @@ pub struct Settings {
     /// so the server writes, and this process reads, streams x rate events a second.
     pub events_streams: usize,
     pub events_rate: f64,
+    /// The webhooks part's latency run: the creates a second all clients together send
+    /// (BENCH_WEBHOOKS_RATE, default 100, as the event feed part): every endpoint gets every
+    /// event, so the server delivers endpoints x rate a second.
+    pub webhooks_rate: f64,
 }
 
 impl Settings {
@@ -46,6 +51,14 @@ impl Settings {
                 .and_then(|v| v.parse::<f64>().ok())
                 .unwrap_or(default);
             Duration::from_secs_f64(value.max(0.0))
+        };
+        // Creates a second: 100 unless set to a positive number.
+        let rate = |name: &str| {
+            std::env::var(name)
+                .ok()
+                .and_then(|v| v.parse::<f64>().ok())
+                .filter(|rate| rate.is_finite() && *rate > 0.0)
+                .unwrap_or(100.0)
         };
         Settings {
             warmup: seconds("BENCH_WARMUP", 2.0),
@@ -63,11 +76,8 @@ impl Settings {
                 .ok()
                 .and_then(|v| v.parse::<usize>().ok())
                 .unwrap_or(1000),
-            events_rate: std::env::var("BENCH_EVENTS_RATE")
-                .ok()
-                .and_then(|v| v.parse::<f64>().ok())
-                .filter(|rate| rate.is_finite() && *rate > 0.0)
-                .unwrap_or(100.0),
+            events_rate: rate("BENCH_EVENTS_RATE"),
+            webhooks_rate: rate("BENCH_WEBHOOKS_RATE"),
         }
     }
 

@@ -94,7 +94,7 @@ struct Task {
 }
 
 impl Webhooks {
-    pub fn start(store: Store, settings: Settings, endpoints: Vec<Endpoint>) -> Webhooks {
+    pub async fn start(store: Store, settings: Settings, endpoints: Vec<Endpoint>) -> Webhooks {
         let mut holder = [0u8; 8];
         // A name that repeats only costs a lease taken over early by a twin: fall back to time.
         if getrandom::fill(&mut holder).is_err() {
@@ -110,14 +110,26 @@ impl Webhooks {
             }),
             tasks: Mutex::new(HashMap::new()),
         };
-        webhooks.reload(endpoints);
+        webhooks.reload(endpoints).await;
         webhooks
     }
 
     /// Takes the endpoints file as it is now: new endpoints start, removed ones stop at once
     /// (a delivery in flight is dropped: nobody waits for it any more), changed ones go on
-    /// with their new settings from their next delivery.
-    pub fn reload(&self, endpoints: Vec<Endpoint>) {
+    /// with their new settings from their next delivery. A new endpoint's place in the feed
+    /// is kept in the store before this returns (before the server serves, at a start), so
+    /// no event committed after the file was read can fall before it.
+    pub async fn reload(&self, endpoints: Vec<Endpoint>) {
+        let new: Vec<&Endpoint> = {
+            let tasks = self.tasks.lock().unwrap_or_else(PoisonError::into_inner);
+            endpoints
+                .iter()
+                .filter(|e| !tasks.contains_key(&e.id))
+                .collect()
+        };
+        for endpoint in new {
+            self.place(endpoint).await;
+        }
         let mut tasks = self.tasks.lock().unwrap_or_else(PoisonError::into_inner);
         let kept: Vec<String> = endpoints.iter().map(|e| e.id.clone()).collect();
         tasks.retain(|id, task| {
@@ -150,6 +162,22 @@ impl Webhooks {
                     );
                 }
             }
+        }
+    }
+
+    /// Keeps a new endpoint's starting place in the store (the store keeps an endpoint's place
+    /// it already has). On a failure the endpoint's task places it when it first holds it.
+    async fn place(&self, endpoint: &Endpoint) {
+        let store = &self.shared.store;
+        let placed = match fresh_state(store, endpoint).await {
+            Ok(fresh) => store
+                .lease_webhook(&endpoint.id, &self.shared.holder, &fresh)
+                .await
+                .map(|_| ()),
+            Err(e) => Err(e),
+        };
+        if let Err(e) = placed {
+            tracing::warn!(endpoint = %endpoint.id, error = %e, "placing a new webhook endpoint in the feed failed; its delivery places it when it starts");
         }
     }
 
@@ -406,7 +434,7 @@ impl Worker {
     /// Takes or renews the lease; `Some(wait)` when this process does not hold the endpoint.
     async fn hold(&mut self, store: &Store, id: &str) -> Option<Duration> {
         let endpoint = self.endpoint.borrow().clone();
-        let fresh = match self.fresh_state(store, &endpoint).await {
+        let fresh = match fresh_state(store, &endpoint).await {
             Ok(fresh) => fresh,
             Err(e) => {
                 tracing::warn!(endpoint = %id, error = %e, "reading the event feed for a webhook failed; trying again");
@@ -439,40 +467,6 @@ impl Worker {
                 Some(STORE_RETRY)
             }
         }
-    }
-
-    /// The state a new endpoint starts with: at the newest event, or the oldest kept with
-    /// `start=oldest`.
-    async fn fresh_state(
-        &self,
-        store: &Store,
-        endpoint: &Endpoint,
-    ) -> Result<WebhookState, crate::store::StoreError> {
-        let query = EventQuery {
-            after: None,
-            types: Types::only([]),
-            limit: 1,
-            scan: 1,
-        };
-        let feed = match store.events(query).await {
-            Ok(page) => page.state,
-            Err(ReadError::Store(e)) => return Err(e),
-            Err(ReadError::Gone) => {
-                return Err(crate::store::StoreError::Corrupt(
-                    "the feed refused a read from its start".into(),
-                ));
-            }
-        };
-        Ok(WebhookState {
-            feed: feed.feed,
-            position: if endpoint.from_start {
-                feed.trimmed
-            } else {
-                feed.newest
-            },
-            resume: endpoint.resume,
-            ..WebhookState::default()
-        })
     }
 
     /// Saves the state; `Ok(false)` when the lease went to another instance (the task lets
@@ -734,6 +728,39 @@ impl Worker {
             .as_mut()
             .ok_or_else(|| "no connection".to_owned())
     }
+}
+
+/// The state a new endpoint starts with: at the newest event, or the oldest kept with
+/// `start=oldest`.
+async fn fresh_state(
+    store: &Store,
+    endpoint: &Endpoint,
+) -> Result<WebhookState, crate::store::StoreError> {
+    let query = EventQuery {
+        after: None,
+        types: Types::only([]),
+        limit: 1,
+        scan: 1,
+    };
+    let feed = match store.events(query).await {
+        Ok(page) => page.state,
+        Err(ReadError::Store(e)) => return Err(e),
+        Err(ReadError::Gone) => {
+            return Err(crate::store::StoreError::Corrupt(
+                "the feed refused a read from its start".into(),
+            ));
+        }
+    };
+    Ok(WebhookState {
+        feed: feed.feed,
+        position: if endpoint.from_start {
+            feed.trimmed
+        } else {
+            feed.newest
+        },
+        resume: endpoint.resume,
+        ..WebhookState::default()
+    })
 }
 
 /// Reads a receiver's answer to its end, up to `MOST_ANSWER_BYTES`; whether the connection

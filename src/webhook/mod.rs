@@ -29,7 +29,7 @@ pub struct Running {
 impl Running {
     /// Reads the endpoints file at `path` and starts delivering: a file that does not read
     /// fails the start, as a broken keys file does; a missing one is no endpoints yet.
-    pub fn start(
+    pub async fn start(
         store: &Store,
         path: &Path,
         schedule: Vec<Duration>,
@@ -45,16 +45,16 @@ impl Running {
         tracing::info!(endpoints = endpoints.len(), file = %path.display(), "webhooks loaded");
         Ok(Running {
             path: path.to_owned(),
-            webhooks: Webhooks::start(store.clone(), settings, endpoints),
+            webhooks: Webhooks::start(store.clone(), settings, endpoints).await,
         })
     }
 
     /// Reads the file again; on an error the endpoints stay as they were. Returns how many
     /// there are now.
-    pub fn reload(&self) -> anyhow::Result<usize> {
+    pub async fn reload(&self) -> anyhow::Result<usize> {
         let endpoints = read(&self.path)?;
         let count = endpoints.len();
-        self.webhooks.reload(endpoints);
+        self.webhooks.reload(endpoints).await;
         Ok(count)
     }
 
