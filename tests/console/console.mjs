@@ -646,11 +646,25 @@ const scenarios = {
       await settled(page);
       await step(`axe-core finds nothing serious or critical on any view (${scheme})`, async () => {
         const findings = [];
-        for (const [name, path] of views) {
+        const states = [
+          ...views,
+          ['new-pet with errors', '/pets/new', () => page.getByRole('button', { name: 'Add pet' }).click().then(() => page.getByText('name is required').waitFor())],
+          ['the delete dialog', `/pets/${pet.id}`, () => page.getByRole('button', { name: 'Delete', exact: true }).click().then(() => page.getByRole('dialog').waitFor())],
+        ];
+        for (const [name, path, action] of states) {
           if (name !== 'sign-in') await go(page, path);
+          if (action) await action();
           await page.addScriptTag({ content: axeSource });
-          const violations = await page.evaluate(async () => (await window.axe.run(document, { resultTypes: ['violations'] })).violations
-            .map((v) => ({ id: v.id, impact: v.impact, nodes: v.nodes.map((n) => n.target.join(' ')).slice(0, 3) })));
+          const { passes, violations } = await page.evaluate(async () => {
+            const results = await window.axe.run(document);
+            return {
+              passes: results.passes.length,
+              violations: results.violations.map((v) => ({ id: v.id, impact: v.impact, nodes: v.nodes.map((n) => n.target.join(' ')).slice(0, 3) })),
+            };
+          });
+          // A run that checked nothing would pass too: it must have checked something.
+          expect(passes > 10, `${name}: axe passed only ${passes} rules`);
+          console.log(`# axe ${scheme} ${name}: ${passes} rules passed, ${violations.length} violated`);
           for (const v of violations) {
             console.log(`# axe ${scheme} ${name}: ${v.impact} ${v.id} ${v.nodes.join(', ')}`);
             if (v.impact === 'serious' || v.impact === 'critical') findings.push(`${name}: ${v.id} (${v.impact}) at ${v.nodes.join(', ')}`);
