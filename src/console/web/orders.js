@@ -110,6 +110,8 @@ export function orders(ctx) {
   async function draw(entry) {
     const { order } = entry;
     const pet = await petById(order.petId).catch(() => undefined);
+    // A newer version of the order came while the pet was read: its own draw shows it.
+    if (entry.order !== order) return;
     const petName = pet ? nameOf(pet) : `Pet ${order.petId}`;
     const headingId = `order-${order.id}`;
     fill(entry.item,

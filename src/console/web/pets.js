@@ -18,7 +18,7 @@ export function petList(ctx) {
     rows);
   const empty = h('p', { class: 'empty', hidden: true });
   const more = h('button', { type: 'button', hidden: true, onclick: () => loadMore() }, 'Load more');
-  const shown = h('p', { class: 'hint', 'aria-live': 'polite' });
+  const shown = h('p', { class: 'hint' });
 
   // id -> {pet, row, cursor}: the pet as last seen, its row, the feed position it was read at.
   const pets = new Map();

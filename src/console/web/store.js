@@ -59,17 +59,25 @@ const pets = new Map();
 /** Remembers pets as lists and events show them (null: deleted). */
 export function notePet(id, pet) { pets.set(id, pet); }
 
-/** A pet by id: from memory, or read once (null when it no longer exists). */
-export async function pet(id) {
-  if (pets.has(id)) return pets.get(id);
-  try {
-    const { data } = await get('/v1/pets/' + id);
-    pets.set(id, data);
-    return data;
-  } catch (error) {
-    if (error.status === 404) { pets.set(id, null); return null; }
-    throw error;
+const fetching = new Map();
+
+/**
+ * A pet by id: from memory, or read once however many ask at the same time (null when it no
+ * longer exists).
+ */
+export function pet(id) {
+  if (pets.has(id)) return Promise.resolve(pets.get(id));
+  if (!fetching.has(id)) {
+    fetching.set(id, get('/v1/pets/' + id).then(({ data }) => data, (error) => {
+      if (error.status === 404) return null;
+      throw error;
+    }).then((data) => {
+      // The feed may have told of a newer version meanwhile: that one stays.
+      if (!pets.has(id)) pets.set(id, data);
+      return pets.get(id);
+    }).finally(() => fetching.delete(id)));
   }
+  return fetching.get(id);
 }
 
 /** Applies a feed event to what is kept here. */
