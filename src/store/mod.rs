@@ -266,6 +266,13 @@ impl Store {
         read.map_err(|e| self.closed_or(e))
     }
 
+    /// Removes the events from before `before_ms`, as the purge does when they are older than
+    /// `--events-keep`.
+    #[cfg(test)]
+    pub async fn trim_events(&self, before_ms: u64) -> Result<usize, StoreError> {
+        self.front.trim(before_ms).await
+    }
+
     pub async fn create_category(&self, new: NewCategory) -> Result<Category, StoreError> {
         self.front.create_category(new).await
     }

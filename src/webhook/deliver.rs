@@ -826,6 +826,84 @@ mod tests {
         assert_eq!(parse_retry_after("soon"), None);
     }
 
+    /// An endpoint whose next events were purged while its receiver was down stops with the
+    /// reason in its state, rather than skip them (issue 30, item 4).
+    #[tokio::test(flavor = "multi_thread")]
+    async fn an_endpoint_the_feed_was_purged_past_is_disabled_saying_why() {
+        use crate::store::{Location, Tuning};
+        let dir = tempfile::tempdir().expect("temp dir");
+        let location = Location::Redb {
+            path: dir.path().join("pets.redb"),
+            cache_bytes: 1 << 20,
+            shared: false,
+        };
+        let tuning = Tuning {
+            idempotency_ttl: Duration::from_secs(60),
+            max_write_batch: 16,
+            events_keep: Duration::from_secs(3600),
+            order_hold: None,
+        };
+        let (store, _) = Store::open(location, tuning).await.expect("open");
+        let new = || crate::pet::NewPet {
+            name: "Rex".into(),
+            category_id: 1,
+            status: None,
+        };
+        store.create(new(), None).await.expect("create");
+        let ca = concat!(env!("CARGO_MANIFEST_DIR"), "/certs/dev-ca.pem");
+        let settings = Settings {
+            // Tried again and again, never run out: only the purge can stop it.
+            schedule: vec![Duration::from_millis(50); 20],
+            allow_private: true,
+            tls: client_tls(Some(std::path::Path::new(ca))).expect("TLS"),
+        };
+        let endpoint = Endpoint {
+            id: "ep_0000beef".into(),
+            // Nothing listens there: every try is refused.
+            url: "https://127.0.0.1:9/hook".parse().expect("a URL"),
+            secrets: vec![super::super::endpoints::Secret::generate().expect("a secret")],
+            types: Types::ALL,
+            label: None,
+            from_start: true,
+            resume: 0,
+        };
+        let webhooks = Webhooks::start(store.clone(), settings, vec![endpoint]).await;
+        let state = || async {
+            store
+                .webhook_states()
+                .await
+                .expect("states")
+                .into_iter()
+                .next()
+                .expect("the endpoint's state")
+                .1
+        };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while state().await.attempts == 0 {
+            assert!(Instant::now() < deadline, "no failed try");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        store
+            .trim_events(crate::store::events::now_ms() + 1)
+            .await
+            .expect("trim");
+        let disabled = loop {
+            if let Some(reason) = state().await.disabled {
+                break reason;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "not disabled: {:?}",
+                state().await
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        assert!(disabled.contains("retention"), "{disabled}");
+        assert!(disabled.contains("events 1 to 1"), "{disabled}");
+        webhooks.stop().await;
+        store.close().await;
+    }
+
     #[test]
     fn jitter_stays_within_a_tenth() {
         for step in [Duration::from_secs(5), Duration::from_secs(36_000)] {
