@@ -8,6 +8,7 @@ mod backup;
 mod categories;
 mod cli;
 mod connection_fuzz;
+mod console;
 mod console_server;
 mod copy;
 mod crash;
