@@ -225,6 +225,10 @@ async fn serve(config: Config) -> anyhow::Result<()> {
             webhook::Running::start(
                 &store,
                 path,
+                match &config.db {
+                    Database::Redb(db) => Some(webhook::status_file(db)),
+                    Database::Postgres(_) => None,
+                },
                 config.webhook_retry_schedule.clone(),
                 config.webhooks_allow_private,
                 config.webhooks_ca.as_deref(),

@@ -102,15 +102,15 @@ fn read_states(
     use crate::store::{EventQuery, Location, Store, Tuning};
     let url = match db {
         crate::config::Database::Redb(path) => {
-            return crate::store::redb_file::webhook_states(path).map_err(|e| match e {
-                crate::store::StoreError::Locked => anyhow::anyhow!(
-                    "{} is open in a server that does not share it: the state can be read \
-                     beside a server started with --shared-reads (PETSTORE_SHARED_READS=1), \
-                     or with the server stopped; `webhooks list` without --db shows the file",
+            return match crate::store::redb_file::webhook_states(path) {
+                Ok(read) => Ok(read),
+                // The server holds the file: it shows the state in its status file.
+                Err(crate::store::StoreError::Locked) => status_of_server(path),
+                Err(e) => Err(anyhow::anyhow!(
+                    "reading the delivery state in {}: {e}",
                     path.display()
-                ),
-                e => anyhow::anyhow!("reading the delivery state in {}: {e}", path.display()),
-            });
+                )),
+            };
         }
         crate::config::Database::Postgres(url) => url,
     };
@@ -153,6 +153,31 @@ fn read_states(
         };
         Ok((states?, newest))
     })
+}
+
+/// The state a running server on the redb file `db` last wrote to its status file.
+fn status_of_server(db: &Path) -> anyhow::Result<(Vec<(String, crate::store::WebhookState)>, u64)> {
+    let file = super::status_file(db);
+    let text = std::fs::read(&file).map_err(|e| {
+        anyhow::anyhow!(
+            "{} is open in a server, and its status file {} does not read ({e}): a server \
+             with --webhooks writes it every few seconds",
+            db.display(),
+            file.display()
+        )
+    })?;
+    let status: super::Status =
+        serde_json::from_slice(&text).with_context(|| format!("reading {}", file.display()))?;
+    let age = std::fs::metadata(&file)
+        .and_then(|m| m.modified())
+        .ok()
+        .and_then(|at| at.elapsed().ok())
+        .map_or_else(String::new, |age| format!(", {}s old", age.as_secs()));
+    eprintln!(
+        "state as the running server last wrote it to {}{age}",
+        file.display()
+    );
+    Ok((status.states, status.newest))
 }
 
 /// `list` with each endpoint's delivery state.

@@ -24,14 +24,35 @@ use endpoints::Endpoint;
 pub struct Running {
     path: PathBuf,
     webhooks: Webhooks,
+    status: Option<tokio::task::JoinHandle<()>>,
+}
+
+/// How often a redb server refreshes its status file (`status_file`).
+const STATUS_EVERY: Duration = Duration::from_secs(2);
+
+/// Where a server on the redb file `db` shows its endpoints' delivery state to `petstore
+/// webhooks list --db`, which cannot open a file a server holds (unless `--shared-reads`).
+pub fn status_file(db: &Path) -> PathBuf {
+    let mut name = db.as_os_str().to_owned();
+    name.push(".webhooks");
+    PathBuf::from(name)
+}
+
+/// What the status file holds: the feed's newest event and each endpoint's state.
+#[derive(serde::Serialize, serde::Deserialize, PartialEq)]
+pub struct Status {
+    pub newest: u64,
+    pub states: Vec<(String, crate::store::WebhookState)>,
 }
 
 impl Running {
     /// Reads the endpoints file at `path` and starts delivering: a file that does not read
-    /// fails the start, as a broken keys file does; a missing one is no endpoints yet.
+    /// fails the start, as a broken keys file does; a missing one is no endpoints yet. With
+    /// `status`, the endpoints' state is written there as it changes (`status_file`).
     pub async fn start(
         store: &Store,
         path: &Path,
+        status: Option<PathBuf>,
         schedule: Vec<Duration>,
         allow_private: bool,
         ca: Option<&Path>,
@@ -46,6 +67,7 @@ impl Running {
         Ok(Running {
             path: path.to_owned(),
             webhooks: Webhooks::start(store.clone(), settings, endpoints).await,
+            status: status.map(|file| tokio::spawn(keep_status(store.clone(), file))),
         })
     }
 
@@ -59,6 +81,9 @@ impl Running {
     }
 
     pub async fn stop(&self) {
+        if let Some(status) = &self.status {
+            status.abort();
+        }
         self.webhooks.stop().await;
     }
 }
@@ -69,6 +94,51 @@ fn read(path: &Path) -> anyhow::Result<Vec<Endpoint>> {
         None => {
             tracing::info!(file = %path.display(), "no webhooks file there yet: no endpoints");
             Ok(Vec::new())
+        }
+    }
+}
+
+/// Writes the status file whenever the state changed, every `STATUS_EVERY`. A view, not a
+/// record: replaced whole (temp file and rename, so a reader never sees half of one) but not
+/// synced; the store holds the state itself.
+async fn keep_status(store: Store, file: PathBuf) {
+    let mut last = Vec::new();
+    let temp = {
+        let mut name = file.as_os_str().to_owned();
+        name.push(".tmp");
+        PathBuf::from(name)
+    };
+    let mut first = true;
+    loop {
+        if !std::mem::take(&mut first) {
+            tokio::time::sleep(STATUS_EVERY).await;
+        }
+        let query = crate::store::EventQuery {
+            after: None,
+            types: crate::event::Types::only([]),
+            limit: 1,
+            scan: 1,
+        };
+        let (Ok(states), Ok(feed)) = (store.webhook_states().await, store.events(query).await)
+        else {
+            continue;
+        };
+        let status = Status {
+            newest: feed.state.newest,
+            states,
+        };
+        let Ok(bytes) = serde_json::to_vec(&status) else {
+            continue;
+        };
+        if bytes == last {
+            continue;
+        }
+        let written = std::fs::write(&temp, &bytes).and_then(|()| std::fs::rename(&temp, &file));
+        match written {
+            Ok(()) => last = bytes,
+            Err(e) => {
+                tracing::debug!(file = %file.display(), error = %e, "writing the webhooks status file failed");
+            }
         }
     }
 }
