@@ -379,7 +379,7 @@ fn hash_key(key: &[u8]) -> [u8; 32] {
     Sha256::digest(key).into()
 }
 
-fn decode_hash(hex: &str) -> anyhow::Result<[u8; 32]> {
+pub fn decode_hash(hex: &str) -> anyhow::Result<[u8; 32]> {
     let digits = hex.as_bytes();
     anyhow::ensure!(digits.len() == 64, "found {} characters", digits.len());
     let mut hash = [0u8; 32];
@@ -397,7 +397,7 @@ fn decode_hash(hex: &str) -> anyhow::Result<[u8; 32]> {
     Ok(hash)
 }
 
-fn encode_hex(bytes: &[u8]) -> String {
+pub fn encode_hex(bytes: &[u8]) -> String {
     bytes
         .iter()
         .fold(String::with_capacity(bytes.len() * 2), |mut text, b| {

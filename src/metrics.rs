@@ -368,11 +368,10 @@ pub fn webhook_endpoint(name: &str, behind_secs: u64, disabled: bool) {
     let mut endpoints = WEBHOOK_ENDPOINTS
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
+    // Called on every page an endpoint reads: its name is copied only the first time.
     match endpoints.get_mut(name) {
         Some(kept) => *kept = (behind_secs, disabled),
-        None => {
-            endpoints.insert(name.to_owned(), (behind_secs, disabled));
-        }
+        None => drop(endpoints.insert(name.to_owned(), (behind_secs, disabled))),
     }
 }
 

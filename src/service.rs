@@ -363,22 +363,7 @@ impl App {
             };
             let checked = match checked {
                 Ok(checked) => checked,
-                // Only a key that is not valid counts against its address, so the limit can
-                // slow a key guesser but never refuse a valid key, whoever shares the address.
-                Err(AuthFailure::Invalid) => {
-                    self.0
-                        .limits
-                        .check_auth_failure(peer)
-                        .map_err(Error::RateLimited)?;
-                    return Err(AuthFailure::Invalid.into());
-                }
-                // A key that expired is one we issued, not a guess: it names its holder in
-                // the log and does not count against the address.
-                Err(AuthFailure::Expired { label: expired }) => {
-                    *label = Some(Arc::clone(&expired));
-                    return Err(AuthFailure::Expired { label: expired }.into());
-                }
-                Err(failure) => return Err(failure.into()),
+                Err(failure) => return Err(self.refused(failure, peer, label)),
             };
             *label = Some(Arc::clone(&checked.label));
             self.0
@@ -431,11 +416,13 @@ impl App {
             Route::ListEvents => {
                 let head = parts.method == Method::HEAD;
                 let feed = &self.0.feed;
-                // A stream outlives its request's check: its key is checked again as it goes.
-                let keys = Arc::clone(&self.0.keys);
+                // A stream outlives its request's check: its key is checked again as it goes
+                // (made only for a stream, not for every page).
                 let key = caller.as_ref().map(|caller| caller.key_hash);
-                let allowed: crate::feed::StillAllowed =
-                    Box::new(move || key.is_some_and(|key| keys.by_hash(&key).is_ok()));
+                let allowed = || -> crate::feed::StillAllowed {
+                    let keys = Arc::clone(&self.0.keys);
+                    Box::new(move || key.is_some_and(|key| keys.by_hash(&key).is_ok()))
+                };
                 Box::pin(events::list_events(
                     store, feed, query, headers, head, allowed,
                 ))
@@ -473,6 +460,25 @@ impl App {
 }
 
 impl App {
+    /// The answer to a key that was refused (a bearer key, or a console's sign-in).
+    fn refused(&self, failure: AuthFailure, peer: &str, label: &mut Option<Arc<str>>) -> Error {
+        match failure {
+            // Only a key that is not valid counts against its address, so the limit can slow
+            // a key guesser but never refuse a valid key, whoever shares the address.
+            AuthFailure::Invalid => match self.0.limits.check_auth_failure(peer) {
+                Ok(()) => AuthFailure::Invalid.into(),
+                Err(refusal) => Error::RateLimited(refusal),
+            },
+            // A key that expired is one we issued, not a guess: it names its holder in the
+            // log and does not count against the address.
+            AuthFailure::Expired { label: expired } => {
+                *label = Some(Arc::clone(&expired));
+                AuthFailure::Expired { label: expired }.into()
+            }
+            failure => failure.into(),
+        }
+    }
+
     /// A request under the console's prefix: its page and files, or its session.
     async fn console(
         &self,
@@ -495,19 +501,8 @@ impl App {
                 let timeout = self.0.body_timeout;
                 match session::sign_in_request(&console.sessions, headers, body, timeout).await {
                     Ok(reply) => reply,
-                    // Counted against the address, as a bearer key that is not valid is.
-                    Err(Ok(AuthFailure::Invalid)) => {
-                        self.0
-                            .limits
-                            .check_auth_failure(peer)
-                            .map_err(Error::RateLimited)?;
-                        return Err(AuthFailure::Invalid.into());
-                    }
-                    Err(Ok(AuthFailure::Expired { label: expired })) => {
-                        *label = Some(Arc::clone(&expired));
-                        return Err(AuthFailure::Expired { label: expired }.into());
-                    }
-                    Err(Ok(failure)) => return Err(failure.into()),
+                    // A sign-in's key is refused as a bearer key is.
+                    Err(Ok(failure)) => return Err(self.refused(failure, peer, label)),
                     Err(Err(e)) => return Err(e),
                 }
             }

@@ -1215,50 +1215,84 @@ pub fn percentiles(values: &mut [i32]) -> Option<[i64; 3]> {
     Some([at(0.50), at(0.99), i64::from(values[last])])
 }
 
+/// How the readers of the creates' events (streams, webhook receivers) got them, one reader at
+/// a time: the delays of the window's creates from their 201 and from their request, and what
+/// came early, twice or unasked for.
+pub(crate) struct Arrivals<'a> {
+    creates: &'a Creates,
+    index: HashMap<u64, usize>,
+    seen: Vec<bool>,
+    pub(crate) from_201: Vec<i32>,
+    pub(crate) from_request: Vec<i32>,
+    /// Events that came before their create's 201.
+    pub(crate) early: usize,
+    pub(crate) duplicates: usize,
+    /// Events of pets no create made.
+    pub(crate) unknown: usize,
+}
+
+impl<'a> Arrivals<'a> {
+    pub(crate) fn new(creates: &'a Creates, readers: usize) -> Arrivals<'a> {
+        let inside = creates.created.iter().filter(|c| c.inside).count();
+        Arrivals {
+            creates,
+            index: creates
+                .created
+                .iter()
+                .enumerate()
+                .map(|(i, created)| (created.pet, i))
+                .collect(),
+            seen: vec![false; creates.created.len()],
+            from_201: Vec::with_capacity(readers * inside),
+            from_request: Vec::with_capacity(readers * inside),
+            early: 0,
+            duplicates: 0,
+            unknown: 0,
+        }
+    }
+
+    /// Counts one reader's events, each a pet and the instant it arrived (µs); returns how
+    /// many of the creates it got.
+    pub(crate) fn count(&mut self, events: &[(u64, u32)]) -> usize {
+        let delay =
+            |at: u32, from: u32| i32::try_from(i64::from(at) - i64::from(from)).unwrap_or(i32::MAX);
+        self.seen.fill(false);
+        let mut distinct = 0;
+        for &(pet, at) in events {
+            let Some(&i) = self.index.get(&pet) else {
+                self.unknown += 1;
+                continue;
+            };
+            if self.seen[i] {
+                self.duplicates += 1;
+                continue;
+            }
+            self.seen[i] = true;
+            distinct += 1;
+            let created = self.creates.created[i];
+            if created.inside {
+                if at < created.done_us {
+                    self.early += 1;
+                }
+                self.from_201.push(delay(at, created.done_us));
+                self.from_request.push(delay(at, created.sent_us));
+            }
+        }
+        distinct
+    }
+}
+
 /// Holds every stream against the creates: every 201's pet once on each, in one order for all
 /// (cursors increasing, which the parser checked), and the delays.
 fn deliveries(creates: &Creates, logs: &[StreamLog]) -> Delivery {
     let n = creates.created.len();
-    let index: HashMap<u64, usize> = creates
-        .created
-        .iter()
-        .enumerate()
-        .map(|(i, created)| (created.pet, i))
-        .collect();
-    let inside = creates.created.iter().filter(|c| c.inside).count();
-    let mut from_201: Vec<i32> = Vec::with_capacity(logs.len() * inside);
-    let mut from_request: Vec<i32> = Vec::with_capacity(logs.len() * inside);
-    let mut early = 0;
-    let mut seen = vec![false; n];
+    let mut arrivals = Arrivals::new(creates, logs.len());
     let mut problems: Vec<String> = Vec::new();
-    let (mut missing_streams, mut missing, mut duplicates, mut unknown) = (0, 0, 0, 0);
+    let (mut missing_streams, mut missing) = (0, 0);
     let mut reference: Option<&StreamLog> = None;
     let mut reordered = 0;
-    let delay =
-        |at: u32, from: u32| i32::try_from(i64::from(at) - i64::from(from)).unwrap_or(i32::MAX);
     for log in logs {
-        seen.fill(false);
-        let mut distinct = 0;
-        for &(pet, at) in &log.events {
-            let Some(&i) = index.get(&pet) else {
-                unknown += 1;
-                continue;
-            };
-            if seen[i] {
-                duplicates += 1;
-                continue;
-            }
-            seen[i] = true;
-            distinct += 1;
-            let created = creates.created[i];
-            if created.inside {
-                if at < created.done_us {
-                    early += 1;
-                }
-                from_201.push(delay(at, created.done_us));
-                from_request.push(delay(at, created.sent_us));
-            }
-        }
+        let distinct = arrivals.count(&log.events);
         if distinct < n {
             missing_streams += 1;
             missing += n - distinct;
@@ -1296,10 +1330,12 @@ fn deliveries(creates: &Creates, logs: &[StreamLog]) -> Delivery {
             "{reordered} streams saw the events in another order than the first"
         ));
     }
-    if unknown > 0 && failed_creates == 0 {
+    if arrivals.unknown > 0 && failed_creates == 0 {
+        let unknown = arrivals.unknown;
         summary.push(format!("{unknown} events of pets no create made"));
     }
-    if duplicates > 0 {
+    if arrivals.duplicates > 0 {
+        let duplicates = arrivals.duplicates;
         summary.push(format!("{duplicates} events delivered twice"));
     }
     if missing_streams > 0 {
@@ -1322,10 +1358,10 @@ fn deliveries(creates: &Creates, logs: &[StreamLog]) -> Delivery {
     Delivery {
         streams: logs.len(),
         creates: n,
-        measured: from_201.len(),
-        early,
-        from_201: percentiles(&mut from_201),
-        from_request: percentiles(&mut from_request),
+        measured: arrivals.from_201.len(),
+        early: arrivals.early,
+        from_201: percentiles(&mut arrivals.from_201),
+        from_request: percentiles(&mut arrivals.from_request),
         verdict,
     }
 }

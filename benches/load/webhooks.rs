@@ -468,45 +468,12 @@ struct Delivery {
 /// in one order, signed; and the delays.
 fn deliveries(creates: &Creates, logs: &[HookLog]) -> Delivery {
     let n = creates.created.len();
-    let index: std::collections::HashMap<u64, usize> = creates
-        .created
-        .iter()
-        .enumerate()
-        .map(|(i, created)| (created.pet, i))
-        .collect();
-    let inside = creates.created.iter().filter(|c| c.inside).count();
-    let mut from_201: Vec<i32> = Vec::with_capacity(logs.len() * inside);
-    let mut from_request: Vec<i32> = Vec::with_capacity(logs.len() * inside);
-    let delay =
-        |at: u32, from: u32| i32::try_from(i64::from(at) - i64::from(from)).unwrap_or(i32::MAX);
-    let mut seen = vec![false; n];
-    let (mut missing, mut duplicates, mut unknown, mut early, mut verified) = (0, 0, 0, 0, 0);
+    let mut arrivals = events::Arrivals::new(creates, logs.len());
+    let (mut missing, mut duplicates, mut verified) = (0, 0, 0);
     let (mut out_of_order, mut reordered) = (0, 0);
     let mut problems = Vec::new();
     for (r, log) in logs.iter().enumerate() {
-        seen.fill(false);
-        let mut distinct = 0;
-        for &(pet, at) in &log.events {
-            let Some(&i) = index.get(&pet) else {
-                unknown += 1;
-                continue;
-            };
-            if seen[i] {
-                duplicates += 1;
-                continue;
-            }
-            seen[i] = true;
-            distinct += 1;
-            let created = creates.created[i];
-            if created.inside {
-                if at < created.done_us {
-                    early += 1;
-                }
-                from_201.push(delay(at, created.done_us));
-                from_request.push(delay(at, created.sent_us));
-            }
-        }
-        missing += n - distinct;
+        missing += n - arrivals.count(&log.events);
         duplicates += log.duplicates;
         out_of_order += log.out_of_order;
         verified += log.verified;
@@ -536,7 +503,8 @@ fn deliveries(creates: &Creates, logs: &[HookLog]) -> Delivery {
         ));
     }
     // A create that failed on the client's side may have committed; with none, it is wrong.
-    if unknown > 0 && failed_creates == 0 {
+    if arrivals.unknown > 0 && failed_creates == 0 {
+        let unknown = arrivals.unknown;
         summary.push(format!("{unknown} events of pets no create made"));
     }
     summary.append(&mut problems);
@@ -546,12 +514,12 @@ fn deliveries(creates: &Creates, logs: &[HookLog]) -> Delivery {
         Err(summary.join("; "))
     };
     Delivery {
-        measured: from_201.len(),
-        early,
-        from_201: events::percentiles(&mut from_201),
-        from_request: events::percentiles(&mut from_request),
+        measured: arrivals.from_201.len(),
+        early: arrivals.early as u64,
+        from_201: events::percentiles(&mut arrivals.from_201),
+        from_request: events::percentiles(&mut arrivals.from_request),
         verified,
-        wrong: missing as u64 + duplicates + out_of_order,
+        wrong: missing as u64 + duplicates + arrivals.duplicates as u64 + out_of_order,
         verdict,
     }
 }

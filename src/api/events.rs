@@ -28,7 +28,7 @@ pub async fn list_events(
     query: Option<&str>,
     headers: &HeaderMap,
     head: bool,
-    allowed: crate::feed::StillAllowed,
+    allowed: impl FnOnce() -> crate::feed::StillAllowed,
 ) -> Result<Reply, Error> {
     let streaming = !head && accepts_event_stream(headers);
     // A browser's EventSource reconnects to the URL it first opened, with the id it last got.
@@ -63,7 +63,7 @@ pub async fn list_events(
         reply
             .headers
             .push((X_ACCEL_BUFFERING, HeaderValue::from_static("no")));
-        reply.stream = Some(feed.stream(place, page, query.types, allowed));
+        reply.stream = Some(feed.stream(place, page, query.types, allowed()));
         return Ok(reply);
     }
     let mut array = BytesMut::with_capacity(

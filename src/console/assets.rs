@@ -7,11 +7,11 @@
 use std::io::Write as _;
 
 use bytes::Bytes;
+use hyper::StatusCode;
 use hyper::header::{
     CACHE_CONTROL, CONTENT_ENCODING, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue,
     IF_NONE_MATCH, VARY,
 };
-use hyper::{Method, StatusCode};
 use sha2::{Digest, Sha256};
 
 use crate::api::Reply;
@@ -90,8 +90,9 @@ impl Served {
     }
 
     /// The answer to a GET or HEAD of this file with `headers`: the encoding they accept, or
-    /// 304 when `If-None-Match` names that encoding's tag.
-    pub fn reply(&self, method: &Method, headers: &HeaderMap) -> Reply {
+    /// 304 when `If-None-Match` names that encoding's tag (for a HEAD the service sends GET's
+    /// length and none of the content).
+    pub fn reply(&self, headers: &HeaderMap) -> Reply {
         let encoding = accepted(headers);
         let (body, suffix, coding) = match encoding {
             // An empty file compresses to more than it is: sent as it is.
@@ -123,8 +124,6 @@ impl Served {
         if let Some(coding) = coding {
             fields.push((CONTENT_ENCODING, HeaderValue::from_static(coding)));
         }
-        // HEAD: the service sends the length of GET's content and none of it.
-        let _ = method;
         Reply {
             status: StatusCode::OK,
             body,
@@ -136,10 +135,7 @@ impl Served {
 }
 
 fn hex_prefix(bytes: &[u8]) -> String {
-    Sha256::digest(bytes)[..6]
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    crate::auth::encode_hex(&Sha256::digest(bytes)[..6])
 }
 
 fn content_type(name: &str) -> &'static str {
@@ -235,17 +231,14 @@ mod tests {
             text,
             format!("<link href=\"/x/assets/{HASH}/s.css\"><a href=\"/x/\">")
         );
-        let reply = page.reply(&Method::GET, &with("br"));
+        let reply = page.reply(&with("br"));
         assert_eq!(reply.status, StatusCode::OK);
         let tag = reply.etag.clone().expect("a tag");
         let mut again = with("br");
         again.insert(IF_NONE_MATCH, tag);
-        assert_eq!(
-            page.reply(&Method::GET, &again).status,
-            StatusCode::NOT_MODIFIED
-        );
+        assert_eq!(page.reply(&again).status, StatusCode::NOT_MODIFIED);
         // Another encoding is another representation, with its own tag.
-        assert_ne!(page.reply(&Method::GET, &with("gzip")).etag, reply.etag);
+        assert_ne!(page.reply(&with("gzip")).etag, reply.etag);
     }
 
     #[test]

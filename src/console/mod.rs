@@ -96,7 +96,7 @@ impl Console {
                 )],
                 stream: None,
             },
-            Place::Page => self.page.reply(method, headers),
+            Place::Page => self.page.reply(headers),
             Place::Asset(asset) => {
                 let file = asset
                     .strip_prefix(HASH)
@@ -105,7 +105,7 @@ impl Console {
                     .ok_or_else(|| {
                         Error::NotFound("no such file in this build of the console".into())
                     })?;
-                file.reply(method, headers)
+                file.reply(headers)
             }
             Place::Session => {
                 return Err(Error::MethodNotAllowed {

@@ -23,7 +23,7 @@ use hyper::{Method, StatusCode, Version};
 use sha2::{Digest, Sha256};
 
 use crate::api::Reply;
-use crate::auth::{AuthFailure, Caller, Keys};
+use crate::auth::{AuthFailure, Caller, Keys, decode_hash, encode_hex};
 use crate::error::Error;
 use crate::store::{SessionRecord, SessionsGone, Store};
 
@@ -83,7 +83,7 @@ impl Sessions {
         let token = URL_SAFE_NO_PAD.encode(token);
         let now = crate::store::events::now_ms();
         let record = SessionRecord {
-            key: hex(&caller.key_hash),
+            key: encode_hex(&caller.key_hash),
             created_ms: now,
             used_ms: now,
         };
@@ -126,7 +126,7 @@ impl Sessions {
             self.end(hash).await;
             return Err(ended());
         }
-        let Some(key_hash) = unhex(&record.key) else {
+        let Ok(key_hash) = decode_hash(&record.key) else {
             self.end(hash).await;
             return Err(ended());
         };
@@ -291,21 +291,6 @@ fn token_hash(token: &str) -> [u8; 32] {
     Sha256::digest(token.as_bytes()).into()
 }
 
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-fn unhex(text: &str) -> Option<[u8; 32]> {
-    let mut out = [0u8; 32];
-    if text.len() != 64 {
-        return None;
-    }
-    for (i, byte) in out.iter_mut().enumerate() {
-        *byte = u8::from_str_radix(text.get(2 * i..2 * i + 2)?, 16).ok()?;
-    }
-    Some(out)
-}
-
 /// The `Set-Cookie` value that gives the browser `token`: for the whole origin (`/`), never
 /// readable by scripts, sent over TLS only and never with a request another site starts. No
 /// `Max-Age`: it ends with the browser; the server ends it sooner when unused.
@@ -419,12 +404,5 @@ mod tests {
         let mut none = HeaderMap::new();
         none.append(COOKIE, HeaderValue::from_static("__Host-petstore-session="));
         assert_eq!(cookie_token(&none), None);
-    }
-
-    #[test]
-    fn a_key_hash_reads_back_from_hex() {
-        let hash = [0xab; 32];
-        assert_eq!(unhex(&hex(&hash)), Some(hash));
-        assert_eq!(unhex("zz"), None);
     }
 }

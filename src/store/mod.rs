@@ -30,7 +30,7 @@ pub(crate) mod webhooks;
 mod write;
 
 pub use claims::{IdempotencyKey, KeyClaim};
-pub use events::{EventPage, EventQuery, ReadError, StoredEvent};
+pub use events::{EventPage, EventQuery, FeedState, ReadError, StoredEvent};
 pub use model::{
     Chunk, Created, Inventory, Moved, NextIds, OrderQuery, Page, Placed, Precondition, Settled,
     StoreError, StoredPet,
@@ -469,6 +469,24 @@ impl Store {
         match &self.backend {
             Backend::Redb(_) => Ok(()),
             Backend::Postgres(store) => Box::pin(store.release_webhooks(holder)).await,
+        }
+    }
+
+    /// The feed as one read sees it now: its identity, newest and last purged numbers.
+    pub async fn feed_state(&self) -> Result<FeedState, StoreError> {
+        let query = EventQuery {
+            after: None,
+            types: crate::event::Types::only([]),
+            limit: 1,
+            scan: 1,
+        };
+        match self.events(query).await {
+            Ok(page) => Ok(page.state),
+            Err(ReadError::Store(e)) => Err(e),
+            // A read from the oldest kept is never gone.
+            Err(ReadError::Gone) => Err(StoreError::Corrupt(
+                "the feed refused a read from its start".into(),
+            )),
         }
     }
 

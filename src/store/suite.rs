@@ -1882,23 +1882,7 @@ fn the_url_s_options_apply_on_postgres() {
 /// position, not before it where the reader would never look.
 #[test]
 fn on_postgres_a_transaction_that_commits_later_numbers_its_event_later() {
-    let cluster = shared_cluster();
-    cluster.psql("CREATE DATABASE feed_order");
-    let url = cluster.url().replace("/petstore?", "/feed_order?");
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .expect("a runtime builds");
-    runtime.block_on(async {
-        let open = || async {
-            let target = postgres::connect::parse(&url, None, None, 4, Duration::from_secs(5))
-                .expect("a test cluster URL");
-            Store::open(Location::Postgres(Box::new(target)), TUNING)
-                .await
-                .expect("open")
-                .0
-        };
-        let (a, b) = (open().await, open().await);
+    on_two_instances("feed_order", TUNING, async |cluster, a, b| {
         let held = add(&a, new_pet("held", None)).await.expect("create");
         let holder = {
             let cluster = Arc::clone(&cluster);
@@ -1938,14 +1922,18 @@ fn on_postgres_a_transaction_that_commits_later_numbers_its_event_later() {
     });
 }
 
-/// Two instances, one webhook endpoint: the lease lets one deliver at a time, fences the
-/// other's saves, passes at once on a release and lapses when not renewed.
-#[test]
-fn on_postgres_one_instance_holds_a_webhook_lease_and_a_save_without_it_is_refused() {
-    use crate::store::webhooks::WebhookState;
+/// Runs `case` on two instances (two `Store`s, each with its own writer and pool) of a new
+/// database `database` of the shared cluster, opened with `tuning`.
+fn on_two_instances(
+    database: &str,
+    tuning: Tuning,
+    case: impl AsyncFnOnce(Arc<Cluster>, Store, Store),
+) {
     let cluster = shared_cluster();
-    cluster.psql("CREATE DATABASE webhook_leases");
-    let url = cluster.url().replace("/petstore?", "/webhook_leases?");
+    cluster.psql(&format!("CREATE DATABASE {database}"));
+    let url = cluster
+        .url()
+        .replace("/petstore?", &format!("/{database}?"));
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -1954,12 +1942,22 @@ fn on_postgres_one_instance_holds_a_webhook_lease_and_a_save_without_it_is_refus
         let open = || async {
             let target = postgres::connect::parse(&url, None, None, 4, Duration::from_secs(5))
                 .expect("a test cluster URL");
-            Store::open(Location::Postgres(Box::new(target)), TUNING)
+            Store::open(Location::Postgres(Box::new(target)), tuning)
                 .await
                 .expect("open")
                 .0
         };
         let (a, b) = (open().await, open().await);
+        case(cluster, a, b).await;
+    });
+}
+
+/// Two instances, one webhook endpoint: the lease lets one deliver at a time, fences the
+/// other's saves, passes at once on a release and lapses when not renewed.
+#[test]
+fn on_postgres_one_instance_holds_a_webhook_lease_and_a_save_without_it_is_refused() {
+    use crate::store::webhooks::WebhookState;
+    on_two_instances("webhook_leases", TUNING, async |_cluster, a, b| {
         let fresh = WebhookState::default();
         let held = a.lease_webhook("ep", "a", &fresh).await.expect("lease");
         assert_eq!(held, Some(fresh.clone()));
@@ -2005,23 +2003,8 @@ fn on_postgres_one_instance_holds_a_webhook_lease_and_a_save_without_it_is_refus
 /// walk of every pet. Then both expire the ended holds at once, and each expires once.
 #[test]
 fn on_postgres_two_instances_sell_each_pet_at_most_once() {
-    let cluster = shared_cluster();
-    cluster.psql("CREATE DATABASE two_instances");
-    let url = cluster.url().replace("/petstore?", "/two_instances?");
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .expect("a runtime builds");
-    runtime.block_on(async {
-        let open = || async {
-            let target = postgres::connect::parse(&url, None, None, 4, Duration::from_secs(5))
-                .expect("a test cluster URL");
-            Store::open(Location::Postgres(Box::new(target)), HOLD_A_MINUTE)
-                .await
-                .expect("open")
-                .0
-        };
-        let instances = [open().await, open().await];
+    on_two_instances("two_instances", HOLD_A_MINUTE, async |_cluster, a, b| {
+        let instances = [a, b];
         let mut pets = Vec::new();
         for i in 0..20 {
             let pet = add(&instances[i % 2], new_pet("p", Some(PetStatus::Available)))

@@ -99,7 +99,7 @@ fn read_states(
     password_file: Option<PathBuf>,
     ca: Option<PathBuf>,
 ) -> anyhow::Result<(Vec<(String, crate::store::WebhookState)>, u64)> {
-    use crate::store::{EventQuery, Location, Store, Tuning};
+    use crate::store::{Location, Store, Tuning};
     let url = match db {
         crate::config::Database::Redb(path) => {
             return match crate::store::redb_file::webhook_states(path) {
@@ -137,21 +137,9 @@ fn read_states(
             .await
             .with_context(|| format!("opening {url}"))?;
         let states = store.webhook_states().await;
-        let feed = store
-            .events(EventQuery {
-                after: None,
-                types: crate::event::Types::only([]),
-                limit: 1,
-                scan: 1,
-            })
-            .await;
+        let feed = store.feed_state().await;
         store.close().await;
-        let newest = match feed {
-            Ok(page) => page.state.newest,
-            Err(crate::store::ReadError::Store(e)) => return Err(e.into()),
-            Err(crate::store::ReadError::Gone) => 0,
-        };
-        Ok((states?, newest))
+        Ok((states?, feed?.newest))
     })
 }
 

@@ -27,7 +27,7 @@ use tokio::task::JoinHandle;
 use super::endpoints::Endpoint;
 use super::sign::signature;
 use super::target::resolve;
-use crate::event::{Position, Types};
+use crate::event::Position;
 use crate::metrics::{self, WebhookOutcome};
 use crate::store::{EventQuery, ReadError, Store, StoredEvent, WebhookState};
 
@@ -100,7 +100,7 @@ impl Webhooks {
         if getrandom::fill(&mut holder).is_err() {
             holder = crate::clock::unix_now().to_be_bytes();
         }
-        let holder = holder.iter().map(|b| format!("{b:02x}")).collect();
+        let holder = crate::auth::encode_hex(&holder);
         let webhooks = Webhooks {
             shared: Arc::new(Shared {
                 store,
@@ -434,7 +434,12 @@ impl Worker {
     /// Takes or renews the lease; `Some(wait)` when this process does not hold the endpoint.
     async fn hold(&mut self, store: &Store, id: &str) -> Option<Duration> {
         let endpoint = self.endpoint.borrow().clone();
-        let fresh = match fresh_state(store, &endpoint).await {
+        // A renewal finds the row there: only a first hold may make it, from the feed.
+        let fresh = match &self.state {
+            Some(state) => Ok(state.clone()),
+            None => fresh_state(store, &endpoint).await,
+        };
+        let fresh = match fresh {
             Ok(fresh) => fresh,
             Err(e) => {
                 tracing::warn!(endpoint = %id, error = %e, "reading the event feed for a webhook failed; trying again");
@@ -499,15 +504,8 @@ impl Worker {
 
     /// The feed no longer continues from the position: the endpoint stops, saying why.
     async fn stop_at_gone(&mut self, store: &Store, id: &str) -> Next {
-        let query = EventQuery {
-            after: None,
-            types: Types::only([]),
-            limit: 1,
-            scan: 1,
-        };
-        let now = match store.events(query).await {
-            Ok(page) => page.state,
-            Err(_) => return Next::Wait(STORE_RETRY),
+        let Ok(now) = store.feed_state().await else {
+            return Next::Wait(STORE_RETRY);
         };
         let Some(state) = self.state.as_mut() else {
             return Next::Again;
@@ -736,21 +734,7 @@ async fn fresh_state(
     store: &Store,
     endpoint: &Endpoint,
 ) -> Result<WebhookState, crate::store::StoreError> {
-    let query = EventQuery {
-        after: None,
-        types: Types::only([]),
-        limit: 1,
-        scan: 1,
-    };
-    let feed = match store.events(query).await {
-        Ok(page) => page.state,
-        Err(ReadError::Store(e)) => return Err(e),
-        Err(ReadError::Gone) => {
-            return Err(crate::store::StoreError::Corrupt(
-                "the feed refused a read from its start".into(),
-            ));
-        }
-    };
+    let feed = store.feed_state().await?;
     Ok(WebhookState {
         feed: feed.feed,
         position: if endpoint.from_start {
@@ -862,7 +846,7 @@ mod tests {
             // Nothing listens there: every try is refused.
             url: "https://127.0.0.1:9/hook".parse().expect("a URL"),
             secrets: vec![super::super::endpoints::Secret::generate().expect("a secret")],
-            types: Types::ALL,
+            types: crate::event::Types::ALL,
             label: None,
             from_start: true,
             resume: 0,

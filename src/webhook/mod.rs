@@ -113,18 +113,12 @@ async fn keep_status(store: Store, file: PathBuf) {
         if !std::mem::take(&mut first) {
             tokio::time::sleep(STATUS_EVERY).await;
         }
-        let query = crate::store::EventQuery {
-            after: None,
-            types: crate::event::Types::only([]),
-            limit: 1,
-            scan: 1,
-        };
-        let (Ok(states), Ok(feed)) = (store.webhook_states().await, store.events(query).await)
+        let (Ok(states), Ok(feed)) = (store.webhook_states().await, store.feed_state().await)
         else {
             continue;
         };
         let status = Status {
-            newest: feed.state.newest,
+            newest: feed.newest,
             states,
         };
         let Ok(bytes) = serde_json::to_vec(&status) else {

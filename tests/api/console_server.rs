@@ -7,13 +7,12 @@
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::Duration;
 
 use hyper::Method;
 
 use crate::orders::{cluster, on_postgres};
-use crate::support::{Client, DEV_KEY, Options, Reply, Server, cert};
+use crate::support::{Client, DEV_KEY, Options, Reply, Server, cert, keys_on};
 
 const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; \
                    connect-src 'self'; font-src 'self'; manifest-src 'self'; \
@@ -369,17 +368,11 @@ async fn a_key_opens_a_session_the_api_takes_and_sign_out_ends_it() {
 fn keys_with(dir: &Path, label: &str, read_only: bool) -> (PathBuf, String) {
     let file = dir.join("api-keys");
     std::fs::copy(cert("dev-keys.txt"), &file).expect("the keys file");
-    let mut command = Command::new(env!("CARGO_BIN_EXE_petstore"));
-    command
-        .args(["keys", "--api-keys"])
-        .arg(&file)
-        .args(["add", label]);
+    let mut args = vec!["add", label];
     if read_only {
-        command.arg("--read-only");
+        args.push("--read-only");
     }
-    let output = command.output().expect("keys add runs");
-    assert!(output.status.success(), "{output:?}");
-    let key = String::from_utf8(output.stdout).expect("UTF-8");
+    let key = keys_on(&file, &args);
     (file, key.lines().next().expect("the key").to_owned())
 }
 
@@ -453,13 +446,7 @@ async fn a_session_survives_a_restart_and_ends_when_its_key_is_revoked() {
     .await;
     assert_eq!(after_restart.status, 200, "{:?}", after_restart.body);
 
-    let revoke = Command::new(env!("CARGO_BIN_EXE_petstore"))
-        .args(["keys", "--api-keys"])
-        .arg(&file)
-        .args(["revoke", "carol"])
-        .output()
-        .expect("keys revoke runs");
-    assert!(revoke.status.success(), "{revoke:?}");
+    keys_on(&file, &["revoke", "carol"]);
     server.signal("HUP");
     server.wait_for_log("reload done", 1);
     let revoked = plain(

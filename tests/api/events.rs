@@ -2898,14 +2898,7 @@ async fn a_stream_ends_within_a_bookmark_of_its_key_being_revoked() {
     let dir = tempfile::tempdir().expect("temp dir");
     let file = dir.path().join("api-keys");
     std::fs::copy(cert("dev-keys.txt"), &file).expect("the keys file");
-    let added = std::process::Command::new(env!("CARGO_BIN_EXE_petstore"))
-        .args(["keys", "--api-keys"])
-        .arg(&file)
-        .args(["add", "relay"])
-        .output()
-        .expect("keys add runs");
-    assert!(added.status.success(), "{added:?}");
-    let key = String::from_utf8(added.stdout).expect("UTF-8");
+    let key = crate::support::keys_on(&file, &["add", "relay"]);
     let bearer = format!("Bearer {}", key.trim());
     let server = Server::start_with(Options {
         api_keys: file.clone(),
@@ -2917,13 +2910,7 @@ async fn a_stream_ends_within_a_bookmark_of_its_key_being_revoked() {
     ];
     let mut sse = streaming(open(server.addr, Protocol::Http1, "/v1/events", &headers).await);
     sse.start().await;
-    let revoked = std::process::Command::new(env!("CARGO_BIN_EXE_petstore"))
-        .args(["keys", "--api-keys"])
-        .arg(&file)
-        .args(["revoke", "relay"])
-        .output()
-        .expect("keys revoke runs");
-    assert!(revoked.status.success(), "{revoked:?}");
+    crate::support::keys_on(&file, &["revoke", "relay"]);
     server.signal("HUP");
     server.wait_for_log("reload done", 1);
     let ended_by = Instant::now();

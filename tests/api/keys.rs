@@ -5,7 +5,6 @@
 use std::ffi::OsStr;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 
 use bytes::Bytes;
 use hyper::Method;
@@ -29,22 +28,8 @@ fn own_keys(dir: &Path) -> (PathBuf, String) {
 /// Runs `petstore keys ARGS` on `file`, named by `PETSTORE_API_KEYS` as the server's unit
 /// does, or by `--api-keys` when `by_flag`.
 fn keys(file: &Path, by_flag: bool, args: &[&str]) -> (Option<i32>, String, String) {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_petstore"));
-    command.arg("keys").args(args);
-    if by_flag {
-        command.arg("--api-keys").arg(file);
-    } else {
-        command.env("PETSTORE_API_KEYS", file);
-    }
-    let output = command
-        .stdin(Stdio::null())
-        .output()
-        .expect("the petstore binary runs");
-    (
-        output.status.code(),
-        String::from_utf8(output.stdout).expect("UTF-8 stdout"),
-        String::from_utf8(output.stderr).expect("UTF-8 stderr"),
-    )
+    let named = ("--api-keys", "PETSTORE_API_KEYS");
+    crate::support::run_on_file("keys", named, file, by_flag, args)
 }
 
 /// `keys add`: the key alone on the only line of standard output.

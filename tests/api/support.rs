@@ -367,6 +367,47 @@ pub fn run(args: &[&std::ffi::OsStr]) -> (Option<i32>, String, String) {
     )
 }
 
+/// Runs `petstore SUBCOMMAND ARGS` on the file `file` (the keys file, the webhooks file), named
+/// by the variable `env` as the server's unit names it, or by the flag `flag` when `by_flag`.
+pub fn run_on_file(
+    subcommand: &str,
+    (flag, env): (&str, &str),
+    file: &Path,
+    by_flag: bool,
+    args: &[&str],
+) -> (Option<i32>, String, String) {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_petstore"));
+    command.arg(subcommand).args(args);
+    if by_flag {
+        command.arg(flag).arg(file);
+        command.env_remove(env);
+    } else {
+        command.env(env, file);
+    }
+    let output = command
+        .stdin(Stdio::null())
+        .output()
+        .expect("the petstore binary runs");
+    (
+        output.status.code(),
+        String::from_utf8(output.stdout).expect("UTF-8 stdout"),
+        String::from_utf8(output.stderr).expect("UTF-8 stderr"),
+    )
+}
+
+/// `petstore keys ARGS` on the keys file `file`, expected to succeed; returns standard output.
+pub fn keys_on(file: &Path, args: &[&str]) -> String {
+    let (code, stdout, stderr) = run_on_file(
+        "keys",
+        ("--api-keys", "PETSTORE_API_KEYS"),
+        file,
+        true,
+        args,
+    );
+    assert_eq!(code, Some(0), "keys {args:?}: {stderr}");
+    stdout
+}
+
 /// Starts a server on `db` with `options`, expecting start-up to fail; returns stderr.
 pub fn start_failing(db: &Path, options: &Options) -> String {
     let args = [

@@ -15,23 +15,8 @@ const RELOAD_HINT: &str = "a running server takes it on reload: `systemctl reloa
 /// Runs `petstore webhooks ARGS` on `file`, named by `PETSTORE_WEBHOOKS` as the server's unit
 /// would, or by `--webhooks` when `by_flag`.
 fn webhooks(file: &Path, by_flag: bool, args: &[&str]) -> (Option<i32>, String, String) {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_petstore"));
-    command.arg("webhooks").args(args);
-    if by_flag {
-        command.arg("--webhooks").arg(file);
-        command.env_remove("PETSTORE_WEBHOOKS");
-    } else {
-        command.env("PETSTORE_WEBHOOKS", file);
-    }
-    let output = command
-        .stdin(Stdio::null())
-        .output()
-        .expect("the petstore binary runs");
-    (
-        output.status.code(),
-        String::from_utf8(output.stdout).expect("UTF-8 stdout"),
-        String::from_utf8(output.stderr).expect("UTF-8 stderr"),
-    )
+    let named = ("--webhooks", "PETSTORE_WEBHOOKS");
+    crate::support::run_on_file("webhooks", named, file, by_flag, args)
 }
 
 /// Runs a command expected to succeed and end its message with the reload hint; returns
