@@ -725,6 +725,53 @@ async fn retry_after(first: Value, least: f64) {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_receiver_that_does_not_answer_within_15_s_is_given_up_on_and_tried_again() {
+    let mut receiver = Receiver::start();
+    let endpoints = Endpoints::new();
+    endpoints.add(&mut receiver, &["--from-start"]);
+    // The first try gets its answer only after 20 s: the server must have given up by then.
+    receiver.answer(json!({"status": 200, "sleep": 20}));
+    let server =
+        Server::start_with(endpoints.options(&["--webhook-retry-schedule", PATIENT_SCHEDULE]));
+    let metrics = metrics_address(&server);
+    let mut client = server.h2().await;
+    let event = create(&mut client, "unanswered").await;
+    receiver
+        .wait_for(&server, "the first try", |d| !d.is_empty())
+        .await;
+    receiver.answer(json!({"status": 200}));
+    let deliveries = receiver
+        .wait_within(
+            &server,
+            Duration::from_secs(30),
+            "the try after the first went unanswered",
+            |d| d.len() >= 2,
+        )
+        .await;
+
+    // The receiver logs a try before it answers, so the first one says 200 too: the second
+    // try, made before that answer could come, is what shows the server stopped waiting.
+    let waited = deliveries[1].at - deliveries[0].at;
+    assert!(
+        (15.0..19.0).contains(&waited),
+        "the second try came {waited:.3} s after the first, not 15 s and the schedule's 200 ms: \
+         {deliveries:#?}"
+    );
+    assert!(
+        deliveries.iter().all(|d| d.id() == cursor(&event)),
+        "{deliveries:#?}"
+    );
+    assert_eq!(metric(metrics, FAILED).await, 1.0);
+    wait_for_metric(metrics, DELIVERED, 1.0).await;
+    assert!(
+        server.logs().contains("no answer within 15s"),
+        "the failure's reason is logged: {}",
+        server.logs()
+    );
+    server.stop();
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn a_410_disables_the_endpoint_and_enable_with_a_reload_resumes_it_from_the_same_event() {
     let mut receiver = Receiver::start();
     let endpoints = Endpoints::new();
