@@ -49,6 +49,11 @@ pub mod redb_file {
     pub use super::redb::webhooks::states_in_file as webhook_states;
 }
 
+/// What `petstore webhooks list` reads of a PostgreSQL database, without opening the store.
+pub mod postgres_db {
+    pub use super::postgres::states_in_database as webhook_states;
+}
+
 /// A handle to the open store; cheap to clone, shared by every connection.
 #[derive(Clone)]
 pub struct Store {

@@ -27,3 +27,4 @@ mod sessions;
 mod webhooks;
 
 pub(super) use handle::{ANSWER_WITHIN, PgStore};
+pub use webhooks::states_in_database;

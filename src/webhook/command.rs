@@ -99,7 +99,6 @@ fn read_states(
     password_file: Option<PathBuf>,
     ca: Option<PathBuf>,
 ) -> anyhow::Result<(Vec<(String, crate::store::WebhookState)>, u64)> {
-    use crate::store::{Location, Store, Tuning};
     let url = match db {
         crate::config::Database::Redb(path) => {
             return match crate::store::redb_file::webhook_states(path) {
@@ -125,22 +124,9 @@ fn read_states(
         .enable_all()
         .build()
         .context("starting the async runtime")?;
-    runtime.block_on(async {
-        // Nothing is written: these only have to be valid.
-        let tuning = Tuning {
-            idempotency_ttl: std::time::Duration::from_secs(24 * 3600),
-            max_write_batch: 1,
-            events_keep: crate::store::DEFAULT_EVENTS_KEEP,
-            order_hold: None,
-        };
-        let (store, _) = Store::open(Location::Postgres(Box::new(target)), tuning)
-            .await
-            .with_context(|| format!("opening {url}"))?;
-        let states = store.webhook_states().await;
-        let feed = store.feed_state().await;
-        store.close().await;
-        Ok((states?, feed?.newest))
-    })
+    runtime
+        .block_on(crate::store::postgres_db::webhook_states(target))
+        .with_context(|| format!("reading the delivery state in {url}"))
 }
 
 /// The state a running server on the redb file `db` last wrote to its status file.

@@ -1248,5 +1248,52 @@ async fn on_postgres_one_instance_delivers_and_another_takes_over_within_10s_of_
         "the event in flight, and it alone, came twice: {ids:?}"
     );
     assert!(metric(survivor_metrics, DELIVERED).await >= 1.0);
+
+    // `list --db` reads the state the instances keep in the database, beside the one serving
+    // (the position is saved just after the receiver's answer, so it may take a moment).
+    let url = cluster.url();
+    poll_until(
+        DELIVERY_WAIT,
+        "list --db: delivering, 0 events behind",
+        async || {
+            let listed = endpoints.cli(&["list", "--db", &url]);
+            listed
+                .lines()
+                .any(|line| {
+                    line.starts_with("ep_")
+                        && line.contains("delivering")
+                        && line.contains(" 0 events")
+                })
+                .then_some(())
+        },
+    )
+    .await;
     survivor.stop();
+}
+
+#[test]
+fn list_refuses_a_postgres_database_no_petstore_has_opened_and_leaves_it_as_it_was() {
+    let cluster = crate::pg_cluster::Cluster::start();
+    let endpoints = Endpoints::new();
+    endpoints.add_url("https://receiver.example/hook", &[]);
+    let url = cluster.url();
+    let file = endpoints.file.as_os_str();
+    let (code, stdout, stderr) = run(&[
+        "webhooks".as_ref(),
+        "--webhooks".as_ref(),
+        file,
+        "list".as_ref(),
+        "--db".as_ref(),
+        url.as_ref(),
+    ]);
+    assert_eq!(code, Some(1), "{stdout}{stderr}");
+    assert!(
+        stderr.contains("schema version 0") && stderr.contains("upgrades it when it starts"),
+        "{stderr}"
+    );
+    assert_eq!(
+        cluster.psql("SELECT count(*) FROM pg_tables WHERE schemaname = 'public'"),
+        "0",
+        "a listing created no table"
+    );
 }

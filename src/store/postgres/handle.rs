@@ -57,6 +57,16 @@ impl PgStore {
     pub(in crate::store) async fn open(
         target: PgTarget,
     ) -> Result<(PgStore, PgWriter, u64), StoreError> {
+        let store = PgStore::connect(&target)?;
+        let pets = store.first(async |client| migrate(client).await).await?;
+        let writer = PgWriter {
+            pool: store.pool.clone(),
+        };
+        Ok((store, writer, pets))
+    }
+
+    /// The pool `target` names, with no connection made yet and nothing migrated.
+    pub(super) fn connect(target: &PgTarget) -> Result<PgStore, StoreError> {
         let mut config = target.config().clone();
         // Every statement is bounded, so a stuck lock or a database that stops answering
         // mid-query becomes a 503, never a hung request.
@@ -71,14 +81,17 @@ impl PgStore {
             target.pool_size(),
             ANSWER_WITHIN,
         )?;
-        // At start, every host may have to be tried before the one that takes writes.
-        let pets = pool
-            .run_within(pool.connect_within() + ANSWER_WITHIN, async |client| {
-                migrate(client).await
-            })
-            .await?;
-        let writer = PgWriter { pool: pool.clone() };
-        Ok((PgStore { pool }, writer, pets))
+        Ok(PgStore { pool })
+    }
+
+    /// Runs the first `operation` of a process: every host may have to be tried before the
+    /// one that takes writes, so it may take the connects' time as well as an answer's.
+    pub(super) async fn first<T>(
+        &self,
+        operation: impl AsyncFnOnce(&mut deadpool_postgres::ClientWrapper) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let within = self.pool.connect_within() + ANSWER_WITHIN;
+        self.pool.run_within(within, operation).await
     }
 
     /// The idempotency record of `scope`, live or not, if there is one.

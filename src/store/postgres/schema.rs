@@ -116,6 +116,42 @@ const MIGRATION_5: &str = "
     );
 ";
 
+/// Refuses a database whose schema is not this binary's, reading only: for a command that
+/// reads a database servers use, which must neither upgrade it under them (a newer petstore's
+/// would) nor misread a version it does not know.
+pub(super) async fn require_current(client: &mut ClientWrapper) -> Result<(), StoreError> {
+    let has_meta: bool = client
+        .query_one("SELECT to_regclass('petstore_meta') IS NOT NULL", &[])
+        .await
+        .map_err(pg_error)?
+        .get(0);
+    let version: i64 = if has_meta {
+        client
+            .query_opt(
+                "SELECT value FROM petstore_meta WHERE name = 'schema_version'",
+                &[],
+            )
+            .await
+            .map_err(pg_error)?
+            .map_or(0, |row| row.get(0))
+    } else {
+        0
+    };
+    if version > SCHEMA_VERSION {
+        return Err(StoreError::NewerSchema {
+            found: version.unsigned_abs(),
+            supported: SCHEMA_VERSION.unsigned_abs(),
+        });
+    }
+    if version < SCHEMA_VERSION {
+        return Err(StoreError::Unsupported(format!(
+            "the database is at schema version {version}, and this petstore reads version \
+             {SCHEMA_VERSION}: a petstore server of this version upgrades it when it starts"
+        )));
+    }
+    Ok(())
+}
+
 pub(super) async fn migrate(client: &mut ClientWrapper) -> Result<u64, StoreError> {
     let txn = client.transaction().await.map_err(pg_error)?;
     txn.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])

@@ -3,13 +3,42 @@
 //! and every save is fenced by it, so an instance that lost its lease (paused past it, cut off)
 //! can never move the position under the one that took over. Times are the database's.
 
+use super::connect::PgTarget;
 use super::errors::pg_error;
 use super::handle::PgStore;
+use super::schema::require_current;
 use crate::store::model::StoreError;
 use crate::store::webhooks::{LEASE, WebhookState};
 
 fn lease_ms() -> i64 {
     LEASE.as_millis() as i64
+}
+
+/// `petstore webhooks list --db postgres://…`, from outside the servers: every endpoint's
+/// state and the feed's newest sequence number, without opening the store: no migration, and
+/// no write front whose loops (expiring orders, purging) would write to the servers' database.
+pub async fn states_in_database(
+    target: PgTarget,
+) -> Result<(Vec<(String, WebhookState)>, u64), StoreError> {
+    let store = PgStore::connect(&target)?;
+    store
+        .first(async |client| require_current(client).await)
+        .await?;
+    let states = store.webhook_states().await?;
+    let newest: Option<i64> = store
+        .pool
+        .run(async |client| {
+            client
+                .query_opt(
+                    "SELECT value FROM petstore_meta WHERE name = 'event_seq'",
+                    &[],
+                )
+                .await
+                .map_err(pg_error)
+        })
+        .await?
+        .map(|row| row.get(0));
+    Ok((states, newest.map_or(0, i64::unsigned_abs)))
 }
 
 impl PgStore {
