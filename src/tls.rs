@@ -271,37 +271,50 @@ fn read_pair(
     })
 }
 
-/// The roots a client of ours verifies servers against: the PEM certificates of `ca` (given
-/// as `flag`), else the system's, for `what` (said in the error when there are none).
+/// The roots a client of ours verifies servers against: the PEM certificates of `ca` (a file,
+/// and the flag or URL part that named it, for errors), else the system's. `what` names the
+/// servers and `flag` the way to give a CA instead, for the error when the system has none.
 pub fn client_roots(
-    ca: Option<&Path>,
-    flag: &str,
+    ca: Option<(&Path, &str)>,
     what: &str,
+    flag: &str,
 ) -> anyhow::Result<rustls::RootCertStore> {
     let mut roots = rustls::RootCertStore::empty();
     match ca {
-        Some(path) => {
+        Some((path, named_by)) => {
             let certs = CertificateDer::pem_file_iter(path)
                 .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
-                .with_context(|| format!("reading {flag} {}", path.display()))?;
+                .with_context(|| {
+                    format!("{named_by} {}: reading CA certificates", path.display())
+                })?;
             anyhow::ensure!(
                 !certs.is_empty(),
-                "{flag} {}: no CERTIFICATE block found",
+                "{named_by} {}: no CERTIFICATE block found",
                 path.display()
             );
-            for cert in certs {
-                roots
-                    .add(cert)
-                    .with_context(|| format!("{flag} {}", path.display()))?;
+            for (n, cert) in certs.into_iter().enumerate() {
+                roots.add(cert).with_context(|| {
+                    format!(
+                        "{named_by} {}: certificate {} is not a usable CA certificate",
+                        path.display(),
+                        n + 1
+                    )
+                })?;
             }
         }
         None => {
             let found = rustls_native_certs::load_native_certs();
             let (added, _) = roots.add_parsable_certificates(found.certs);
-            anyhow::ensure!(
-                added > 0,
-                "no system root certificates found for {what}; give {flag}"
-            );
+            if added == 0 {
+                let why = found
+                    .errors
+                    .first()
+                    .map_or_else(|| "none found".to_owned(), ToString::to_string);
+                anyhow::bail!(
+                    "no system CA certificates to verify {what} with ({why}); name the CA with \
+                     {flag}"
+                );
+            }
         }
     }
     Ok(roots)

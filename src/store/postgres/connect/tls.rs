@@ -7,11 +7,10 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use anyhow::{Context, bail, ensure};
+use anyhow::{Context, bail};
 use rustls::client::WebPkiServerVerifier;
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::crypto::{CryptoProvider, WebPkiSupportedAlgorithms, ring};
-use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::{CertificateError, ClientConfig, DigitallySignedStruct, RootCertStore};
 use rustls::{Error as TlsError, SignatureScheme};
@@ -176,45 +175,11 @@ fn verifier(
 }
 
 fn load_roots(roots: &Roots) -> anyhow::Result<RootCertStore> {
-    let mut store = RootCertStore::empty();
-    match roots {
-        Roots::File { path, named_by } => {
-            let certs = CertificateDer::pem_file_iter(path)
-                .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
-                .with_context(|| {
-                    format!("{named_by} {}: reading CA certificates", path.display())
-                })?;
-            ensure!(
-                !certs.is_empty(),
-                "{named_by} {}: no CERTIFICATE block found",
-                path.display()
-            );
-            for (n, cert) in certs.into_iter().enumerate() {
-                store.add(cert).with_context(|| {
-                    format!(
-                        "{named_by} {}: certificate {} is not a usable CA certificate",
-                        path.display(),
-                        n + 1
-                    )
-                })?;
-            }
-        }
-        Roots::System => {
-            let found = rustls_native_certs::load_native_certs();
-            let (added, _) = store.add_parsable_certificates(found.certs);
-            if added == 0 {
-                let why = found
-                    .errors
-                    .first()
-                    .map_or_else(|| "none found".to_owned(), ToString::to_string);
-                bail!(
-                    "--db: no system CA certificates to verify the server with ({why}); \
-                     name the CA with --db-ca"
-                );
-            }
-        }
-    }
-    Ok(store)
+    let ca = match roots {
+        Roots::File { path, named_by } => Some((path.as_path(), *named_by)),
+        Roots::System => None,
+    };
+    crate::tls::client_roots(ca, "the database server", "--db-ca")
 }
 
 /// A verifier that takes more than webpki would: any certificate (`require` without a CA), or
@@ -276,6 +241,7 @@ impl ServerCertVerifier for Lenient {
 #[cfg(test)]
 pub(super) mod tests {
     use super::*;
+    use rustls::pki_types::pem::PemObject;
 
     use rustls::pki_types::PrivateKeyDer;
 
