@@ -790,17 +790,7 @@ fn eab_key(kid: &str, file: &Path) -> anyhow::Result<ExternalAccountKey> {
 /// The HTTPS client for the CA: ring, and the `--acme-ca-root` certificates or else the
 /// system's roots.
 fn http_client(ca_root: Option<&Path>) -> anyhow::Result<Http> {
-    let roots = crate::tls::client_roots(
-        ca_root.map(|ca| (ca, "--acme-ca-root")),
-        "the ACME CA",
-        "--acme-ca-root",
-    )?;
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let tls = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .context("TLS versions for the ACME client")?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
+    let tls = crate::tls::client_config(ca_root, "--acme-ca-root", "the ACME CA")?;
     let mut connector = HttpConnector::new();
     connector.enforce_http(false);
     connector.set_connect_timeout(Some(Duration::from_secs(10)));

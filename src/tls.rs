@@ -271,6 +271,22 @@ fn read_pair(
     })
 }
 
+/// A client's TLS to servers (`what`, for errors): ring, its default versions, and the CA
+/// certificates of the file given as `flag`, else the system's roots.
+pub fn client_config(
+    ca: Option<&Path>,
+    flag: &str,
+    what: &str,
+) -> anyhow::Result<rustls::ClientConfig> {
+    let roots = client_roots(ca.map(|ca| (ca, flag)), what, flag)?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    Ok(rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .with_context(|| format!("TLS versions for {what}"))?
+        .with_root_certificates(roots)
+        .with_no_client_auth())
+}
+
 /// The roots a client of ours verifies servers against: the PEM certificates of `ca` (a file,
 /// and the flag or URL part that named it, for errors), else the system's. `what` names the
 /// servers and `flag` the way to give a CA instead, for the error when the system has none.

@@ -17,12 +17,10 @@ use hyper::{Request, Response};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use rustls::ServerConfig;
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 
-use crate::process::cert;
+use crate::process::dev_server_tls;
 
 /// petstore's own bounds, so that both servers keep the same timers per connection.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -110,18 +108,7 @@ async fn serve() {
 
 /// petstore's TLS setup (`src/tls.rs`), minus certificate reloading.
 fn tls_config() -> Arc<ServerConfig> {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let chain = CertificateDer::pem_file_iter(cert("dev-server.pem"))
-        .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
-        .expect("certs/dev-server.pem holds certificates");
-    let key = PrivateKeyDer::from_pem_file(cert("dev-server.key"))
-        .expect("certs/dev-server.key holds a private key");
-    let mut config = ServerConfig::builder_with_provider(provider)
-        .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
-        .expect("the ring provider supports TLS 1.2 and 1.3")
-        .with_no_client_auth()
-        .with_single_cert(chain, key)
-        .expect("the development key fits its certificate");
+    let mut config = dev_server_tls();
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     config.ticketer = rustls::crypto::ring::Ticketer::new().expect("a ticketer from the OS RNG");
     Arc::new(config)

@@ -42,6 +42,25 @@ pub fn cert(name: &str) -> PathBuf {
         .join(name)
 }
 
+/// A server's TLS with the development certificate and key, as petstore's (`src/tls.rs`): ring,
+/// TLS 1.3 and 1.2. The caller sets its ALPN.
+pub fn dev_server_tls() -> rustls::ServerConfig {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let chain = CertificateDer::pem_file_iter(cert("dev-server.pem"))
+        .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
+        .expect("certs/dev-server.pem holds certificates");
+    let key = PrivateKeyDer::from_pem_file(cert("dev-server.key"))
+        .expect("certs/dev-server.key holds a private key");
+    rustls::ServerConfig::builder_with_provider(provider)
+        .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
+        .expect("the ring provider supports TLS 1.2 and 1.3")
+        .with_no_client_auth()
+        .with_single_cert(chain, key)
+        .expect("the development key fits its certificate")
+}
+
 /// What a server's log said that the benchmark needs, collected by the drain thread.
 #[derive(Default)]
 struct Log {

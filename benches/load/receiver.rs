@@ -25,14 +25,12 @@ use hyper::service::service_fn;
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use rustls::ServerConfig;
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use sha2::Sha256;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio_rustls::TlsAcceptor;
 
-use crate::process::cert;
+use crate::process::dev_server_tls;
 
 /// The receivers' thread, by this name in /proc/<pid>/task, for its CPU time.
 pub const THREAD: &str = "bench-receivers";
@@ -335,20 +333,9 @@ async fn accept(listener: TcpListener, hook: Arc<Hook>, acceptor: TlsAcceptor) {
     }
 }
 
-/// The development certificate, ring, HTTP/1.1 (the server's deliveries offer no ALPN).
+/// The development certificate, HTTP/1.1 (the server's deliveries offer no ALPN).
 fn tls_config() -> Arc<ServerConfig> {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let chain = CertificateDer::pem_file_iter(cert("dev-server.pem"))
-        .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
-        .expect("certs/dev-server.pem holds certificates");
-    let key = PrivateKeyDer::from_pem_file(cert("dev-server.key"))
-        .expect("certs/dev-server.key holds a private key");
-    let mut config = ServerConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .expect("the ring provider supports the default versions")
-        .with_no_client_auth()
-        .with_single_cert(chain, key)
-        .expect("the development key fits its certificate");
+    let mut config = dev_server_tls();
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     Arc::new(config)
 }

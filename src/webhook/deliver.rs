@@ -62,18 +62,7 @@ pub struct Settings {
 
 /// TLS to receivers: ring, and the `--webhooks-ca` certificates or else the system's roots.
 pub fn client_tls(ca: Option<&std::path::Path>) -> anyhow::Result<Arc<rustls::ClientConfig>> {
-    use anyhow::Context;
-    let roots = crate::tls::client_roots(
-        ca.map(|ca| (ca, "--webhooks-ca")),
-        "webhook receivers",
-        "--webhooks-ca",
-    )?;
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let config = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .context("TLS versions for webhook receivers")?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
+    let config = crate::tls::client_config(ca, "--webhooks-ca", "webhook receivers")?;
     Ok(Arc::new(config))
 }
 

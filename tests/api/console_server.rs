@@ -33,6 +33,11 @@ async fn plain(
     client.send(request, body.to_owned()).await
 }
 
+/// `GET path` with the session cookie `cookie` (a `Cookie` header value) and nothing else.
+async fn get_with(client: &mut Client, path: &str, cookie: &str) -> Reply {
+    plain(client, Method::GET, path, &[("cookie", cookie)], "").await
+}
+
 /// Signs in with `key`; returns the `Cookie` header value that carries the session.
 async fn sign_in(client: &mut Client, key: &str) -> String {
     let reply = plain(
@@ -234,23 +239,9 @@ async fn a_key_opens_a_session_the_api_takes_and_sign_out_ends_it() {
     assert!(!String::from_utf8_lossy(&reply.body).contains(DEV_KEY));
     let cookie = pair.to_owned();
 
-    let who = plain(
-        &mut client,
-        Method::GET,
-        "/console/session",
-        &[("cookie", &cookie)],
-        "",
-    )
-    .await;
+    let who = get_with(&mut client, "/console/session", &cookie).await;
     assert_eq!(who.json()["label"], "dev");
-    let list = plain(
-        &mut client,
-        Method::GET,
-        "/v1/pets",
-        &[("cookie", &cookie)],
-        "",
-    )
-    .await;
+    let list = get_with(&mut client, "/v1/pets", &cookie).await;
     assert_eq!(list.status, 200);
     let pet = r#"{"name":"Rex","photoUrls":[],"categoryId":1}"#;
     let same = plain(
@@ -346,14 +337,7 @@ async fn a_key_opens_a_session_the_api_takes_and_sign_out_ends_it() {
         out.header("set-cookie")
             .is_some_and(|c| c.contains("Max-Age=0"))
     );
-    let after = plain(
-        &mut client,
-        Method::GET,
-        "/v1/pets",
-        &[("cookie", &cookie)],
-        "",
-    )
-    .await;
+    let after = get_with(&mut client, "/v1/pets", &cookie).await;
     assert_eq!(after.status, 401);
     assert!(
         after.json()["message"]
@@ -386,26 +370,12 @@ async fn a_read_only_key_s_session_reads_and_may_not_write() {
     });
     let mut client = server.h1().await;
     let cookie = sign_in(&mut client, &key).await;
-    let who = plain(
-        &mut client,
-        Method::GET,
-        "/console/session",
-        &[("cookie", &cookie)],
-        "",
-    )
-    .await;
+    let who = get_with(&mut client, "/console/session", &cookie).await;
     assert_eq!(
         who.json(),
         serde_json::json!({"label": "till", "readOnly": true})
     );
-    let read = plain(
-        &mut client,
-        Method::GET,
-        "/v1/store/inventory",
-        &[("cookie", &cookie)],
-        "",
-    )
-    .await;
+    let read = get_with(&mut client, "/v1/store/inventory", &cookie).await;
     assert_eq!(read.status, 200);
     let write = plain(
         &mut client,
@@ -436,36 +406,15 @@ async fn a_session_survives_a_restart_and_ends_when_its_key_is_revoked() {
     let cookie = sign_in(&mut server.h1().await, &key).await;
     let server = server.restart();
     let mut client = server.h1().await;
-    let after_restart = plain(
-        &mut client,
-        Method::GET,
-        "/v1/pets",
-        &[("cookie", &cookie)],
-        "",
-    )
-    .await;
+    let after_restart = get_with(&mut client, "/v1/pets", &cookie).await;
     assert_eq!(after_restart.status, 200, "{:?}", after_restart.body);
 
     keys_on(&file, &["revoke", "carol"]);
     server.signal("HUP");
     server.wait_for_log("reload done", 1);
-    let revoked = plain(
-        &mut client,
-        Method::GET,
-        "/v1/pets",
-        &[("cookie", &cookie)],
-        "",
-    )
-    .await;
+    let revoked = get_with(&mut client, "/v1/pets", &cookie).await;
     assert_eq!(revoked.status, 401);
-    let who = plain(
-        &mut client,
-        Method::GET,
-        "/console/session",
-        &[("cookie", &cookie)],
-        "",
-    )
-    .await;
+    let who = get_with(&mut client, "/console/session", &cookie).await;
     assert_eq!(who.status, 401);
     server.stop();
 }
@@ -478,24 +427,10 @@ async fn a_session_unused_for_session_idle_ends() {
     });
     let mut client = server.h1().await;
     let cookie = sign_in(&mut client, DEV_KEY).await;
-    let fresh = plain(
-        &mut client,
-        Method::GET,
-        "/v1/pets",
-        &[("cookie", &cookie)],
-        "",
-    )
-    .await;
+    let fresh = get_with(&mut client, "/v1/pets", &cookie).await;
     assert_eq!(fresh.status, 200);
     tokio::time::sleep(Duration::from_millis(1500)).await;
-    let idle = plain(
-        &mut client,
-        Method::GET,
-        "/v1/pets",
-        &[("cookie", &cookie)],
-        "",
-    )
-    .await;
+    let idle = get_with(&mut client, "/v1/pets", &cookie).await;
     assert_eq!(idle.status, 401);
     server.stop();
 }
@@ -547,14 +482,7 @@ async fn console_path_moves_it_and_no_console_turns_it_off() {
         404
     );
     // Without a console no cookie stands for a key.
-    let list = plain(
-        &mut client,
-        Method::GET,
-        "/v1/pets",
-        &[("cookie", &cookie)],
-        "",
-    )
-    .await;
+    let list = get_with(&mut client, "/v1/pets", &cookie).await;
     assert_eq!(list.status, 401);
     off.stop();
 }

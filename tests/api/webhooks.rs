@@ -457,6 +457,30 @@ fn tried_in_order(deliveries: &[Delivery]) -> Vec<String> {
     ids
 }
 
+/// Every one of `events` tried, signed and in order, and the one at `in_flight` (whose 2xx
+/// never reached the server killed while it waited) tried twice in a row, no other: at most
+/// the event in flight comes again, and here it must, since the killed server's position
+/// never moved past it.
+fn assert_none_lost_and_only_in_flight_twice(
+    deliveries: &[Delivery],
+    events: &[Value],
+    in_flight: usize,
+) {
+    assert_verified(deliveries);
+    assert_eq!(tried_in_order(deliveries), cursors(events), "none lost");
+    let ids: Vec<&str> = deliveries.iter().map(Delivery::id).collect();
+    let repeated: Vec<&str> = ids
+        .windows(2)
+        .filter(|p| p[0] == p[1])
+        .map(|p| p[0])
+        .collect();
+    assert_eq!(
+        repeated,
+        [cursor(&events[in_flight])],
+        "the event in flight, and it alone, came twice: {ids:?}"
+    );
+}
+
 /// Asserts that every delivery is signed with one signature, which the library verifies
 /// with the receiver's only secret.
 fn assert_verified(deliveries: &[Delivery]) {
@@ -962,21 +986,7 @@ async fn a_sigkill_with_a_delivery_in_flight_resends_that_event_at_most_and_lose
     assert_eq!(feed(&mut client).await, events);
     let deliveries = receiver.wait_for_events(&server, &events).await;
 
-    assert_verified(&deliveries);
-    assert_eq!(tried_in_order(&deliveries), cursors(&events), "none lost");
-    let ids: Vec<&str> = deliveries.iter().map(Delivery::id).collect();
-    let repeated: Vec<&str> = ids
-        .windows(2)
-        .filter(|p| p[0] == p[1])
-        .map(|p| p[0])
-        .collect();
-    // At most the event in flight comes twice, and here it must: its 2xx never reached the
-    // killed server, whose position therefore never moved past it.
-    assert_eq!(
-        repeated,
-        [cursor(&events[2])],
-        "the event in flight, and it alone, came twice: {ids:?}"
-    );
+    assert_none_lost_and_only_in_flight_twice(&deliveries, &events, 2);
     server.stop();
 }
 
@@ -1232,21 +1242,7 @@ async fn on_postgres_one_instance_delivers_and_another_takes_over_within_10s_of_
     eprintln!("taken over {:?} after the SIGKILL", killed_at.elapsed());
     let deliveries = receiver.wait_for_events(&survivor, &events).await;
 
-    assert_verified(&deliveries);
-    assert_eq!(tried_in_order(&deliveries), cursors(&events), "none lost");
-    let ids: Vec<&str> = deliveries.iter().map(Delivery::id).collect();
-    let repeated: Vec<&str> = ids
-        .windows(2)
-        .filter(|p| p[0] == p[1])
-        .map(|p| p[0])
-        .collect();
-    // At most the event in flight comes twice, and here it must: its 2xx never reached the
-    // killed server, whose position therefore never moved past it.
-    assert_eq!(
-        repeated,
-        [cursor(&events[3])],
-        "the event in flight, and it alone, came twice: {ids:?}"
-    );
+    assert_none_lost_and_only_in_flight_twice(&deliveries, &events, 3);
     assert!(metric(survivor_metrics, DELIVERED).await >= 1.0);
 
     // `list --db` reads the state the instances keep in the database, beside the one serving

@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use redb::{ReadableDatabase, ReadableTable};
+use redb::{ReadTransaction, ReadableDatabase, ReadableTable};
 
 use super::backup::open_live;
 use super::handle::RedbStore;
@@ -16,21 +16,7 @@ impl RedbStore {
     pub(in crate::store) async fn webhook_states(
         &self,
     ) -> Result<Vec<(String, WebhookState)>, StoreError> {
-        self.read_txn(|txn| {
-            let table = match txn.open_table(WEBHOOKS) {
-                Ok(table) => table,
-                Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
-                Err(e) => return Err(StoreError::storage(e)),
-            };
-            let mut states = Vec::new();
-            for entry in table.iter().map_err(StoreError::storage)? {
-                let (id, state) = entry.map_err(StoreError::storage)?;
-                let id = id.value().to_owned();
-                let state = WebhookState::decode(&id, state.value())?;
-                states.push((id, state));
-            }
-            Ok(states)
-        })
+        self.read_txn(states_in)
     }
 }
 
@@ -45,9 +31,14 @@ pub fn states_in_file(path: &Path) -> Result<(Vec<(String, WebhookState)>, u64),
         Err(redb::TableError::TableDoesNotExist(_)) => 0,
         Err(e) => return Err(StoreError::storage(e)),
     };
+    Ok((states_in(&txn)?, newest))
+}
+
+/// Every endpoint's state in `txn`'s view of the file: none before the first save.
+fn states_in(txn: &ReadTransaction) -> Result<Vec<(String, WebhookState)>, StoreError> {
     let table = match txn.open_table(WEBHOOKS) {
         Ok(table) => table,
-        Err(redb::TableError::TableDoesNotExist(_)) => return Ok((Vec::new(), newest)),
+        Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
         Err(e) => return Err(StoreError::storage(e)),
     };
     let mut states = Vec::new();
@@ -57,5 +48,5 @@ pub fn states_in_file(path: &Path) -> Result<(Vec<(String, WebhookState)>, u64),
         let state = WebhookState::decode(&id, state.value())?;
         states.push((id, state));
     }
-    Ok((states, newest))
+    Ok(states)
 }
