@@ -2,8 +2,9 @@
 //! write sets of `src/store/redb/writer.rs` and `sales.rs` (schema 5), each batch a durable
 //! two-phase quick-repair commit as the server makes it, on a fresh file of 200,000 available
 //! pets. The order's write set is measured whole, then without each of its index writes, then
-//! without all of them: what no layout that keeps the issue's indexes can go below
-//! (docs/performance.md, "Orders").
+//! without all of them (what no layout that keeps the issue's indexes can go below), and in
+//! two layouts that keep them all: the revision in the pet's row, and the order's four rows
+//! as key spaces of one table (docs/performance.md, "Orders").
 //!
 //! CPU is the writer thread's (`getrusage(RUSAGE_THREAD)`, user and kernel: the commit's page
 //! writes and syncs are most of it), pages are the bytes redb hands its file a commit over
@@ -30,6 +31,8 @@ const ORDERS: TableDefinition<i64, &[u8]> = TableDefinition::new("orders");
 const ORDERS_BY_STATUS: TableDefinition<(u8, i64), ()> = TableDefinition::new("orders_by_status");
 const ORDERS_BY_PET: TableDefinition<(i64, i64), u8> = TableDefinition::new("orders_by_pet");
 const HOLD_ENDS: TableDefinition<(u64, i64), ()> = TableDefinition::new("hold_ends");
+/// A layout to try: the order, its status, pet and hold entries as key spaces of one table.
+const SALES: TableDefinition<(u8, i64, i64), &[u8]> = TableDefinition::new("sales");
 
 const AVAILABLE: u8 = 0;
 const PENDING: u8 = 1;
@@ -64,9 +67,20 @@ enum Variant {
     Create,
     /// An order, without the index writes listed.
     Order(&'static [Index]),
+    /// An order in another layout.
+    Layout(Layout),
 }
 
-const VARIANTS: [(&str, Variant); 7] = [
+/// Where an order's rows go; the server's (schema 5) is both false.
+#[derive(Clone, Copy, Default)]
+struct Layout {
+    /// The revision in front of the pet's JSON in its row, not in a row of its own.
+    revision_in_row: bool,
+    /// The order, its status, pet and hold entries as key spaces of one table (`SALES`).
+    one_table: bool,
+}
+
+const VARIANTS: [(&str, Variant); 9] = [
     (
         "create (pet, status and category entries, event)",
         Variant::Create,
@@ -86,6 +100,20 @@ const VARIANTS: [(&str, Variant); 7] = [
     ),
     ("order without hold_ends", Variant::Order(&[Index::HoldEnd])),
     ("order without any of these four", Variant::Order(&INDEXES)),
+    (
+        "order, the revision in the pet's row",
+        Variant::Layout(Layout {
+            revision_in_row: true,
+            one_table: false,
+        }),
+    ),
+    (
+        "order, its four rows in one table",
+        Variant::Layout(Layout {
+            revision_in_row: false,
+            one_table: true,
+        }),
+    ),
 ];
 
 /// redb's own file backend, counting the bytes redb writes through it.
@@ -223,7 +251,7 @@ impl Store {
         txn.commit().expect("commit");
     }
 
-    fn orders(&mut self, n: i64, without: &[Index]) {
+    fn orders(&mut self, n: i64, without: &[Index], layout: Layout) {
         let with = |index: Index| !without.contains(&index);
         let txn = self.begin();
         {
@@ -237,6 +265,10 @@ impl Store {
             let mut orders_by_status = txn.open_table(ORDERS_BY_STATUS).expect("by status");
             let mut orders_by_pet = txn.open_table(ORDERS_BY_PET).expect("by pet");
             let mut hold_ends = txn.open_table(HOLD_ENDS).expect("hold ends");
+            // Opened only by the layout that writes it: opening makes it.
+            let mut sales = layout
+                .one_table
+                .then(|| txn.open_table(SALES).expect("sales"));
             for _ in 0..n {
                 let id = self.next_ordered;
                 self.next_ordered += 1;
@@ -245,13 +277,22 @@ impl Store {
                     .expect("read")
                     .is_some_and(|json| json.value().ends_with(br#""available"}"#));
                 assert!(available, "pet {id} is available");
-                let revision = if with(Index::Revision) {
+                let revision = if with(Index::Revision) && !layout.revision_in_row {
                     revisions.get(id).expect("read").map_or(1, |r| r.value())
                 } else {
                     1
                 };
                 let json = pet(id, "pending");
-                pets.insert(id, json.as_slice()).expect("pet");
+                if layout.revision_in_row {
+                    // A marker byte that no JSON starts with, the revision, the JSON.
+                    let mut row = Vec::with_capacity(9 + json.len());
+                    row.push(0);
+                    row.extend_from_slice(&(revision + 1).to_be_bytes());
+                    row.extend_from_slice(&json);
+                    pets.insert(id, row.as_slice()).expect("pet");
+                } else {
+                    pets.insert(id, json.as_slice()).expect("pet");
+                }
                 by_status.remove((AVAILABLE, id)).expect("status");
                 by_status
                     .insert((PENDING, id), json.as_slice())
@@ -262,7 +303,7 @@ impl Store {
                 by_category
                     .insert((CATEGORY, PENDING, id), ())
                     .expect("category");
-                if with(Index::Revision) {
+                if with(Index::Revision) && !layout.revision_in_row {
                     revisions.insert(id, revision + 1).expect("revision");
                 }
                 let order = self.next_order;
@@ -271,6 +312,17 @@ impl Store {
                 let record = format!(
                     r#"{{"id":{order},"petId":{id},"status":"placed","placedAt":1764320000000,"expiresAt":{end},"revision":1}}"#
                 );
+                if let Some(sales) = &mut sales {
+                    sales
+                        .insert((0, order, 0), record.as_bytes())
+                        .expect("order");
+                    let placed = i64::from(PLACED);
+                    sales.insert((1, placed, order), &[][..]).expect("status");
+                    sales.insert((2, id, order), &[PLACED][..]).expect("pet");
+                    sales.insert((3, end as i64, order), &[][..]).expect("hold");
+                    self.event(&mut events, 5, &[record.as_bytes(), &json]);
+                    continue;
+                }
                 orders.insert(order, record.as_bytes()).expect("order");
                 if with(Index::OrderStatus) {
                     orders_by_status
@@ -309,7 +361,8 @@ fn round(variant: Variant) -> (f64, f64) {
     for _ in 0..COMMITS {
         match variant {
             Variant::Create => store.creates(BATCH),
-            Variant::Order(without) => store.orders(BATCH, without),
+            Variant::Order(without) => store.orders(BATCH, without, Layout::default()),
+            Variant::Layout(layout) => store.orders(BATCH, &[], layout),
         }
     }
     let writes = (COMMITS * BATCH) as f64;
