@@ -790,7 +790,7 @@ fn eab_key(kid: &str, file: &Path) -> anyhow::Result<ExternalAccountKey> {
 /// The HTTPS client for the CA: ring, and the `--acme-ca-root` certificates or else the
 /// system's roots.
 fn http_client(ca_root: Option<&Path>) -> anyhow::Result<Http> {
-    let tls = crate::tls::client_config(ca_root, "--acme-ca-root", "the ACME CA")?;
+    let tls = crate::tls::client_config(ca_root, "the ACME CA", "--acme-ca-root")?;
     let mut connector = HttpConnector::new();
     connector.enforce_http(false);
     connector.set_connect_timeout(Some(Duration::from_secs(10)));

@@ -272,11 +272,12 @@ fn read_pair(
 }
 
 /// A client's TLS to servers (`what`, for errors): ring, its default versions, and the CA
-/// certificates of the file given as `flag`, else the system's roots.
+/// certificates of the file given as `flag`, else the system's roots. The arguments come in
+/// `client_roots`'s order.
 pub fn client_config(
     ca: Option<&Path>,
-    flag: &str,
     what: &str,
+    flag: &str,
 ) -> anyhow::Result<rustls::ClientConfig> {
     let roots = client_roots(ca.map(|ca| (ca, flag)), what, flag)?;
     let provider = Arc::new(rustls::crypto::ring::default_provider());

@@ -151,6 +151,19 @@ fn pet(id: i64, status: &str) -> Vec<u8> {
         .into_bytes()
 }
 
+/// The revision of a pet's row in the `revision_in_row` layout: after a marker byte (0, which
+/// no JSON starts with), big-endian; a row that is the JSON alone is at revision 1.
+fn in_row_revision(row: &[u8]) -> u64 {
+    match row {
+        [0, revision @ ..] if revision.len() >= 8 => {
+            let mut bytes = [0; 8];
+            bytes.copy_from_slice(&revision[..8]);
+            u64::from_be_bytes(bytes)
+        }
+        _ => 1,
+    }
+}
+
 /// User plus kernel CPU seconds of the calling thread.
 fn thread_cpu() -> f64 {
     // SAFETY: getrusage writes the struct it is given and nothing else.
@@ -253,6 +266,7 @@ impl Store {
 
     fn orders(&mut self, n: i64, without: &[Index], layout: Layout) {
         let with = |index: Index| !without.contains(&index);
+        let revision_row = with(Index::Revision) && !layout.revision_in_row;
         let txn = self.begin();
         {
             let mut pets = txn.open_table(PETS).expect("pets");
@@ -272,15 +286,17 @@ impl Store {
             for _ in 0..n {
                 let id = self.next_ordered;
                 self.next_ordered += 1;
-                let available = pets
-                    .get(id)
-                    .expect("read")
-                    .is_some_and(|json| json.value().ends_with(br#""available"}"#));
-                assert!(available, "pet {id} is available");
-                let revision = if with(Index::Revision) && !layout.revision_in_row {
-                    revisions.get(id).expect("read").map_or(1, |r| r.value())
-                } else {
-                    1
+                let revision = {
+                    let row = pets.get(id).expect("read").expect("the pool's pet");
+                    let row = row.value();
+                    assert!(row.ends_with(br#""available"}"#), "pet {id} is available");
+                    if layout.revision_in_row {
+                        in_row_revision(row)
+                    } else if revision_row {
+                        revisions.get(id).expect("read").map_or(1, |r| r.value())
+                    } else {
+                        1
+                    }
                 };
                 let json = pet(id, "pending");
                 if layout.revision_in_row {
@@ -303,7 +319,7 @@ impl Store {
                 by_category
                     .insert((CATEGORY, PENDING, id), ())
                     .expect("category");
-                if with(Index::Revision) && !layout.revision_in_row {
+                if revision_row {
                     revisions.insert(id, revision + 1).expect("revision");
                 }
                 let order = self.next_order;
@@ -320,22 +336,21 @@ impl Store {
                     sales.insert((1, placed, order), &[][..]).expect("status");
                     sales.insert((2, id, order), &[PLACED][..]).expect("pet");
                     sales.insert((3, end as i64, order), &[][..]).expect("hold");
-                    self.event(&mut events, 5, &[record.as_bytes(), &json]);
-                    continue;
-                }
-                orders.insert(order, record.as_bytes()).expect("order");
-                if with(Index::OrderStatus) {
-                    orders_by_status
-                        .insert((PLACED, order), ())
-                        .expect("order status");
-                }
-                if with(Index::OrderPet) {
-                    orders_by_pet
-                        .insert((id, order), PLACED)
-                        .expect("order pet");
-                }
-                if with(Index::HoldEnd) {
-                    hold_ends.insert((end, order), ()).expect("hold end");
+                } else {
+                    orders.insert(order, record.as_bytes()).expect("order");
+                    if with(Index::OrderStatus) {
+                        orders_by_status
+                            .insert((PLACED, order), ())
+                            .expect("order status");
+                    }
+                    if with(Index::OrderPet) {
+                        orders_by_pet
+                            .insert((id, order), PLACED)
+                            .expect("order pet");
+                    }
+                    if with(Index::HoldEnd) {
+                        hold_ends.insert((end, order), ()).expect("hold end");
+                    }
                 }
                 self.event(&mut events, 5, &[record.as_bytes(), &json]);
             }

@@ -62,7 +62,7 @@ pub struct Settings {
 
 /// TLS to receivers: ring, and the `--webhooks-ca` certificates or else the system's roots.
 pub fn client_tls(ca: Option<&std::path::Path>) -> anyhow::Result<Arc<rustls::ClientConfig>> {
-    let config = crate::tls::client_config(ca, "--webhooks-ca", "webhook receivers")?;
+    let config = crate::tls::client_config(ca, "webhook receivers", "--webhooks-ca")?;
     Ok(Arc::new(config))
 }
 

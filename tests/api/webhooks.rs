@@ -1268,20 +1268,23 @@ async fn on_postgres_one_instance_delivers_and_another_takes_over_within_10s_of_
 }
 
 #[test]
-fn list_refuses_a_postgres_database_no_petstore_has_opened_and_leaves_it_as_it_was() {
+fn list_refuses_a_postgres_database_at_another_schema_version_and_leaves_it_as_it_was() {
     let cluster = crate::pg_cluster::Cluster::start();
     let endpoints = Endpoints::new();
     endpoints.add_url("https://receiver.example/hook", &[]);
     let url = cluster.url();
-    let file = endpoints.file.as_os_str();
-    let (code, stdout, stderr) = run(&[
-        "webhooks".as_ref(),
-        "--webhooks".as_ref(),
-        file,
-        "list".as_ref(),
-        "--db".as_ref(),
-        url.as_ref(),
-    ]);
+    let list = || {
+        run(&[
+            "webhooks".as_ref(),
+            "--webhooks".as_ref(),
+            endpoints.file.as_os_str(),
+            "list".as_ref(),
+            "--db".as_ref(),
+            url.as_ref(),
+        ])
+    };
+    // One no petstore has opened: an older server's upgrade is its job, not a listing's.
+    let (code, stdout, stderr) = list();
     assert_eq!(code, Some(1), "{stdout}{stderr}");
     assert!(
         stderr.contains("schema version 0") && stderr.contains("upgrades it when it starts"),
@@ -1291,5 +1294,18 @@ fn list_refuses_a_postgres_database_no_petstore_has_opened_and_leaves_it_as_it_w
         cluster.psql("SELECT count(*) FROM pg_tables WHERE schemaname = 'public'"),
         "0",
         "a listing created no table"
+    );
+    // One a newer petstore made: not misread.
+    cluster.psql(
+        "CREATE TABLE petstore_meta (name text PRIMARY KEY, value bigint NOT NULL);
+         INSERT INTO petstore_meta VALUES ('schema_version', 99);",
+    );
+    let (code, stdout, stderr) = list();
+    assert_eq!(code, Some(1), "{stdout}{stderr}");
+    assert!(stderr.contains("schema version 99, newer than"), "{stderr}");
+    assert_eq!(
+        cluster.psql("SELECT string_agg(name || '=' || value, ',') FROM petstore_meta"),
+        "schema_version=99",
+        "a listing wrote nothing"
     );
 }
