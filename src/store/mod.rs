@@ -19,6 +19,7 @@ use crate::pet::{NewPet, PetId, PetPatch, PetStatus};
 mod claims;
 pub(crate) mod events;
 pub(crate) mod model;
+mod ops;
 #[cfg(test)]
 mod pg_cluster;
 mod postgres;
@@ -26,6 +27,7 @@ mod redb;
 pub(crate) mod sessions;
 #[cfg(test)]
 mod suite;
+mod txn;
 pub(crate) mod webhooks;
 mod write;
 

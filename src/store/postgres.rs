@@ -20,10 +20,10 @@ mod errors;
 mod handle;
 mod pool;
 mod rows;
-mod sale_writes;
 mod sales;
 mod schema;
 mod sessions;
+mod txn;
 mod webhooks;
 
 pub(super) use handle::{ANSWER_WITHIN, PgStore};

@@ -17,6 +17,7 @@ mod sales;
 mod sessions;
 mod snapshot;
 mod tables;
+mod txn;
 pub(super) mod webhooks;
 mod writer;
 

@@ -8,21 +8,21 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use bytes::Bytes;
 use deadpool_postgres::ClientWrapper;
 use tokio_postgres::error::SqlState;
 
 use super::errors::pg_error;
 use super::pool::Connections;
-use super::rows::{INVENTORY_COUNTERS, READ_RECORD, record_of, revision, status_code};
-use super::sale_writes;
+use super::rows::INVENTORY_COUNTERS;
+use super::txn::PgTxn;
 use crate::clock::unix_now;
 use crate::event::Subject;
 use crate::order::OrderId;
-use crate::pet::{NewPet, Pet, PetId, PetPatch};
+use crate::pet::PetId;
 use crate::store::events::{StoredEvent, now_ms};
-use crate::store::model::{Created, InventoryDelta, Precondition, StoreError, StoredPet, short};
-use crate::store::write::{Engine, Keyed, PURGE_BATCH, Write};
+use crate::store::model::{InventoryDelta, StoreError};
+use crate::store::ops;
+use crate::store::write::{Engine, PURGE_BATCH, Write};
 
 /// The transaction a batch runs in.
 pub(super) type Txn<'a> = deadpool_postgres::Transaction<'a>;
@@ -82,38 +82,13 @@ async fn run_batch(
 ) -> Result<(), StoreError> {
     let txn = client.transaction().await.map_err(pg_error)?;
     let mut tally = Tally::default();
-    let Locked {
-        mut next_id,
-        expiring,
-    } = lock_rows(&txn, batch, &mut tally).await?;
-    let mut expiring = expiring.into_iter();
-    let now = unix_now();
-    // One time for every order the batch places or moves, as one commit makes them.
-    let now_ms = now_ms();
-    let mut new_pets = NewRows::default();
+    let Locked { next_id, expiring } = lock_rows(&txn, batch, &mut tally).await?;
+    let mut rules = PgTxn::new(&txn, tally, next_id, expiring, unix_now(), now_ms());
     for write in batch.iter_mut() {
+        if ops::run(&mut rules, write).await? {
+            continue;
+        }
         match write {
-            Write::Create(pet, keyed, pending) => {
-                let id = next_id;
-                next_id += 1;
-                let created = create(&txn, pet, keyed.as_ref(), id, now, &mut new_pets).await?;
-                if let Ok(Created {
-                    replayed: false, ..
-                }) = &created
-                {
-                    tally.inventory.moved(None, Some(pet.status));
-                }
-                pending.outcome = Some(created);
-            }
-            Write::Patch(id, patch, precondition, pending) => {
-                // A clone, not the patch itself: the batch may run again.
-                let patch = patch.clone();
-                pending.outcome =
-                    Some(patch_pet(&txn, *id, patch, precondition, &mut tally).await?);
-            }
-            Write::Delete(id, precondition, pending) => {
-                pending.outcome = Some(delete_pet(&txn, *id, precondition, &mut tally).await?);
-            }
             Write::Purge(now, pending) => {
                 let purged = txn
                     .execute(
@@ -131,31 +106,6 @@ async fn run_batch(
             Write::Trim(before_ms, pending) => {
                 pending.outcome = Some(Ok(trim_events(&txn, *before_ms).await?));
             }
-            Write::PlaceOrder(place, pending) => {
-                let placed = sale_writes::place_order(&txn, place, now, now_ms, &mut tally);
-                pending.outcome = Some(placed.await?);
-            }
-            Write::MoveOrder(id, action, precondition, pending) => {
-                let moved =
-                    sale_writes::move_order(&txn, *id, *action, precondition, now_ms, &mut tally);
-                pending.outcome = Some(moved.await?);
-            }
-            Write::Expire(at_ms, pending) => {
-                // Each Expire of the batch took its own orders, in batch order.
-                let taken = expiring.next().unwrap_or_default();
-                let expired = sale_writes::expire(&txn, &taken, *at_ms, &mut tally);
-                pending.outcome = Some(Ok(expired.await?));
-            }
-            Write::CreateCategory(new, pending) => {
-                let created = sale_writes::create_category(&txn, new, &mut tally);
-                pending.outcome = Some(created.await?);
-            }
-            Write::PatchCategory(id, patch, pending) => {
-                pending.outcome = Some(sale_writes::patch_category(&txn, *id, patch).await?);
-            }
-            Write::DeleteCategory(id, pending) => {
-                pending.outcome = Some(sale_writes::delete_category(&txn, *id).await?);
-            }
             // Saved by statements of their own (`postgres/webhooks.rs`, `sessions.rs`); never
             // queued here.
             Write::SaveWebhook(_, pending) | Write::SaveSession(_, pending) => {
@@ -168,24 +118,12 @@ async fn run_batch(
                     "a session's removal reached PostgreSQL's batch".into(),
                 )));
             }
+            // Every other write is a rule's (`ops::run`).
+            _ => {}
         }
     }
-    if !new_pets.ids.is_empty() {
-        txn.execute(
-            "INSERT INTO pets (id, status, category_id, revision, json)
-             SELECT id, status, category_id, 1, json
-             FROM UNNEST($1::bigint[], $2::smallint[], $3::bigint[], $4::text[])
-                 AS new(id, status, category_id, json)",
-            &[
-                &new_pets.ids,
-                &new_pets.statuses,
-                &new_pets.categories,
-                &new_pets.jsons,
-            ],
-        )
-        .await
-        .map_err(pg_error)?;
-    }
+    rules.flush().await?;
+    let tally = rules.tally;
     if !batch.iter().any(Write::changed) {
         return txn.rollback().await.map_err(pg_error);
     }
@@ -260,7 +198,7 @@ async fn lock_rows(
     let mut expiring = Vec::new();
     for write in batch {
         if let Write::Expire(at_ms, _) = write {
-            let (taken, their_pets) = sale_writes::take_ended_holds(txn, *at_ms).await?;
+            let (taken, their_pets) = take_ended_holds(txn, *at_ms).await?;
             pets.extend(their_pets);
             expiring.push(taken);
         }
@@ -286,6 +224,37 @@ async fn lock_rows(
         tally.next_category = Some(Counter::lock(txn, "next_category_id").await?);
     }
     Ok(Locked { next_id, expiring })
+}
+
+/// Locks up to `PURGE_BATCH` placed orders whose hold ended by `at_ms`, the oldest end first,
+/// skipping those another transaction holds: another instance expiring them at the same time,
+/// or a client completing or cancelling one. Each is then expired by one transaction only, and
+/// one expired already is no longer placed. Returns the orders and their pets, to lock next.
+pub(super) async fn take_ended_holds(
+    txn: &Txn<'_>,
+    at_ms: u64,
+) -> Result<(Vec<OrderId>, Vec<PetId>), StoreError> {
+    let statement = txn
+        .prepare_cached(
+            "SELECT id, pet_id FROM orders WHERE status = 1 AND expires_at_ms <= $1
+             ORDER BY expires_at_ms, id LIMIT $2 FOR UPDATE SKIP LOCKED",
+        )
+        .await
+        .map_err(pg_error)?;
+    let rows = txn
+        .query(
+            &statement,
+            &[
+                &i64::try_from(at_ms).unwrap_or(i64::MAX),
+                &i64::try_from(PURGE_BATCH).unwrap_or(i64::MAX),
+            ],
+        )
+        .await
+        .map_err(pg_error)?;
+    Ok(rows
+        .iter()
+        .map(|row| (row.get::<_, i64>(0), row.get::<_, i64>(1)))
+        .unzip())
 }
 
 /// What a batch's writes gather as they run, written once at its end: how the inventory moves
@@ -497,15 +466,6 @@ async fn trim_events(txn: &Txn<'_>, before_ms: u64) -> Result<usize, StoreError>
     Ok(usize::try_from(removed).unwrap_or(usize::MAX))
 }
 
-/// The pets a batch creates, inserted with one statement.
-#[derive(Default)]
-struct NewRows {
-    ids: Vec<i64>,
-    statuses: Vec<Option<i16>>,
-    categories: Vec<i64>,
-    jsons: Vec<String>,
-}
-
 /// Takes `count` ids from the counter. The row stays locked to the commit, so every other
 /// creating transaction, in this instance or another, waits: ids increase in commit order.
 async fn allocate_ids(txn: &Txn<'_>, count: usize) -> Result<i64, StoreError> {
@@ -521,177 +481,4 @@ async fn allocate_ids(txn: &Txn<'_>, count: usize) -> Result<i64, StoreError> {
             _ => pg_error(e),
         })?;
     Ok(row.get(0))
-}
-
-async fn create(
-    txn: &Txn<'_>,
-    pet: &NewPet,
-    keyed: Option<&Keyed>,
-    id: PetId,
-    now: u64,
-    new_pets: &mut NewRows,
-) -> Result<Result<Created, StoreError>, StoreError> {
-    if let Some(keyed) = keyed
-        && !take_record(txn, keyed, id, now).await?
-    {
-        let row = txn
-            .query_one(READ_RECORD, &[&short(keyed.key.scope()).as_slice()])
-            .await
-            .map_err(pg_error)?;
-        let answer = record_of(&row)?.answer(&keyed.key, pet, now);
-        return Ok(answer.unwrap_or_else(|| {
-            Err(StoreError::Corrupt(
-                "a live idempotency record expired mid-transaction".into(),
-            ))
-        }));
-    }
-    let json = String::from_utf8(pet.clone().into_pet(id).to_json())
-        .map_err(|e| StoreError::Corrupt(format!("a pet's JSON is not UTF-8: {e}")))?;
-    new_pets.ids.push(id);
-    new_pets.statuses.push(status_code(pet.status));
-    new_pets.categories.push(pet.category_id);
-    let stored = StoredPet {
-        id,
-        revision: 1,
-        json: Bytes::from(json.clone()),
-    };
-    new_pets.jsons.push(json);
-    Ok(Ok(Created {
-        pet: stored,
-        replayed: false,
-    }))
-}
-
-/// Takes the idempotency record of `keyed` for `id` (a pet's, or `order_record_id` of an
-/// order's), unless a live record holds the key: then `false`, and the caller answers from it.
-/// Another instance's write with the same key makes this wait for its commit, and then its
-/// record answers; an id taken for this write is then left unused, a gap that costs nothing.
-pub(super) async fn take_record(
-    txn: &Txn<'_>,
-    keyed: &Keyed,
-    id: i64,
-    now: u64,
-) -> Result<bool, StoreError> {
-    let expires_at = i64::try_from(keyed.expires_at).unwrap_or(i64::MAX);
-    let taken = txn
-        .query_opt(
-            "INSERT INTO idempotency (scope, fingerprint, expires_at, pet_id)
-             VALUES ($1, $2, $3, $4)
-             ON CONFLICT (scope) DO UPDATE SET fingerprint = EXCLUDED.fingerprint,
-                 expires_at = EXCLUDED.expires_at, pet_id = EXCLUDED.pet_id
-             WHERE idempotency.expires_at <= $5
-             RETURNING pet_id",
-            &[
-                &short(keyed.key.scope()).as_slice(),
-                &short(keyed.key.fingerprint()).as_slice(),
-                &expires_at,
-                &id,
-                &i64::try_from(now).unwrap_or(i64::MAX),
-            ],
-        )
-        .await
-        .map_err(pg_error)?;
-    Ok(taken.is_some())
-}
-
-/// Applies `patch` to pet `id`: `NotFound`, `PreconditionFailed`, then, for a change of its
-/// status while a placed order holds it, `PetReserved`.
-async fn patch_pet(
-    txn: &Txn<'_>,
-    id: PetId,
-    patch: PetPatch,
-    precondition: &Precondition,
-    tally: &mut Tally,
-) -> Result<Result<StoredPet, StoreError>, StoreError> {
-    let (old, revision) = match current(txn, id, precondition).await? {
-        Ok(current) => current,
-        Err(e) => return Ok(Err(e)),
-    };
-    if patch.status.is_some()
-        && let Some(order) = sale_writes::holding_order(txn, id).await?
-    {
-        return Ok(Err(StoreError::PetReserved { pet: id, order }));
-    }
-    let old_status = old.status;
-    let new = patch.apply(old);
-    tally.inventory.moved(Some(old_status), Some(new.status));
-    Ok(Ok(rewrite_pet(txn, &new, revision + 1).await?))
-}
-
-/// Stores `pet` at `revision`, its columns beside its JSON; the row is locked already.
-pub(super) async fn rewrite_pet(
-    txn: &Txn<'_>,
-    pet: &Pet,
-    revision: u64,
-) -> Result<StoredPet, StoreError> {
-    let json = String::from_utf8(pet.to_json())
-        .map_err(|e| StoreError::Corrupt(format!("a pet's JSON is not UTF-8: {e}")))?;
-    let statement = txn
-        .prepare_cached(
-            "UPDATE pets SET status = $2, category_id = $3, revision = $4, json = $5
-             WHERE id = $1",
-        )
-        .await
-        .map_err(pg_error)?;
-    txn.execute(
-        &statement,
-        &[
-            &pet.id,
-            &status_code(pet.status),
-            &pet.category_id,
-            &i64::try_from(revision).unwrap_or(i64::MAX),
-            &json,
-        ],
-    )
-    .await
-    .map_err(pg_error)?;
-    Ok(StoredPet {
-        id: pet.id,
-        revision,
-        json: Bytes::from(json),
-    })
-}
-
-/// Removes pet `id`: `NotFound`, `PreconditionFailed`, then `PetReserved` while a placed order
-/// holds it.
-async fn delete_pet(
-    txn: &Txn<'_>,
-    id: PetId,
-    precondition: &Precondition,
-    tally: &mut Tally,
-) -> Result<Result<u64, StoreError>, StoreError> {
-    let (old, revision) = match current(txn, id, precondition).await? {
-        Ok(current) => current,
-        Err(e) => return Ok(Err(e)),
-    };
-    if let Some(order) = sale_writes::holding_order(txn, id).await? {
-        return Ok(Err(StoreError::PetReserved { pet: id, order }));
-    }
-    txn.execute("DELETE FROM pets WHERE id = $1", &[&id])
-        .await
-        .map_err(pg_error)?;
-    tally.inventory.moved(Some(old.status), None);
-    Ok(Ok(revision))
-}
-
-/// The pet `id` and its revision, if it exists and meets `precondition`.
-pub(super) async fn current(
-    txn: &Txn<'_>,
-    id: PetId,
-    precondition: &Precondition,
-) -> Result<Result<(Pet, u64), StoreError>, StoreError> {
-    let Some(row) = txn
-        .query_opt("SELECT revision, json FROM pets WHERE id = $1", &[&id])
-        .await
-        .map_err(pg_error)?
-    else {
-        return Ok(Err(StoreError::NotFound(id)));
-    };
-    let revision = revision(row.get(0));
-    if !precondition.allows(revision) {
-        return Ok(Err(StoreError::PreconditionFailed));
-    }
-    let pet = Pet::from_json(row.get::<_, &str>(1).as_bytes())
-        .map_err(|e| StoreError::Corrupt(format!("pet {id} does not read back: {e}")));
-    Ok(pet.map(|pet| (pet, revision)))
 }

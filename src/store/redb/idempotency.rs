@@ -15,9 +15,9 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use redb::{ReadableTable, Table, WriteTransaction};
 
 use super::tables::{RECORDS, V2_EXPIRY, V2_RECORDS};
-use crate::pet::{NewPet, PetId};
+use crate::pet::PetId;
 use crate::store::claims::IdempotencyKey;
-use crate::store::model::{Created, Record, SHORT_DIGEST, StoreError, short};
+use crate::store::model::{Record, SHORT_DIGEST, StoreError, short};
 use crate::store::write::{Keyed, PURGE_BATCH};
 
 /// Bytes kept of a scope or a fingerprint (`store::SHORT_DIGEST`).
@@ -79,17 +79,6 @@ impl Index {
         Ok(Index(Mutex::new(map)))
     }
 
-    /// The answer a live record gives a create of `pet` under `key`, if there is one.
-    pub(super) fn find(
-        &self,
-        key: &IdempotencyKey,
-        pet: &NewPet,
-        now: u64,
-    ) -> Option<Result<Created, StoreError>> {
-        let entry = self.map().get(&short(key.scope())).copied();
-        entry.and_then(|entry| entry.answer(key, pet, now))
-    }
-
     /// The live-or-not record of `scope`, as loaded or last written.
     pub(super) fn get(&self, scope: &[u8; 32]) -> Option<Record> {
         self.map().get(&short(*scope)).copied()
@@ -127,20 +116,6 @@ pub(super) fn split(value: &[u8; 2 * SHORT]) -> (Scope, [u8; SHORT]) {
     scope.copy_from_slice(&value[..SHORT]);
     fingerprint.copy_from_slice(&value[SHORT..]);
     (scope, fingerprint)
-}
-
-/// The answer inside a write transaction: records of this batch first, then the committed ones.
-pub(super) fn find(
-    index: &Index,
-    changes: &Changes,
-    key: &IdempotencyKey,
-    pet: &NewPet,
-    now: u64,
-) -> Option<Result<Created, StoreError>> {
-    match changes.added.get(&short(key.scope())) {
-        Some(entry) => entry.answer(key, pet, now),
-        None => index.find(key, pet, now),
-    }
 }
 
 /// The live-or-not record of `key`'s scope inside a write transaction: this batch's first,

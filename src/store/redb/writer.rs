@@ -11,7 +11,6 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
 use redb::{Database, ReadableTable};
 
 use super::handle::Shared;
@@ -19,14 +18,14 @@ use super::idempotency::{self, Changes, Index};
 use super::open::{Opening, open_database};
 use super::tables::{
     META, META_BATCH, META_EVENT_SEQ, META_EVENTS_TRIMMED, META_INVENTORY, META_NEXT_CATEGORY_ID,
-    META_NEXT_ID, META_NEXT_ORDER_ID, SESSIONS, Sales, Tables, WEBHOOKS, begin,
-    category_status_code, event_head, event_length, holding_order, meta_value, write_event,
+    META_NEXT_ID, META_NEXT_ORDER_ID, SESSIONS, Sales, Tables, WEBHOOKS, begin, event_head,
+    event_length, meta_value, write_event,
 };
 use crate::clock::unix_now;
-use crate::pet::{NewPet, Pet, PetId, PetPatch};
 use crate::store::events::{StoredEvent, now_ms};
-use crate::store::model::{Created, InventoryDelta, Precondition, StoreError, StoredPet};
-use crate::store::write::{Engine, Keyed, PURGE_BATCH, Write};
+use crate::store::model::{InventoryDelta, StoreError};
+use crate::store::ops;
+use crate::store::write::{Engine, PURGE_BATCH, Write};
 
 /// The longest wait between two reopens. A disk that stays full fails every batch, and each
 /// reopen repairs the file and starts its cache cold: between reopens, writes fail at once
@@ -266,7 +265,7 @@ fn write_batch(
             now_ms: now_ms(),
         };
         for write in batch.iter_mut() {
-            run.run(write)?;
+            at_once(run.run(write))?;
         }
         let changed = batch.iter().any(Write::changed);
         if changed {
@@ -288,6 +287,19 @@ fn write_batch(
         other => other,
     })?;
     Ok(true)
+}
+
+/// The outcome of a rule run on this engine: every call of redb's `Txn` does its work at once
+/// and never waits, so the rule's future is ready at its first poll, on the writer's thread.
+fn at_once<T>(rule: impl Future<Output = Result<T, StoreError>>) -> Result<T, StoreError> {
+    let mut rule = std::pin::pin!(rule);
+    let mut context = std::task::Context::from_waker(std::task::Waker::noop());
+    match rule.as_mut().poll(&mut context) {
+        std::task::Poll::Ready(outcome) => outcome,
+        std::task::Poll::Pending => Err(StoreError::Corrupt(
+            "a rule waited inside a redb transaction".into(),
+        )),
+    }
 }
 
 /// Appends the batch's events, in the order its writes ran, in its own transaction: a change
@@ -328,12 +340,12 @@ pub(super) struct Run<'txn> {
     pub(super) index: &'txn Index,
     pub(super) changes: &'txn mut Changes,
     /// The id the next create gets; written back to `META` when the batch created any.
-    next_id: u64,
+    pub(super) next_id: u64,
     /// The ids the next order and category get, once read; written back with the batch.
     pub(super) next_order_id: Option<u64>,
     pub(super) next_category_id: Option<u64>,
     /// How the batch moves the inventory's counters.
-    inventory: InventoryDelta,
+    pub(super) inventory: InventoryDelta,
     /// The Unix time the batch runs at, for idempotency records.
     pub(super) now: u64,
     /// The same in milliseconds, for orders.
@@ -342,42 +354,17 @@ pub(super) struct Run<'txn> {
 
 impl<'txn> Run<'txn> {
     /// Runs one write and sets its outcome; an error returned fails the whole transaction.
-    fn run(&mut self, write: &mut Write) -> Result<(), StoreError> {
+    async fn run(&mut self, write: &mut Write) -> Result<(), StoreError> {
+        if ops::run(self, write).await? {
+            return Ok(());
+        }
         match write {
-            Write::Create(pet, keyed, pending) => {
-                pending.outcome = Some(self.create(pet, keyed.as_ref())?);
-            }
-            Write::Patch(id, patch, precondition, pending) => {
-                let patch = std::mem::take(patch);
-                pending.outcome = Some(self.patch(*id, patch, precondition)?);
-            }
-            Write::Delete(id, precondition, pending) => {
-                pending.outcome = Some(self.delete(*id, precondition)?);
-            }
             Write::Purge(now, pending) => {
                 let purged = idempotency::purge(&mut self.tables.records, self.changes, *now)?;
                 pending.outcome = Some(Ok(purged));
             }
             Write::Trim(before_ms, pending) => {
                 pending.outcome = Some(Ok(self.trim(*before_ms)?));
-            }
-            Write::PlaceOrder(place, pending) => {
-                pending.outcome = Some(self.place_order(place)?);
-            }
-            Write::MoveOrder(id, action, precondition, pending) => {
-                pending.outcome = Some(self.move_order(*id, *action, precondition)?);
-            }
-            Write::Expire(now_ms, pending) => {
-                pending.outcome = Some(Ok(self.expire(*now_ms)?));
-            }
-            Write::CreateCategory(new, pending) => {
-                pending.outcome = Some(self.create_category(new)?);
-            }
-            Write::PatchCategory(id, patch, pending) => {
-                pending.outcome = Some(self.patch_category(*id, patch)?);
-            }
-            Write::DeleteCategory(id, pending) => {
-                pending.outcome = Some(self.delete_category(*id)?);
             }
             Write::SaveWebhook(save, pending) => {
                 let (id, state) = &**save;
@@ -398,6 +385,8 @@ impl<'txn> Run<'txn> {
             Write::RemoveSessions(gone, pending) => {
                 pending.outcome = Some(Ok(super::sessions::remove(self.txn, *gone)?));
             }
+            // Every other write is a rule's (`ops::run`).
+            _ => {}
         }
         Ok(())
     }
@@ -476,177 +465,5 @@ impl<'txn> Run<'txn> {
                 .map_err(StoreError::storage)?;
         }
         Ok(removed)
-    }
-
-    fn create(
-        &mut self,
-        pet: &NewPet,
-        keyed: Option<&Keyed>,
-    ) -> Result<Result<Created, StoreError>, StoreError> {
-        // Checked again here, in the transaction: a retry may have passed the front's check
-        // before this key's first create committed (its caller gone, its claim released).
-        if let Some(keyed) = keyed
-            && let Some(answer) =
-                idempotency::find(self.index, self.changes, &keyed.key, pet, self.now)
-        {
-            return Ok(answer);
-        }
-        let Ok(id) = PetId::try_from(self.next_id) else {
-            return Ok(Err(StoreError::IdsExhausted));
-        };
-        let json = Bytes::from(pet.clone().into_pet(id).to_json());
-        self.tables
-            .pets
-            .insert(id, json.as_ref())
-            .map_err(StoreError::storage)?;
-        if let Some(status) = pet.status {
-            self.tables
-                .by_status
-                .insert((status.to_code(), id), json.as_ref())
-                .map_err(StoreError::storage)?;
-        }
-        self.tables
-            .by_category
-            .insert((pet.category_id, category_status_code(pet.status), id), ())
-            .map_err(StoreError::storage)?;
-        self.inventory.moved(None, Some(pet.status));
-        self.next_id += 1;
-        if let Some(keyed) = keyed {
-            idempotency::insert(&mut self.tables.records, self.changes, keyed, id)?;
-        }
-        Ok(Ok(Created {
-            pet: StoredPet {
-                id,
-                revision: 1,
-                json,
-            },
-            replayed: false,
-        }))
-    }
-
-    fn patch(
-        &mut self,
-        id: PetId,
-        patch: PetPatch,
-        precondition: &Precondition,
-    ) -> Result<Result<StoredPet, StoreError>, StoreError> {
-        let (old, revision) = match self.current(id, precondition)? {
-            Ok(current) => current,
-            Err(e) => return Ok(Err(e)),
-        };
-        if patch.status.is_some()
-            && let Some(order) = self.hold_of(id)?
-        {
-            return Ok(Err(StoreError::PetReserved { pet: id, order }));
-        }
-        let new = patch.apply(old.clone());
-        Ok(Ok(self.rewrite_pet(&old, new, revision)?))
-    }
-
-    /// The placed order that holds pet `id`, if any.
-    pub(super) fn hold_of(&mut self, id: PetId) -> Result<Option<i64>, StoreError> {
-        holding_order(&self.sales()?.orders_by_pet, id)
-    }
-
-    /// Replaces pet `old` (at `revision`) with `new`: its JSON, its index entries and the
-    /// inventory, at the next revision. The old entries go in the same transaction as the new
-    /// ones come: a filter never sees the pet twice, or as it was.
-    pub(super) fn rewrite_pet(
-        &mut self,
-        old: &Pet,
-        new: Pet,
-        revision: u64,
-    ) -> Result<StoredPet, StoreError> {
-        let id = old.id;
-        let json = Bytes::from(new.to_json());
-        self.tables
-            .pets
-            .insert(id, json.as_ref())
-            .map_err(StoreError::storage)?;
-        if let Some(status) = old.status {
-            self.tables
-                .by_status
-                .remove((status.to_code(), id))
-                .map_err(StoreError::storage)?;
-        }
-        if let Some(status) = new.status {
-            self.tables
-                .by_status
-                .insert((status.to_code(), id), json.as_ref())
-                .map_err(StoreError::storage)?;
-        }
-        let old_key = (old.category_id, category_status_code(old.status), id);
-        let new_key = (new.category_id, category_status_code(new.status), id);
-        if old_key != new_key {
-            self.tables
-                .by_category
-                .remove(old_key)
-                .map_err(StoreError::storage)?;
-            self.tables
-                .by_category
-                .insert(new_key, ())
-                .map_err(StoreError::storage)?;
-        }
-        self.inventory.moved(Some(old.status), Some(new.status));
-        let revision = revision + 1;
-        self.tables
-            .revisions
-            .insert(id, revision)
-            .map_err(StoreError::storage)?;
-        Ok(StoredPet { id, revision, json })
-    }
-
-    fn delete(
-        &mut self,
-        id: PetId,
-        precondition: &Precondition,
-    ) -> Result<Result<u64, StoreError>, StoreError> {
-        let (old, revision) = match self.current(id, precondition)? {
-            Ok(current) => current,
-            Err(e) => return Ok(Err(e)),
-        };
-        if let Some(order) = self.hold_of(id)? {
-            return Ok(Err(StoreError::PetReserved { pet: id, order }));
-        }
-        self.tables.pets.remove(id).map_err(StoreError::storage)?;
-        if let Some(status) = old.status {
-            self.tables
-                .by_status
-                .remove((status.to_code(), id))
-                .map_err(StoreError::storage)?;
-        }
-        self.tables
-            .by_category
-            .remove((old.category_id, category_status_code(old.status), id))
-            .map_err(StoreError::storage)?;
-        self.inventory.moved(Some(old.status), None);
-        self.tables
-            .revisions
-            .remove(id)
-            .map_err(StoreError::storage)?;
-        Ok(Ok(revision))
-    }
-
-    /// The pet `id` and its revision, if it exists and meets `precondition`.
-    pub(super) fn current(
-        &self,
-        id: PetId,
-        precondition: &Precondition,
-    ) -> Result<Result<(Pet, u64), StoreError>, StoreError> {
-        let Some(json) = self.tables.pets.get(id).map_err(StoreError::storage)? else {
-            return Ok(Err(StoreError::NotFound(id)));
-        };
-        let revision = self
-            .tables
-            .revisions
-            .get(id)
-            .map_err(StoreError::storage)?
-            .map_or(1, |r| r.value());
-        if !precondition.allows(revision) {
-            return Ok(Err(StoreError::PreconditionFailed));
-        }
-        let pet = Pet::from_json(json.value())
-            .map_err(|e| StoreError::Corrupt(format!("pet {id} does not read back: {e}")));
-        Ok(pet.map(|pet| (pet, revision)))
     }
 }

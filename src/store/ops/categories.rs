@@ -1,0 +1,62 @@
+//! A category's writes: create, rename and delete, with its name unique ignoring case
+//! (`category::name_key`) and no category removed while a pet names it.
+
+use crate::category::{Category, CategoryId, CategoryPatch, NewCategory, name_key};
+use crate::store::model::StoreError;
+use crate::store::txn::{Counter, Outcome, Txn};
+
+/// Creates a category under the next category id: `NameTaken` when another has its name.
+pub(super) async fn create<T: Txn>(txn: &mut T, new: &NewCategory) -> Outcome<Category> {
+    if txn.category_named(&name_key(&new.name)).await?.is_some() {
+        return Ok(Err(StoreError::NameTaken(new.name.clone())));
+    }
+    let id = match txn.next_id(Counter::Categories).await? {
+        Ok(id) => id,
+        Err(e) => return Ok(Err(e)),
+    };
+    txn.take_id(Counter::Categories);
+    let category = Category {
+        id,
+        name: new.name.clone(),
+    };
+    txn.put_category(None, &category).await?;
+    Ok(Ok(category))
+}
+
+/// Renames category `id`: `CategoryNotFound`, then `NameTaken` when another category has the
+/// name. An empty patch answers the category as it is.
+pub(super) async fn patch<T: Txn>(
+    txn: &mut T,
+    id: CategoryId,
+    patch: &CategoryPatch,
+) -> Outcome<Category> {
+    let Some(old) = txn.category(id).await? else {
+        return Ok(Err(StoreError::CategoryNotFound(id)));
+    };
+    let Some(name) = &patch.name else {
+        return Ok(Ok(old));
+    };
+    let holder = txn.category_named(&name_key(name)).await?;
+    if holder.is_some_and(|holder| holder != id) {
+        return Ok(Err(StoreError::NameTaken(name.clone())));
+    }
+    let new = Category {
+        id,
+        name: name.clone(),
+    };
+    txn.put_category(Some(&old), &new).await?;
+    Ok(Ok(new))
+}
+
+/// Removes category `id`: `CategoryNotFound`, then `CategoryInUse` while any pet names it.
+/// Answers the id removed.
+pub(super) async fn delete<T: Txn>(txn: &mut T, id: CategoryId) -> Outcome<CategoryId> {
+    let Some(old) = txn.category(id).await? else {
+        return Ok(Err(StoreError::CategoryNotFound(id)));
+    };
+    if txn.category_in_use(id).await? {
+        return Ok(Err(StoreError::CategoryInUse(id)));
+    }
+    txn.remove_category(&old).await?;
+    Ok(Ok(id))
+}

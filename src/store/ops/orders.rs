@@ -1,0 +1,155 @@
+//! An order's writes: placing it for an `available` pet (which becomes `pending`, held by the
+//! order), completing or cancelling it (the pet becomes `sold` or `available`), and expiring
+//! it once its hold has ended. Invariant: an order and its pet change together, so a placed
+//! order's pet is `pending` and at most one placed order holds a pet.
+
+use crate::order::{Order, OrderAction, OrderId};
+use crate::pet::{Pet, PetStatus};
+use crate::store::model::{Moved, Placed, Precondition, StoreError, order_record_id};
+use crate::store::txn::{Counter, Outcome, Txn};
+use crate::store::write::PlaceOrder;
+
+use super::pets::current;
+
+/// Places an order for an `available` pet. With a key, a live record answers first (the first
+/// order as placed, or `IdempotencyKeyReused`), before the pet is looked at: a retry finds its
+/// pet pending by its own order. Then `NotFound`, then `PetNotAvailable`.
+pub(super) async fn place<T: Txn>(txn: &mut T, place: &PlaceOrder) -> Outcome<Placed> {
+    if let Some(keyed) = &place.keyed
+        && let Some(record) = txn.record(&keyed.key).await?
+        && let Some(answer) = record.order_answer(&keyed.key, txn.now())
+    {
+        return replay(txn, answer).await;
+    }
+    let pet_id = place.order.pet_id;
+    let (pet, revision) = match current(txn, pet_id, &Precondition::None).await? {
+        Ok(current) => current,
+        Err(e) => return Ok(Err(e)),
+    };
+    if pet.status != Some(PetStatus::Available) {
+        return Ok(Err(StoreError::PetNotAvailable {
+            pet: pet_id,
+            status: pet.status,
+        }));
+    }
+    let id = match txn.next_id(Counter::Orders).await? {
+        Ok(id) => id,
+        Err(e) => return Ok(Err(e)),
+    };
+    if let Some(keyed) = &place.keyed
+        && let Some(held) = txn.claim_record(keyed, order_record_id(id)).await?
+    {
+        // Another instance placed an order under the same key and committed while this one
+        // waited for its record: that order answers, and this one is not placed.
+        return match held.order_answer(&keyed.key, txn.now()) {
+            Some(answer) => replay(txn, answer).await,
+            None => Ok(Err(StoreError::Corrupt(
+                "a live idempotency record expired mid-transaction".into(),
+            ))),
+        };
+    }
+    txn.take_id(Counter::Orders);
+    let order = Order::place(id, place.order.clone(), txn.now_ms(), place.hold);
+    txn.put_order(None, &order).await?;
+    let pending = Pet {
+        status: Some(PetStatus::Pending),
+        ..pet.clone()
+    };
+    let pet = txn.put_pet(Some(&pet), &pending, revision + 1).await?;
+    Ok(Ok(Placed {
+        order,
+        pet: Some(pet),
+        replayed: false,
+    }))
+}
+
+/// What a key's record answers a retried order: the order as it was placed, read back.
+async fn replay<T: Txn>(txn: &mut T, answer: Result<OrderId, StoreError>) -> Outcome<Placed> {
+    let id = match answer {
+        Ok(id) => id,
+        Err(e) => return Ok(Err(e)),
+    };
+    match txn.order(id).await? {
+        Some(order) => Ok(Ok(Placed {
+            order: order.as_placed(),
+            pet: None,
+            replayed: true,
+        })),
+        None => Err(StoreError::Corrupt(format!(
+            "order {id} has an idempotency record but is missing"
+        ))),
+    }
+}
+
+/// Completes or cancels order `id`: `OrderNotFound`, then `PreconditionFailed` on the order's
+/// revision, then `InvalidTransition`; its pet takes the action's status.
+pub(super) async fn settle<T: Txn>(
+    txn: &mut T,
+    id: OrderId,
+    action: OrderAction,
+    precondition: &Precondition,
+) -> Outcome<Moved> {
+    let Some(order) = txn.order(id).await? else {
+        return Ok(Err(StoreError::OrderNotFound(id)));
+    };
+    if !precondition.allows(order.revision) {
+        return Ok(Err(StoreError::PreconditionFailed));
+    }
+    let at_ms = txn.now_ms();
+    move_order(txn, &order, action, at_ms).await
+}
+
+/// Expires the placed orders whose hold ended by `at_ms` (up to `PURGE_BATCH`), each pet back
+/// to `available`, each order closed at `at_ms`: the time its pet came free. One that cannot
+/// expire (moved by a write earlier in the batch, or stored data broken by hand) is left, and
+/// the others still expire: one broken order must not fail every batch it shares.
+pub(super) async fn expire<T: Txn>(txn: &mut T, at_ms: u64) -> Result<Vec<Moved>, StoreError> {
+    let ended = txn.ended_holds(at_ms).await?;
+    let mut expired = Vec::with_capacity(ended.len());
+    for id in ended {
+        let Some(order) = txn.order(id).await? else {
+            tracing::warn!(order = id, "an order whose hold ended is missing");
+            continue;
+        };
+        match move_order(txn, &order, OrderAction::Expire, at_ms).await? {
+            Ok(moved) => expired.push(moved),
+            // Completed or cancelled earlier in this batch: it holds nothing any more.
+            Err(StoreError::InvalidTransition { .. }) => {}
+            Err(e) => tracing::warn!(order = id, error = %e, "a placed order cannot expire"),
+        }
+    }
+    Ok(expired)
+}
+
+/// Moves `order` by `action` at `at_ms`, with its pet: the order holds the pet no more. A
+/// placed order's pet cannot be deleted, so a missing one is stored data gone wrong.
+async fn move_order<T: Txn>(
+    txn: &mut T,
+    order: &Order,
+    action: OrderAction,
+    at_ms: u64,
+) -> Outcome<Moved> {
+    let moved = match order.apply(action, at_ms) {
+        Ok(moved) => moved,
+        Err(refused) => {
+            return Ok(Err(StoreError::InvalidTransition {
+                order: order.id,
+                action,
+                refused,
+            }));
+        }
+    };
+    let Some((pet, revision)) = txn.pet(order.pet_id).await? else {
+        return Ok(Err(StoreError::Corrupt(format!(
+            "order {} holds pet {}, which is missing",
+            order.id, order.pet_id
+        ))));
+    };
+    let new = Pet {
+        status: Some(action.pet_status()),
+        ..pet.clone()
+    };
+    let pet = txn.put_pet(Some(&pet), &new, revision + 1).await?;
+    txn.put_order(Some(order), &moved).await?;
+    Ok(Ok(Moved { order: moved, pet }))
+}

@@ -1,0 +1,403 @@
+//! The transaction interface (`store/txn.rs`) on PostgreSQL: each call one statement in the
+//! batch's transaction, on rows `batch.rs` locked before any rule ran (`lock_rows`), so what a
+//! rule reads stays true to the commit. The pets a batch creates are gathered and inserted by
+//! one statement (`flush`), before any statement that could see them; the inventory and the
+//! order and category counters move once, at the batch's end (`Tally`). The tables stay plain
+//! tables, with their columns beside each record's JSON, for the shop's other tools.
+
+use bytes::Bytes;
+
+use super::batch::{Tally, Txn as PgTransaction};
+use super::errors::pg_error;
+use super::rows::{
+    READ_RECORD, category_of, expires_at_ms, order_of, order_record, order_status_code, record_of,
+    revision, status_code,
+};
+use crate::category::{Category, CategoryId, name_key};
+use crate::order::{Order, OrderId};
+use crate::pet::{Pet, PetId};
+use crate::store::claims::IdempotencyKey;
+use crate::store::model::{Record, StoreError, StoredPet, short};
+use crate::store::txn::{Counter, Txn};
+use crate::store::write::Keyed;
+
+/// A batch's transaction as the rules see it.
+pub(super) struct PgTxn<'t, 'c> {
+    txn: &'t PgTransaction<'c>,
+    pub(super) tally: Tally,
+    /// Pets created and not inserted yet.
+    new_pets: NewRows,
+    /// The first of the pet ids `lock_rows` took for the batch's creates not given out yet.
+    next_pet_id: PetId,
+    /// The orders each `Expire` of the batch took in `lock_rows`, in batch order.
+    expiring: std::vec::IntoIter<Vec<OrderId>>,
+    now: u64,
+    now_ms: u64,
+}
+
+/// The pets a batch creates, inserted with one statement.
+#[derive(Default)]
+struct NewRows {
+    ids: Vec<i64>,
+    statuses: Vec<Option<i16>>,
+    categories: Vec<i64>,
+    jsons: Vec<String>,
+}
+
+impl<'t, 'c> PgTxn<'t, 'c> {
+    pub(super) fn new(
+        txn: &'t PgTransaction<'c>,
+        tally: Tally,
+        next_pet_id: PetId,
+        expiring: Vec<Vec<OrderId>>,
+        now: u64,
+        now_ms: u64,
+    ) -> PgTxn<'t, 'c> {
+        PgTxn {
+            txn,
+            tally,
+            new_pets: NewRows::default(),
+            next_pet_id,
+            expiring: expiring.into_iter(),
+            now,
+            now_ms,
+        }
+    }
+
+    /// Inserts the pets created so far: before the batch ends, and before any statement that
+    /// reads or changes pets that could be among them.
+    pub(super) async fn flush(&mut self) -> Result<(), StoreError> {
+        if self.new_pets.ids.is_empty() {
+            return Ok(());
+        }
+        let rows = std::mem::take(&mut self.new_pets);
+        self.txn
+            .execute(
+                "INSERT INTO pets (id, status, category_id, revision, json)
+                 SELECT id, status, category_id, 1, json
+                 FROM UNNEST($1::bigint[], $2::smallint[], $3::bigint[], $4::text[])
+                     AS new(id, status, category_id, json)",
+                &[&rows.ids, &rows.statuses, &rows.categories, &rows.jsons],
+            )
+            .await
+            .map_err(pg_error)?;
+        Ok(())
+    }
+
+    /// `flush`, if pet `id` is among the pets not inserted yet.
+    async fn flush_for(&mut self, id: PetId) -> Result<(), StoreError> {
+        if self.new_pets.ids.contains(&id) {
+            self.flush().await?;
+        }
+        Ok(())
+    }
+
+    fn counter(&mut self, counter: Counter) -> Result<&mut super::batch::Counter, StoreError> {
+        let locked = match counter {
+            Counter::Orders => self.tally.next_order.as_mut(),
+            Counter::Categories => self.tally.next_category.as_mut(),
+            Counter::Pets => None,
+        };
+        locked.ok_or_else(|| {
+            StoreError::Corrupt(format!(
+                "an id of {counter:?} was asked for without its lock"
+            ))
+        })
+    }
+}
+
+/// A pet's JSON as the `text` column keeps it.
+fn json_text(pet: &Pet) -> Result<String, StoreError> {
+    String::from_utf8(pet.to_json())
+        .map_err(|e| StoreError::Corrupt(format!("a pet's JSON is not UTF-8: {e}")))
+}
+
+impl Txn for PgTxn<'_, '_> {
+    fn now(&self) -> u64 {
+        self.now
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.now_ms
+    }
+
+    async fn pet(&mut self, id: PetId) -> Result<Option<(Pet, u64)>, StoreError> {
+        self.flush_for(id).await?;
+        let statement = self
+            .txn
+            .prepare_cached("SELECT revision, json FROM pets WHERE id = $1")
+            .await
+            .map_err(pg_error)?;
+        let Some(row) = self
+            .txn
+            .query_opt(&statement, &[&id])
+            .await
+            .map_err(pg_error)?
+        else {
+            return Ok(None);
+        };
+        let pet = Pet::from_json(row.get::<_, &str>(1).as_bytes())
+            .map_err(|e| StoreError::Corrupt(format!("pet {id} does not read back: {e}")))?;
+        Ok(Some((pet, revision(row.get(0)))))
+    }
+
+    async fn put_pet(
+        &mut self,
+        old: Option<&Pet>,
+        new: &Pet,
+        revision: u64,
+    ) -> Result<StoredPet, StoreError> {
+        let json = json_text(new)?;
+        self.tally
+            .inventory
+            .moved(old.map(|old| old.status), Some(new.status));
+        let Some(_) = old else {
+            let rows = &mut self.new_pets;
+            rows.ids.push(new.id);
+            rows.statuses.push(status_code(new.status));
+            rows.categories.push(new.category_id);
+            rows.jsons.push(json.clone());
+            return Ok(StoredPet {
+                id: new.id,
+                revision,
+                json: Bytes::from(json),
+            });
+        };
+        self.flush_for(new.id).await?;
+        let statement = self
+            .txn
+            .prepare_cached(
+                "UPDATE pets SET status = $2, category_id = $3, revision = $4, json = $5
+                 WHERE id = $1",
+            )
+            .await
+            .map_err(pg_error)?;
+        self.txn
+            .execute(
+                &statement,
+                &[
+                    &new.id,
+                    &status_code(new.status),
+                    &new.category_id,
+                    &i64::try_from(revision).unwrap_or(i64::MAX),
+                    &json,
+                ],
+            )
+            .await
+            .map_err(pg_error)?;
+        Ok(StoredPet {
+            id: new.id,
+            revision,
+            json: Bytes::from(json),
+        })
+    }
+
+    async fn remove_pet(&mut self, old: &Pet) -> Result<(), StoreError> {
+        self.flush_for(old.id).await?;
+        self.txn
+            .execute("DELETE FROM pets WHERE id = $1", &[&old.id])
+            .await
+            .map_err(pg_error)?;
+        self.tally.inventory.moved(Some(old.status), None);
+        Ok(())
+    }
+
+    async fn holding_order(&mut self, pet: PetId) -> Result<Option<OrderId>, StoreError> {
+        // The pet's row is locked, and every write that places or ends an order locks its pet
+        // too, so the answer stays true to the commit.
+        let statement = self
+            .txn
+            .prepare_cached("SELECT id FROM orders WHERE pet_id = $1 AND status = 1")
+            .await
+            .map_err(pg_error)?;
+        let row = self
+            .txn
+            .query_opt(&statement, &[&pet])
+            .await
+            .map_err(pg_error)?;
+        Ok(row.map(|row| row.get(0)))
+    }
+
+    async fn order(&mut self, id: OrderId) -> Result<Option<Order>, StoreError> {
+        let statement = self
+            .txn
+            .prepare_cached("SELECT record FROM orders WHERE id = $1")
+            .await
+            .map_err(pg_error)?;
+        let row = self
+            .txn
+            .query_opt(&statement, &[&id])
+            .await
+            .map_err(pg_error)?;
+        row.map(|row| order_of(row.get(0))).transpose()
+    }
+
+    async fn put_order(&mut self, old: Option<&Order>, new: &Order) -> Result<(), StoreError> {
+        match old {
+            None => {
+                let statement = self
+                    .txn
+                    .prepare_cached(
+                        "INSERT INTO orders (id, pet_id, status, expires_at_ms, record)
+                         VALUES ($1, $2, $3, $4, $5)",
+                    )
+                    .await
+                    .map_err(pg_error)?;
+                self.txn
+                    .execute(
+                        &statement,
+                        &[
+                            &new.id,
+                            &new.pet_id,
+                            &order_status_code(new.status),
+                            &expires_at_ms(new),
+                            &order_record(new),
+                        ],
+                    )
+                    .await
+                    .map_err(pg_error)?;
+            }
+            // A move: its pet and its hold's end never change.
+            Some(_) => {
+                let statement = self
+                    .txn
+                    .prepare_cached("UPDATE orders SET status = $2, record = $3 WHERE id = $1")
+                    .await
+                    .map_err(pg_error)?;
+                self.txn
+                    .execute(
+                        &statement,
+                        &[&new.id, &order_status_code(new.status), &order_record(new)],
+                    )
+                    .await
+                    .map_err(pg_error)?;
+            }
+        }
+        Ok(())
+    }
+
+    async fn ended_holds(&mut self, _at_ms: u64) -> Result<Vec<OrderId>, StoreError> {
+        // Taken and locked by `lock_rows` (SKIP LOCKED), each `Expire` its own, in batch order.
+        Ok(self.expiring.next().unwrap_or_default())
+    }
+
+    async fn category(&mut self, id: CategoryId) -> Result<Option<Category>, StoreError> {
+        let row = self
+            .txn
+            .query_opt("SELECT id, name FROM categories WHERE id = $1", &[&id])
+            .await
+            .map_err(pg_error)?;
+        Ok(row.map(|row| category_of(&row)))
+    }
+
+    async fn category_named(&mut self, key: &str) -> Result<Option<CategoryId>, StoreError> {
+        // Every category write holds `next_category_id` (`lock_rows`): names change one
+        // transaction at a time, so the answer cannot race a concurrent rename.
+        let row = self
+            .txn
+            .query_opt("SELECT id FROM categories WHERE name_key = $1", &[&key])
+            .await
+            .map_err(pg_error)?;
+        Ok(row.map(|row| row.get(0)))
+    }
+
+    async fn category_in_use(&mut self, id: CategoryId) -> Result<bool, StoreError> {
+        self.flush().await?;
+        let row = self
+            .txn
+            .query_one(
+                "SELECT EXISTS (SELECT 1 FROM pets WHERE category_id = $1)",
+                &[&id],
+            )
+            .await
+            .map_err(pg_error)?;
+        Ok(row.get(0))
+    }
+
+    async fn put_category(
+        &mut self,
+        old: Option<&Category>,
+        new: &Category,
+    ) -> Result<(), StoreError> {
+        let sql = match old {
+            None => "INSERT INTO categories (id, name, name_key) VALUES ($1, $2, $3)",
+            Some(_) => "UPDATE categories SET name = $2, name_key = $3 WHERE id = $1",
+        };
+        self.txn
+            .execute(sql, &[&new.id, &new.name, &name_key(&new.name)])
+            .await
+            .map_err(pg_error)?;
+        Ok(())
+    }
+
+    async fn remove_category(&mut self, old: &Category) -> Result<(), StoreError> {
+        self.txn
+            .execute("DELETE FROM categories WHERE id = $1", &[&old.id])
+            .await
+            .map_err(pg_error)?;
+        Ok(())
+    }
+
+    async fn next_id(&mut self, counter: Counter) -> Result<Result<i64, StoreError>, StoreError> {
+        if counter == Counter::Pets {
+            return Ok(Ok(self.next_pet_id));
+        }
+        Ok(self.counter(counter)?.next())
+    }
+
+    fn take_id(&mut self, counter: Counter) {
+        if counter == Counter::Pets {
+            self.next_pet_id = self.next_pet_id.saturating_add(1);
+        } else if let Ok(locked) = self.counter(counter) {
+            locked.take();
+        }
+    }
+
+    async fn record(&mut self, key: &IdempotencyKey) -> Result<Option<Record>, StoreError> {
+        let scope = short(key.scope());
+        let row = self
+            .txn
+            .query_opt(READ_RECORD, &[&scope.as_slice()])
+            .await
+            .map_err(pg_error)?;
+        row.map(|row| record_of(&row)).transpose()
+    }
+
+    async fn claim_record(&mut self, keyed: &Keyed, id: i64) -> Result<Option<Record>, StoreError> {
+        let expires_at = i64::try_from(keyed.expires_at).unwrap_or(i64::MAX);
+        // Another instance's write with the same key makes this wait for its commit, and then
+        // its record answers; an id taken for this write is then left unused, a gap that
+        // costs nothing.
+        let taken = self
+            .txn
+            .query_opt(
+                "INSERT INTO idempotency (scope, fingerprint, expires_at, pet_id)
+                 VALUES ($1, $2, $3, $4)
+                 ON CONFLICT (scope) DO UPDATE SET fingerprint = EXCLUDED.fingerprint,
+                     expires_at = EXCLUDED.expires_at, pet_id = EXCLUDED.pet_id
+                 WHERE idempotency.expires_at <= $5
+                 RETURNING pet_id",
+                &[
+                    &short(keyed.key.scope()).as_slice(),
+                    &short(keyed.key.fingerprint()).as_slice(),
+                    &expires_at,
+                    &id,
+                    &i64::try_from(self.now).unwrap_or(i64::MAX),
+                ],
+            )
+            .await
+            .map_err(pg_error)?;
+        if taken.is_some() {
+            return Ok(None);
+        }
+        match self.record(&keyed.key).await? {
+            Some(held) => Ok(Some(held)),
+            None => Err(StoreError::Corrupt(
+                "an idempotency record refused a claim and is missing".into(),
+            )),
+        }
+    }
+}
+
+/// `PLACED` is the code the statements here and in `batch.rs` write as the literal 1.
+const _: () = assert!(super::rows::PLACED == 1);

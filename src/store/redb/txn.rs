@@ -1,0 +1,288 @@
+//! The transaction interface (`store/txn.rs`) on the redb file: a batch's `Run` reads and
+//! writes its tables, keeping each record's index entries (`PETS_BY_STATUS`,
+//! `PETS_BY_CATEGORY`, `REVISIONS`; `ORDERS_BY_*`, `HOLD_ENDS`; `CATEGORY_NAMES`), the
+//! inventory and the id counters with it. Every call does its work at once: redb blocks, and
+//! the writer's thread is the place for it. Invariant: an entry of an index is written or
+//! removed exactly when its record's key for that index appears or goes.
+
+use bytes::Bytes;
+use redb::ReadableTable;
+
+use super::idempotency;
+use super::sales::read_category;
+use super::tables::{
+    META_NEXT_CATEGORY_ID, META_NEXT_ORDER_ID, category_status_code, holding_order, read_order,
+};
+use super::writer::Run;
+use crate::category::{self, Category, CategoryId};
+use crate::order::{Order, OrderId, OrderStatus};
+use crate::pet::{Pet, PetId};
+use crate::store::claims::IdempotencyKey;
+use crate::store::model::{Record, StoreError, StoredPet};
+use crate::store::txn::{Counter, Txn};
+use crate::store::write::{Keyed, PURGE_BATCH};
+
+impl Txn for Run<'_> {
+    fn now(&self) -> u64 {
+        self.now
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.now_ms
+    }
+
+    async fn pet(&mut self, id: PetId) -> Result<Option<(Pet, u64)>, StoreError> {
+        let Some(json) = self.tables.pets.get(id).map_err(StoreError::storage)? else {
+            return Ok(None);
+        };
+        // A pet not in `REVISIONS` is at revision 1: a create writes nothing there.
+        let revision = self
+            .tables
+            .revisions
+            .get(id)
+            .map_err(StoreError::storage)?
+            .map_or(1, |r| r.value());
+        let pet = Pet::from_json(json.value())
+            .map_err(|e| StoreError::Corrupt(format!("pet {id} does not read back: {e}")))?;
+        Ok(Some((pet, revision)))
+    }
+
+    async fn put_pet(
+        &mut self,
+        old: Option<&Pet>,
+        new: &Pet,
+        revision: u64,
+    ) -> Result<StoredPet, StoreError> {
+        let id = new.id;
+        let json = Bytes::from(new.to_json());
+        let tables = &mut self.tables;
+        tables
+            .pets
+            .insert(id, json.as_ref())
+            .map_err(StoreError::storage)?;
+        // The old entries go in the same transaction as the new ones come: a filter never
+        // sees the pet twice, or as it was.
+        if let Some(status) = old.and_then(|old| old.status) {
+            tables
+                .by_status
+                .remove((status.to_code(), id))
+                .map_err(StoreError::storage)?;
+        }
+        if let Some(status) = new.status {
+            // A covering index: the JSON is kept here too (`PETS_BY_STATUS`).
+            tables
+                .by_status
+                .insert((status.to_code(), id), json.as_ref())
+                .map_err(StoreError::storage)?;
+        }
+        let old_key = old.map(|old| (old.category_id, category_status_code(old.status), id));
+        let new_key = (new.category_id, category_status_code(new.status), id);
+        if old_key != Some(new_key) {
+            if let Some(old_key) = old_key {
+                tables
+                    .by_category
+                    .remove(old_key)
+                    .map_err(StoreError::storage)?;
+            }
+            tables
+                .by_category
+                .insert(new_key, ())
+                .map_err(StoreError::storage)?;
+        }
+        self.inventory
+            .moved(old.map(|old| old.status), Some(new.status));
+        if old.is_some() {
+            tables
+                .revisions
+                .insert(id, revision)
+                .map_err(StoreError::storage)?;
+        }
+        Ok(StoredPet { id, revision, json })
+    }
+
+    async fn remove_pet(&mut self, old: &Pet) -> Result<(), StoreError> {
+        let id = old.id;
+        let tables = &mut self.tables;
+        tables.pets.remove(id).map_err(StoreError::storage)?;
+        if let Some(status) = old.status {
+            tables
+                .by_status
+                .remove((status.to_code(), id))
+                .map_err(StoreError::storage)?;
+        }
+        tables
+            .by_category
+            .remove((old.category_id, category_status_code(old.status), id))
+            .map_err(StoreError::storage)?;
+        tables.revisions.remove(id).map_err(StoreError::storage)?;
+        self.inventory.moved(Some(old.status), None);
+        Ok(())
+    }
+
+    async fn holding_order(&mut self, pet: PetId) -> Result<Option<OrderId>, StoreError> {
+        holding_order(&self.sales()?.orders_by_pet, pet)
+    }
+
+    async fn order(&mut self, id: OrderId) -> Result<Option<Order>, StoreError> {
+        let sales = self.sales()?;
+        let Some(record) = sales.orders.get(id).map_err(StoreError::storage)? else {
+            return Ok(None);
+        };
+        read_order(id, record.value()).map(Some)
+    }
+
+    async fn put_order(&mut self, old: Option<&Order>, new: &Order) -> Result<(), StoreError> {
+        let sales = self.sales()?;
+        let Some(old) = old else {
+            return sales.insert_order(new);
+        };
+        // A move: its pet and its hold's end never change, only its status.
+        let id = new.id;
+        sales
+            .orders
+            .insert(id, new.to_record().as_slice())
+            .map_err(StoreError::storage)?;
+        if old.status != new.status {
+            sales
+                .orders_by_status
+                .remove((old.status.code(), id))
+                .map_err(StoreError::storage)?;
+            sales
+                .orders_by_status
+                .insert((new.status.code(), id), ())
+                .map_err(StoreError::storage)?;
+            sales
+                .orders_by_pet
+                .insert((new.pet_id, id), new.status.code())
+                .map_err(StoreError::storage)?;
+        }
+        if old.status == OrderStatus::Placed
+            && new.status != OrderStatus::Placed
+            && let Some(end) = old.expires_at_ms
+        {
+            sales
+                .hold_ends
+                .remove((end, id))
+                .map_err(StoreError::storage)?;
+        }
+        Ok(())
+    }
+
+    async fn ended_holds(&mut self, at_ms: u64) -> Result<Vec<OrderId>, StoreError> {
+        let mut ended = Vec::new();
+        for entry in self
+            .sales()?
+            .hold_ends
+            .range(..=(at_ms, i64::MAX))
+            .map_err(StoreError::storage)?
+            .take(PURGE_BATCH)
+        {
+            ended.push(entry.map_err(StoreError::storage)?.0.value().1);
+        }
+        Ok(ended)
+    }
+
+    async fn category(&mut self, id: CategoryId) -> Result<Option<Category>, StoreError> {
+        let sales = self.sales()?;
+        let Some(json) = sales.categories.get(id).map_err(StoreError::storage)? else {
+            return Ok(None);
+        };
+        read_category(id, json.value()).map(Some)
+    }
+
+    async fn category_named(&mut self, key: &str) -> Result<Option<CategoryId>, StoreError> {
+        let sales = self.sales()?;
+        let holder = sales.category_names.get(key).map_err(StoreError::storage)?;
+        Ok(holder.map(|id| id.value()))
+    }
+
+    async fn category_in_use(&mut self, id: CategoryId) -> Result<bool, StoreError> {
+        let mut named = self
+            .tables
+            .by_category
+            .range((id, 0, i64::MIN)..=(id, u8::MAX, i64::MAX))
+            .map_err(StoreError::storage)?;
+        Ok(named.next().is_some())
+    }
+
+    async fn put_category(
+        &mut self,
+        old: Option<&Category>,
+        new: &Category,
+    ) -> Result<(), StoreError> {
+        let sales = self.sales()?;
+        sales
+            .categories
+            .insert(new.id, new.to_json().as_slice())
+            .map_err(StoreError::storage)?;
+        let old_key = old.map(|old| category::name_key(&old.name));
+        let new_key = category::name_key(&new.name);
+        if old_key.as_ref() != Some(&new_key) {
+            if let Some(old_key) = old_key {
+                sales
+                    .category_names
+                    .remove(old_key.as_str())
+                    .map_err(StoreError::storage)?;
+            }
+            sales
+                .category_names
+                .insert(new_key.as_str(), new.id)
+                .map_err(StoreError::storage)?;
+        }
+        Ok(())
+    }
+
+    async fn remove_category(&mut self, old: &Category) -> Result<(), StoreError> {
+        let sales = self.sales()?;
+        sales
+            .categories
+            .remove(old.id)
+            .map_err(StoreError::storage)?;
+        sales
+            .category_names
+            .remove(category::name_key(&old.name).as_str())
+            .map_err(StoreError::storage)?;
+        Ok(())
+    }
+
+    async fn next_id(&mut self, counter: Counter) -> Result<Result<i64, StoreError>, StoreError> {
+        let next = match counter {
+            Counter::Pets => self.next_id,
+            Counter::Orders => {
+                let next = self.counter(META_NEXT_ORDER_ID, self.next_order_id)?;
+                *self.next_order_id.insert(next)
+            }
+            Counter::Categories => {
+                let next = self.counter(META_NEXT_CATEGORY_ID, self.next_category_id)?;
+                *self.next_category_id.insert(next)
+            }
+        };
+        Ok(i64::try_from(next).map_err(|_| StoreError::IdsExhausted))
+    }
+
+    fn take_id(&mut self, counter: Counter) {
+        match counter {
+            Counter::Pets => self.next_id += 1,
+            // Read by `next_id` first, so the counter is there to move.
+            Counter::Orders => self.next_order_id = self.next_order_id.map(|next| next + 1),
+            Counter::Categories => {
+                self.next_category_id = self.next_category_id.map(|next| next + 1)
+            }
+        }
+    }
+
+    async fn record(&mut self, key: &IdempotencyKey) -> Result<Option<Record>, StoreError> {
+        Ok(idempotency::record(self.index, self.changes, key))
+    }
+
+    async fn claim_record(&mut self, keyed: &Keyed, id: i64) -> Result<Option<Record>, StoreError> {
+        let held = idempotency::record(self.index, self.changes, &keyed.key);
+        if let Some(held) = held
+            && held.expires_at > self.now
+        {
+            return Ok(Some(held));
+        }
+        idempotency::insert(&mut self.tables.records, self.changes, keyed, id)?;
+        Ok(None)
+    }
+}

@@ -1,0 +1,137 @@
+//! The transaction a write's rules run against (`store/ops/`): what a rule may read and change
+//! in one batch's transaction, by meaning, with no table or statement in sight. Each engine
+//! implements it once (`redb/txn.rs`, `postgres/txn.rs`); a rule is written once against it,
+//! so both stores sell a pet, rename a category or refuse a held pet's deletion by the same
+//! code. Invariants every implementation keeps: a record's derived keys (its indexes, the
+//! inventory's counters) change with it in the same call; what a call returns is what this
+//! transaction sees, its own earlier writes included; nothing is durable before the engine
+//! commits the whole batch.
+
+use std::future::Future;
+
+use crate::category::{Category, CategoryId};
+use crate::order::{Order, OrderId};
+use crate::pet::{Pet, PetId};
+use crate::store::claims::IdempotencyKey;
+use crate::store::model::{Record, StoreError, StoredPet};
+use crate::store::write::Keyed;
+
+/// What a write answers its caller (the inner result), or the error that fails its whole
+/// batch (the outer one): a rule refuses one write with the inner `Err`, and only a fault of
+/// the medium or of stored data fails every write of the batch.
+pub(crate) type Outcome<T> = Result<Result<T, StoreError>, StoreError>;
+
+/// The id counters a transaction gives ids from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Counter {
+    Pets,
+    Orders,
+    Categories,
+}
+
+/// One batch's transaction, as the rules see it. Every method may fail the batch (`Err`) on a
+/// fault; none refuses a write by itself: refusing is the rules' part.
+pub(crate) trait Txn: Send {
+    /// The Unix time the batch runs at, in seconds: what idempotency records expire by.
+    fn now(&self) -> u64;
+
+    /// The same in milliseconds: one time for every order the batch places or moves.
+    fn now_ms(&self) -> u64;
+
+    /// The pet `id` and its revision (1 at creation).
+    fn pet(
+        &mut self,
+        id: PetId,
+    ) -> impl Future<Output = Result<Option<(Pet, u64)>, StoreError>> + Send;
+
+    /// Stores `new` at `revision`, in place of `old` (`None`: it is created); its indexes and
+    /// the inventory follow. Answers the pet as stored.
+    fn put_pet(
+        &mut self,
+        old: Option<&Pet>,
+        new: &Pet,
+        revision: u64,
+    ) -> impl Future<Output = Result<StoredPet, StoreError>> + Send;
+
+    /// Removes pet `old`, with its index entries; the inventory follows.
+    fn remove_pet(&mut self, old: &Pet) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// The placed order that holds pet `pet`, if one does.
+    fn holding_order(
+        &mut self,
+        pet: PetId,
+    ) -> impl Future<Output = Result<Option<OrderId>, StoreError>> + Send;
+
+    fn order(
+        &mut self,
+        id: OrderId,
+    ) -> impl Future<Output = Result<Option<Order>, StoreError>> + Send;
+
+    /// Stores `new` in place of `old` (`None`: it is placed), with its indexes.
+    fn put_order(
+        &mut self,
+        old: Option<&Order>,
+        new: &Order,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Up to `PURGE_BATCH` placed orders whose hold ended by `at_ms`, the oldest end first,
+    /// that this transaction may expire (on PostgreSQL, those no other transaction holds).
+    fn ended_holds(
+        &mut self,
+        at_ms: u64,
+    ) -> impl Future<Output = Result<Vec<OrderId>, StoreError>> + Send;
+
+    fn category(
+        &mut self,
+        id: CategoryId,
+    ) -> impl Future<Output = Result<Option<Category>, StoreError>> + Send;
+
+    /// The category whose name key (`category::name_key`) is `key`, if one has it.
+    fn category_named(
+        &mut self,
+        key: &str,
+    ) -> impl Future<Output = Result<Option<CategoryId>, StoreError>> + Send;
+
+    /// Whether any pet names category `id`.
+    fn category_in_use(
+        &mut self,
+        id: CategoryId,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+
+    /// Stores `new` in place of `old` (`None`: it is created), with its name key.
+    fn put_category(
+        &mut self,
+        old: Option<&Category>,
+        new: &Category,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    fn remove_category(
+        &mut self,
+        old: &Category,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// The id `counter` gives next, or `IdsExhausted` (the inner error) once it cannot move;
+    /// the same until `take_id`, so a write refused after asking gives no id away.
+    fn next_id(
+        &mut self,
+        counter: Counter,
+    ) -> impl Future<Output = Result<Result<i64, StoreError>, StoreError>> + Send;
+
+    /// Gives out the id `next_id` answered: its write goes ahead.
+    fn take_id(&mut self, counter: Counter);
+
+    /// The idempotency record of `key`'s scope, live or not, as this transaction sees it.
+    fn record(
+        &mut self,
+        key: &IdempotencyKey,
+    ) -> impl Future<Output = Result<Option<Record>, StoreError>> + Send;
+
+    /// Keeps `keyed`'s record for `id` (a pet's, or `order_record_id` of an order's), unless a
+    /// live record holds its scope: then that record, and nothing is kept. On PostgreSQL a
+    /// write of another instance under the same key makes this wait for its commit.
+    fn claim_record(
+        &mut self,
+        keyed: &Keyed,
+        id: i64,
+    ) -> impl Future<Output = Result<Option<Record>, StoreError>> + Send;
+}
