@@ -13,7 +13,7 @@ use crate::category::{Category, CategoryId};
 use crate::order::{Order, OrderId};
 use crate::pet::{Pet, PetId};
 use crate::store::claims::IdempotencyKey;
-use crate::store::model::{Record, StoreError, StoredPet};
+use crate::store::model::{Change, Record, StoreError, StoredPet};
 use crate::store::write::Keyed;
 
 /// What a write answers its caller (the inner result), or the error that fails its whole
@@ -32,6 +32,10 @@ pub(crate) enum Counter {
 /// One batch's transaction, as the rules see it. Every method may fail the batch (`Err`) on a
 /// fault; none refuses a write by itself: refusing is the rules' part.
 pub(crate) trait Txn: Send {
+    /// Appends `change` to the batch's changes: its event, in the batch's transaction, and
+    /// what the batch publishes once committed. A rule pushes each change it made, in order.
+    fn push(&mut self, change: Change);
+
     /// The Unix time the batch runs at, in seconds: what idempotency records expire by.
     fn now(&self) -> u64;
 

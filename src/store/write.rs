@@ -21,7 +21,6 @@ use super::sessions::{SessionRecord, SessionsGone};
 use super::webhooks::WebhookState;
 use crate::category::{Category, CategoryId, CategoryPatch, NewCategory};
 use crate::clock::unix_now;
-use crate::event::EventType;
 use crate::order::{NewOrder, OrderAction, OrderId};
 use crate::pet::{NewPet, PetId, PetPatch};
 
@@ -202,155 +201,21 @@ impl Write {
             Write::RemoveSessions(_, pending) => matches!(pending.outcome, Some(Ok(n)) if n > 0),
         }
     }
-
-    /// What this write changed, once it ran, each change as its event tells it, in order.
-    pub(super) fn changes_into(&self, out: &mut Vec<Change>) {
-        match self {
-            Write::Create(_, _, pending) => {
-                if let Some(Ok(created)) = &pending.outcome
-                    && !created.replayed
-                {
-                    let pet = &created.pet;
-                    out.push(Change::pet(pet.id, pet.revision, Some(pet.json.clone())));
-                }
-            }
-            Write::Patch(.., pending) => {
-                if let Some(Ok(pet)) = &pending.outcome {
-                    out.push(Change::pet(pet.id, pet.revision, Some(pet.json.clone())));
-                }
-            }
-            Write::Delete(id, _, pending) => {
-                if let Some(Ok(revision)) = &pending.outcome {
-                    out.push(Change::pet(*id, *revision, None));
-                }
-            }
-            Write::Purge(..)
-            | Write::Trim(..)
-            | Write::SaveWebhook(..)
-            | Write::SaveSession(..)
-            | Write::RemoveSessions(..) => {}
-            Write::PlaceOrder(_, pending) => {
-                if let Some(Ok(Placed {
-                    order,
-                    pet: Some(pet),
-                    replayed: false,
-                })) = &pending.outcome
-                {
-                    out.push(Change::order(order, pet));
-                }
-            }
-            Write::MoveOrder(.., pending) => {
-                if let Some(Ok(moved)) = &pending.outcome {
-                    out.push(Change::order(&moved.order, &moved.pet));
-                }
-            }
-            Write::Expire(_, pending) => {
-                if let Some(Ok(expired)) = &pending.outcome {
-                    out.extend(expired.iter().map(|m| Change::order(&m.order, &m.pet)));
-                }
-            }
-            Write::CreateCategory(_, pending) => {
-                if let Some(Ok(category)) = &pending.outcome {
-                    let kind = EventType::CategoryCreated;
-                    out.push(Change::category(kind, category.id, Some(category)));
-                }
-            }
-            Write::PatchCategory(_, _, pending) => {
-                if let Some(Ok(category)) = &pending.outcome {
-                    let kind = EventType::CategoryUpdated;
-                    out.push(Change::category(kind, category.id, Some(category)));
-                }
-            }
-            Write::DeleteCategory(_, pending) => {
-                if let Some(Ok(id)) = &pending.outcome {
-                    out.push(Change::category(EventType::CategoryDeleted, *id, None));
-                }
-            }
-        }
-    }
-
-    /// What each change of this write is, in order, without making its event: what the
-    /// metrics count.
-    fn kinds_into(&self, out: &mut Vec<EventType>) {
-        match self {
-            Write::Create(_, _, pending) => {
-                if let Some(Ok(created)) = &pending.outcome
-                    && !created.replayed
-                {
-                    out.push(EventType::PetCreated);
-                }
-            }
-            Write::Patch(.., pending) => {
-                if let Some(Ok(_)) = &pending.outcome {
-                    out.push(EventType::PetUpdated);
-                }
-            }
-            Write::Delete(.., pending) => {
-                if let Some(Ok(_)) = &pending.outcome {
-                    out.push(EventType::PetDeleted);
-                }
-            }
-            Write::Purge(..)
-            | Write::Trim(..)
-            | Write::SaveWebhook(..)
-            | Write::SaveSession(..)
-            | Write::RemoveSessions(..) => {}
-            Write::PlaceOrder(_, pending) => {
-                if let Some(Ok(placed)) = &pending.outcome
-                    && !placed.replayed
-                {
-                    out.push(EventType::OrderPlaced);
-                }
-            }
-            Write::MoveOrder(.., pending) => {
-                if let Some(Ok(moved)) = &pending.outcome {
-                    out.push(EventType::of_order(moved.order.status));
-                }
-            }
-            Write::Expire(_, pending) => {
-                if let Some(Ok(expired)) = &pending.outcome {
-                    out.extend(expired.iter().map(|_| EventType::OrderExpired));
-                }
-            }
-            Write::CreateCategory(_, pending) => {
-                if let Some(Ok(_)) = &pending.outcome {
-                    out.push(EventType::CategoryCreated);
-                }
-            }
-            Write::PatchCategory(_, _, pending) => {
-                if let Some(Ok(_)) = &pending.outcome {
-                    out.push(EventType::CategoryUpdated);
-                }
-            }
-            Write::DeleteCategory(_, pending) => {
-                if let Some(Ok(_)) = &pending.outcome {
-                    out.push(EventType::CategoryDeleted);
-                }
-            }
-        }
-    }
-
-    /// Every change of `batch`, in order: what its events tell.
-    pub(super) fn changes_of(batch: &[Write]) -> Vec<Change> {
-        let mut changes = Vec::new();
-        for write in batch {
-            write.changes_into(&mut changes);
-        }
-        changes
-    }
 }
 
 /// An engine under the front: runs a batch and makes it durable, nothing else.
 pub(super) trait Engine: Send + 'static {
-    /// Runs every write of `batch`, in order, in one transaction, setting each one's outcome;
-    /// a write that cannot go ahead (no such pet, a failed precondition, a reused key) only
-    /// sets its own. Returns once the transaction is durable and readers see it: `true` if
-    /// it committed, `false` if it changed nothing and was rolled back. An error fails the
-    /// whole batch: nothing of it is stored, or, with `InDoubt`, maybe all of it.
+    /// Runs every write of `batch`, in order, in one transaction, setting each one's outcome
+    /// (`ops::run` for a resource's rules); a write that cannot go ahead (no such pet, a
+    /// failed precondition, a reused key) only sets its own. Returns once the transaction is
+    /// durable and readers see it: the changes the rules pushed, in order (their events, in
+    /// the same transaction), if it committed; `None` if it changed nothing and was rolled
+    /// back. An error fails the whole batch: nothing of it is stored, or, with `InDoubt`,
+    /// maybe all of it.
     fn commit(
         &mut self,
         batch: &mut [Write],
-    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+    ) -> impl Future<Output = Result<Option<Vec<Change>>, StoreError>> + Send;
 
     /// After the last batch, at a clean stop.
     fn close(&mut self) -> impl Future<Output = ()> + Send;
@@ -738,25 +603,18 @@ async fn settle<E: Engine>(engine: &mut E, batch: &mut Vec<Write>, tell: &Tell) 
     match engine.commit(batch).await {
         Ok(committed) => {
             let changed = batch.iter().filter(|write| write.changed()).count() as u64;
-            if committed {
+            if let Some(changes) = committed {
                 crate::metrics::store_committed(began.elapsed(), batch.len());
-                // Each change appended one event, in the same transaction. Counted from the
-                // outcomes; the changes themselves (an order's JSON each) are only made again
-                // for a listener, which there is only while an event stream is open.
-                let mut kinds = Vec::new();
-                for write in batch.iter() {
-                    write.kinds_into(&mut kinds);
-                }
-                crate::metrics::events_appended(kinds.len());
-                crate::metrics::orders_moved(kinds.iter().copied());
-                if !kinds.is_empty() {
-                    tell.appended.send_modify(|n| *n += kinds.len() as u64);
-                }
-                if !kinds.is_empty() && settled.receiver_count() > 0 {
-                    // No listener left since the count: nothing to tell.
-                    let changes: Settled = Write::changes_of(batch).into();
-                    debug_assert!(changes.iter().map(|c| c.kind).eq(kinds.iter().copied()));
-                    let _ = settled.send(changes);
+                // Each change appended one event, in the same transaction.
+                crate::metrics::events_appended(changes.len());
+                crate::metrics::orders_moved(changes.iter().map(|change| change.kind));
+                if !changes.is_empty() {
+                    tell.appended.send_modify(|n| *n += changes.len() as u64);
+                    // A send with no listener (no event stream open) is refused, and costs
+                    // only the move of the vector.
+                    if settled.receiver_count() > 0 {
+                        let _ = settled.send(Settled::from(changes));
+                    }
                 }
             }
             for write in batch.drain(..) {
@@ -942,7 +800,7 @@ mod tests {
     struct Recorder(Arc<Mutex<Vec<PetId>>>);
 
     impl Engine for Recorder {
-        async fn commit(&mut self, batch: &mut [Write]) -> Result<bool, StoreError> {
+        async fn commit(&mut self, batch: &mut [Write]) -> Result<Option<Vec<Change>>, StoreError> {
             let mut ran = self.0.lock().expect("lock");
             for write in batch.iter_mut() {
                 if let Write::Delete(id, _, pending) = write {
@@ -950,7 +808,7 @@ mod tests {
                     pending.outcome = Some(Ok(1));
                 }
             }
-            Ok(true)
+            Ok(Some(Vec::new()))
         }
 
         async fn close(&mut self) {}

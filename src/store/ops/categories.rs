@@ -2,7 +2,8 @@
 //! (`category::name_key`) and no category removed while a pet names it.
 
 use crate::category::{Category, CategoryId, CategoryPatch, NewCategory, name_key};
-use crate::store::model::StoreError;
+use crate::event::EventType;
+use crate::store::model::{Change, StoreError};
 use crate::store::txn::{Counter, Outcome, Txn};
 
 /// Creates a category under the next category id: `NameTaken` when another has its name.
@@ -20,6 +21,11 @@ pub(super) async fn create<T: Txn>(txn: &mut T, new: &NewCategory) -> Outcome<Ca
         name: new.name.clone(),
     };
     txn.put_category(None, &category).await?;
+    txn.push(Change::category(
+        EventType::CategoryCreated,
+        id,
+        Some(&category),
+    ));
     Ok(Ok(category))
 }
 
@@ -45,6 +51,7 @@ pub(super) async fn patch<T: Txn>(
         name: name.clone(),
     };
     txn.put_category(Some(&old), &new).await?;
+    txn.push(Change::category(EventType::CategoryUpdated, id, Some(&new)));
     Ok(Ok(new))
 }
 
@@ -58,5 +65,6 @@ pub(super) async fn delete<T: Txn>(txn: &mut T, id: CategoryId) -> Outcome<Categ
         return Ok(Err(StoreError::CategoryInUse(id)));
     }
     txn.remove_category(&old).await?;
+    txn.push(Change::category(EventType::CategoryDeleted, id, None));
     Ok(Ok(id))
 }

@@ -5,7 +5,7 @@
 
 use crate::order::{Order, OrderAction, OrderId};
 use crate::pet::{Pet, PetStatus};
-use crate::store::model::{Moved, Placed, Precondition, StoreError, order_record_id};
+use crate::store::model::{Change, Moved, Placed, Precondition, StoreError, order_record_id};
 use crate::store::txn::{Counter, Outcome, Txn};
 use crate::store::write::PlaceOrder;
 
@@ -56,6 +56,7 @@ pub(super) async fn place<T: Txn>(txn: &mut T, place: &PlaceOrder) -> Outcome<Pl
         ..pet.clone()
     };
     let pet = txn.put_pet(Some(&pet), &pending, revision + 1).await?;
+    txn.push(Change::order(&order, &pet));
     Ok(Ok(Placed {
         order,
         pet: Some(pet),
@@ -151,5 +152,6 @@ async fn move_order<T: Txn>(
     };
     let pet = txn.put_pet(Some(&pet), &new, revision + 1).await?;
     txn.put_order(Some(order), &moved).await?;
+    txn.push(Change::order(&moved, &pet));
     Ok(Ok(Moved { order: moved, pet }))
 }

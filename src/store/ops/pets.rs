@@ -3,7 +3,7 @@
 //! stays).
 
 use crate::pet::{NewPet, PetId, PetPatch};
-use crate::store::model::{Created, Precondition, StoreError, StoredPet};
+use crate::store::model::{Change, Created, Precondition, StoreError, StoredPet};
 use crate::store::txn::{Counter, Outcome, Txn};
 use crate::store::write::Keyed;
 
@@ -30,6 +30,7 @@ pub(super) async fn create<T: Txn>(
     }
     txn.take_id(Counter::Pets);
     let pet = txn.put_pet(None, &new.clone().into_pet(id), 1).await?;
+    txn.push(Change::pet(id, 1, Some(pet.json.clone())));
     Ok(Ok(Created {
         pet,
         replayed: false,
@@ -54,7 +55,9 @@ pub(super) async fn patch<T: Txn>(
         return Ok(Err(StoreError::PetReserved { pet: id, order }));
     }
     let new = patch.clone().apply(old.clone());
-    Ok(Ok(txn.put_pet(Some(&old), &new, revision + 1).await?))
+    let pet = txn.put_pet(Some(&old), &new, revision + 1).await?;
+    txn.push(Change::pet(id, pet.revision, Some(pet.json.clone())));
+    Ok(Ok(pet))
 }
 
 /// Removes pet `id`: `NotFound`, `PreconditionFailed`, then `PetReserved` while a placed order
@@ -72,6 +75,7 @@ pub(super) async fn delete<T: Txn>(
         return Ok(Err(StoreError::PetReserved { pet: id, order }));
     }
     txn.remove_pet(&old).await?;
+    txn.push(Change::pet(id, revision, None));
     Ok(Ok(revision))
 }
 

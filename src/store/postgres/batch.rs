@@ -20,7 +20,7 @@ use crate::event::Subject;
 use crate::order::OrderId;
 use crate::pet::PetId;
 use crate::store::events::{StoredEvent, now_ms};
-use crate::store::model::{InventoryDelta, StoreError};
+use crate::store::model::{Change, InventoryDelta, StoreError};
 use crate::store::ops;
 use crate::store::write::{Engine, PURGE_BATCH, Write};
 
@@ -37,9 +37,9 @@ pub(in crate::store) struct PgWriter {
 }
 
 impl Engine for PgWriter {
-    async fn commit(&mut self, batch: &mut [Write]) -> Result<bool, StoreError> {
-        commit(&self.pool, batch).await?;
-        Ok(batch.iter().any(Write::changed))
+    async fn commit(&mut self, batch: &mut [Write]) -> Result<Option<Vec<Change>>, StoreError> {
+        let changes = commit(&self.pool, batch).await?;
+        Ok(batch.iter().any(Write::changed).then_some(changes))
     }
 
     async fn close(&mut self) {}
@@ -49,7 +49,7 @@ impl Engine for PgWriter {
 /// a concurrent transaction got in its way. A batch whose database stops answering is given
 /// up at the deadline and its connection closed, so the writer goes on to the next batch
 /// rather than queueing every later write behind a statement that will never finish.
-async fn commit(pool: &Connections, batch: &mut [Write]) -> Result<(), StoreError> {
+async fn commit(pool: &Connections, batch: &mut [Write]) -> Result<Vec<Change>, StoreError> {
     let mut retries = 0;
     loop {
         let committing = AtomicBool::new(false);
@@ -79,7 +79,7 @@ async fn run_batch(
     client: &mut ClientWrapper,
     batch: &mut [Write],
     committing: &AtomicBool,
-) -> Result<(), StoreError> {
+) -> Result<Vec<Change>, StoreError> {
     let txn = client.transaction().await.map_err(pg_error)?;
     let mut tally = Tally::default();
     let Locked { next_id, expiring } = lock_rows(&txn, batch, &mut tally).await?;
@@ -123,17 +123,19 @@ async fn run_batch(
         }
     }
     rules.flush().await?;
-    let tally = rules.tally;
+    let (tally, changes) = (rules.tally, rules.pushed);
     if !batch.iter().any(Write::changed) {
-        return txn.rollback().await.map_err(pg_error);
+        txn.rollback().await.map_err(pg_error)?;
+        return Ok(changes);
     }
     tally.write(&txn).await?;
-    append_events(&txn, batch).await?;
+    append_events(&txn, &changes).await?;
     committing.store(true, Ordering::Relaxed);
     txn.commit().await.map_err(|e| match pg_error(e) {
         StoreError::Io(e) => StoreError::InDoubt(e),
         other => other,
-    })
+    })?;
+    Ok(changes)
 }
 
 /// What `lock_rows` hands the writes: the first pet id the batch's creates take, and the
@@ -373,12 +375,12 @@ async fn move_inventory(txn: &Txn<'_>, delta: &InventoryDelta) -> Result<(), Sto
 /// reads past a number never finds a smaller one committed later (the trap of a bare sequence).
 /// Taken last, after the pet rows and the id counter, so no two transactions wait on each
 /// other in a cycle, and the lock is held for the least time.
-async fn append_events(txn: &Txn<'_>, batch: &[Write]) -> Result<(), StoreError> {
+async fn append_events(txn: &Txn<'_>, changes: &[Change]) -> Result<(), StoreError> {
     let (mut types, mut ids, mut revisions, mut pets) = (vec![], vec![], vec![], vec![]);
     let (mut subject_ids, mut subjects) = (vec![], vec![]);
-    for change in Write::changes_of(batch) {
+    for change in changes {
         // Numbered by the statement below.
-        let event = StoredEvent::of(0, &change, 0);
+        let event = StoredEvent::of(0, change, 0);
         types.push(i16::from(event.kind.code()));
         ids.push(event.pet_id);
         revisions.push(i64::try_from(event.revision).unwrap_or(i64::MAX));

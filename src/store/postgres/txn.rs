@@ -17,7 +17,7 @@ use crate::category::{Category, CategoryId, name_key};
 use crate::order::{Order, OrderId};
 use crate::pet::{Pet, PetId};
 use crate::store::claims::IdempotencyKey;
-use crate::store::model::{Record, StoreError, StoredPet, short};
+use crate::store::model::{Change, Record, StoreError, StoredPet, short};
 use crate::store::txn::{Counter, Txn};
 use crate::store::write::Keyed;
 
@@ -31,6 +31,8 @@ pub(super) struct PgTxn<'t, 'c> {
     next_pet_id: PetId,
     /// The orders each `Expire` of the batch took in `lock_rows`, in batch order.
     expiring: std::vec::IntoIter<Vec<OrderId>>,
+    /// The batch's changes, in order: its events.
+    pub(super) pushed: Vec<Change>,
     now: u64,
     now_ms: u64,
 }
@@ -59,6 +61,7 @@ impl<'t, 'c> PgTxn<'t, 'c> {
             new_pets: NewRows::default(),
             next_pet_id,
             expiring: expiring.into_iter(),
+            pushed: Vec::new(),
             now,
             now_ms,
         }
@@ -113,6 +116,10 @@ fn json_text(pet: &Pet) -> Result<String, StoreError> {
 }
 
 impl Txn for PgTxn<'_, '_> {
+    fn push(&mut self, change: Change) {
+        self.pushed.push(change);
+    }
+
     fn now(&self) -> u64 {
         self.now
     }

@@ -18,11 +18,15 @@ use crate::category::{self, Category, CategoryId};
 use crate::order::{Order, OrderId, OrderStatus};
 use crate::pet::{Pet, PetId};
 use crate::store::claims::IdempotencyKey;
-use crate::store::model::{Record, StoreError, StoredPet};
+use crate::store::model::{Change, Record, StoreError, StoredPet};
 use crate::store::txn::{Counter, Txn};
 use crate::store::write::{Keyed, PURGE_BATCH};
 
 impl Txn for Run<'_> {
+    fn push(&mut self, change: Change) {
+        self.pushed.push(change);
+    }
+
     fn now(&self) -> u64 {
         self.now
     }

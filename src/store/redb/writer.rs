@@ -23,7 +23,7 @@ use super::tables::{
 };
 use crate::clock::unix_now;
 use crate::store::events::{StoredEvent, now_ms};
-use crate::store::model::{InventoryDelta, StoreError};
+use crate::store::model::{Change, InventoryDelta, StoreError};
 use crate::store::ops;
 use crate::store::write::{Engine, PURGE_BATCH, Write};
 
@@ -58,11 +58,15 @@ pub(in crate::store) struct Writer {
     changes: Changes,
     /// The number of the last batch the file holds (`META_BATCH`).
     batch: u64,
+    /// The changes of the batch being written, in order: its events, then what it publishes.
+    pushed: Vec<Change>,
 }
 
 impl Engine for Writer {
-    async fn commit(&mut self, batch: &mut [Write]) -> Result<bool, StoreError> {
-        self.commit_batch(batch)
+    async fn commit(&mut self, batch: &mut [Write]) -> Result<Option<Vec<Change>>, StoreError> {
+        self.pushed.clear();
+        let committed = self.commit_batch(batch)?;
+        Ok(committed.then(|| std::mem::take(&mut self.pushed)))
     }
 
     async fn close(&mut self) {
@@ -86,6 +90,7 @@ impl Writer {
             reopen_wait: REOPEN_FIRST_WAIT,
             changes: Changes::default(),
             batch,
+            pushed: Vec::new(),
         }
     }
 
@@ -112,6 +117,7 @@ impl Writer {
                 number,
                 &self.shared.index,
                 &mut self.changes,
+                &mut self.pushed,
                 batch,
             ),
             None => Err(StoreError::Reopening),
@@ -241,6 +247,7 @@ fn write_batch(
     number: u64,
     index: &Index,
     changes: &mut Changes,
+    pushed: &mut Vec<Change>,
     batch: &mut [Write],
 ) -> Result<bool, StoreError> {
     let txn = begin(db, quick_repair)?;
@@ -257,6 +264,7 @@ fn write_batch(
             sales: None,
             index,
             changes,
+            pushed,
             next_id,
             next_order_id: None,
             next_category_id: None,
@@ -274,7 +282,7 @@ fn write_batch(
                 .meta
                 .insert(META_BATCH, number)
                 .map_err(StoreError::storage)?;
-            append_events(&mut run.tables, batch)?;
+            append_events(&mut run.tables, run.pushed)?;
         }
         changed
     };
@@ -304,13 +312,13 @@ fn at_once<T>(rule: impl Future<Output = Result<T, StoreError>>) -> Result<T, St
 
 /// Appends the batch's events, in the order its writes ran, in its own transaction: a change
 /// and its event commit together or not at all.
-fn append_events(tables: &mut Tables<'_>, batch: &[Write]) -> Result<(), StoreError> {
+fn append_events(tables: &mut Tables<'_>, changes: &[Change]) -> Result<(), StoreError> {
     let mut seq = meta_value(&tables.meta, META_EVENT_SEQ)?;
     let at_ms = now_ms();
     let mut appended = 0;
-    for change in Write::changes_of(batch) {
+    for change in changes {
         seq += 1;
-        let event = StoredEvent::of(seq, &change, at_ms);
+        let event = StoredEvent::of(seq, change, at_ms);
         // Written in place in the leaf: no buffer of its own for the value.
         let mut value = tables
             .events
@@ -339,6 +347,8 @@ pub(super) struct Run<'txn> {
     /// The committed idempotency records, and what this batch changes in them.
     pub(super) index: &'txn Index,
     pub(super) changes: &'txn mut Changes,
+    /// The batch's changes so far, in order (`Txn::push`).
+    pub(super) pushed: &'txn mut Vec<Change>,
     /// The id the next create gets; written back to `META` when the batch created any.
     pub(super) next_id: u64,
     /// The ids the next order and category get, once read; written back with the batch.
