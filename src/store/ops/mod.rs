@@ -5,8 +5,11 @@
 //! no resource's rule (purges, the feed's trim, webhook and session state) are left to the
 //! engine. Invariant: a rule refuses only its own write; an error it returns fails the batch.
 
+pub(crate) use super::txn::Counter;
 use super::txn::Txn;
 use super::write::Write;
+use crate::order::OrderId;
+use crate::pet::PetId;
 use crate::store::model::StoreError;
 
 mod categories;
@@ -51,4 +54,57 @@ pub(crate) async fn run<T: Txn>(txn: &mut T, write: &mut Write) -> Result<bool, 
         | Write::RemoveSessions(..) => return Ok(false),
     }
     Ok(true)
+}
+
+/// What a batch's writes touch, said by each write before any of them runs: what an engine
+/// that locks before it reads (PostgreSQL, `lock_rows`) locks first, in its one order.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(crate) struct Touches {
+    /// Pets read or changed by id: patched, deleted, or ordered.
+    pub(crate) pets: Vec<PetId>,
+    /// Orders moved by id; their pets are touched with them.
+    pub(crate) orders: Vec<OrderId>,
+    /// For each `Expire`, in batch order, the time up to which it takes ended holds.
+    pub(crate) ended_holds: Vec<u64>,
+    /// How many pet ids the batch's creates may take.
+    pub(crate) new_pets: usize,
+    /// The other counters the batch may give ids from, each once.
+    pub(crate) counters: Vec<Counter>,
+}
+
+impl Touches {
+    fn count(&mut self, counter: Counter) {
+        if !self.counters.contains(&counter) {
+            self.counters.push(counter);
+        }
+    }
+}
+
+/// What `batch` touches, in the order its writes come.
+pub(crate) fn touches(batch: &[Write]) -> Touches {
+    let mut touches = Touches::default();
+    for write in batch {
+        match write {
+            Write::Create(..) => touches.new_pets += 1,
+            Write::Patch(id, ..) | Write::Delete(id, ..) => touches.pets.push(*id),
+            Write::PlaceOrder(place, _) => {
+                touches.pets.push(place.order.pet_id);
+                touches.count(Counter::Orders);
+            }
+            Write::MoveOrder(id, ..) => touches.orders.push(*id),
+            Write::Expire(at_ms, _) => touches.ended_holds.push(*at_ms),
+            // Every category write holds the counter, even one that gives no id: names then
+            // change one transaction at a time, so a check for a name taken cannot race a
+            // concurrent rename.
+            Write::CreateCategory(..) | Write::PatchCategory(..) | Write::DeleteCategory(..) => {
+                touches.count(Counter::Categories);
+            }
+            Write::Purge(..)
+            | Write::Trim(..)
+            | Write::SaveWebhook(..)
+            | Write::SaveSession(..)
+            | Write::RemoveSessions(..) => {}
+        }
+    }
+    touches
 }

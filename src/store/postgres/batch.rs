@@ -21,7 +21,7 @@ use crate::order::OrderId;
 use crate::pet::PetId;
 use crate::store::events::{StoredEvent, now_ms};
 use crate::store::model::{Change, InventoryDelta, StoreError};
-use crate::store::ops;
+use crate::store::ops::{self, Touches};
 use crate::store::write::{Engine, PURGE_BATCH, Write};
 
 /// The transaction a batch runs in.
@@ -145,8 +145,9 @@ struct Locked {
     expiring: Vec<Vec<OrderId>>,
 }
 
-/// Takes every lock the batch needs before any write runs, in the one order every transaction
-/// of every instance follows, so that none waits on another in a cycle:
+/// Takes every lock the batch needs before any write runs (what its writes touch,
+/// `ops::touches`), in the one order every transaction of every instance follows, so that
+/// none waits on another in a cycle:
 /// 1. order rows: those the batch's `MoveOrder`s name, in id order; then each `Expire`'s, up to
 ///    `PURGE_BATCH` placed ones whose hold has ended, `SKIP LOCKED`: rows another instance is
 ///    expiring or moving are left to it, so each order expires once and expiry never waits;
@@ -162,29 +163,13 @@ async fn lock_rows(
     batch: &[Write],
     tally: &mut Tally,
 ) -> Result<Locked, StoreError> {
-    let mut pets: Vec<PetId> = Vec::new();
-    let mut moving: Vec<OrderId> = Vec::new();
-    let (mut creates, mut places, mut categories) = (0, false, false);
-    for write in batch {
-        match write {
-            Write::Create(..) => creates += 1,
-            Write::Patch(id, ..) | Write::Delete(id, ..) => pets.push(*id),
-            Write::PlaceOrder(place, _) => {
-                pets.push(place.order.pet_id);
-                places = true;
-            }
-            Write::MoveOrder(id, ..) => moving.push(*id),
-            Write::CreateCategory(..) | Write::PatchCategory(..) | Write::DeleteCategory(..) => {
-                categories = true;
-            }
-            Write::Purge(..)
-            | Write::Trim(..)
-            | Write::Expire(..)
-            | Write::SaveWebhook(..)
-            | Write::SaveSession(..)
-            | Write::RemoveSessions(..) => {}
-        }
-    }
+    let Touches {
+        mut pets,
+        orders: mut moving,
+        ended_holds,
+        new_pets,
+        counters,
+    } = ops::touches(batch);
     if !moving.is_empty() {
         moving.sort_unstable();
         moving.dedup();
@@ -198,12 +183,10 @@ async fn lock_rows(
         pets.extend(rows.iter().map(|row| row.get::<_, i64>(0)));
     }
     let mut expiring = Vec::new();
-    for write in batch {
-        if let Write::Expire(at_ms, _) = write {
-            let (taken, their_pets) = take_ended_holds(txn, *at_ms).await?;
-            pets.extend(their_pets);
-            expiring.push(taken);
-        }
+    for at_ms in ended_holds {
+        let (taken, their_pets) = take_ended_holds(txn, at_ms).await?;
+        pets.extend(their_pets);
+        expiring.push(taken);
     }
     if !pets.is_empty() {
         pets.sort_unstable();
@@ -215,14 +198,15 @@ async fn lock_rows(
         .await
         .map_err(pg_error)?;
     }
-    let next_id = match creates {
+    let next_id = match new_pets {
         0 => 0,
         n => allocate_ids(txn, n).await?,
     };
-    if places {
+    // The order counter before the category counter, as every transaction takes them.
+    if counters.contains(&ops::Counter::Orders) {
         tally.next_order = Some(Counter::lock(txn, "next_order_id").await?);
     }
-    if categories {
+    if counters.contains(&ops::Counter::Categories) {
         tally.next_category = Some(Counter::lock(txn, "next_category_id").await?);
     }
     Ok(Locked { next_id, expiring })
