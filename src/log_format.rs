@@ -287,7 +287,7 @@ mod tests {
         }
     }
 
-    /// The line without its timestamp, which `timestamps_are_rfc_3339_utc_with_microseconds` covers.
+    /// The line without its timestamp (`timestamps_are_rfc_3339_utc_with_microseconds`).
     fn untimed(line: &str) -> &str {
         &line[27..]
     }

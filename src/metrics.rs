@@ -4,10 +4,10 @@
 //! histograms are fixed arrays of atomics, so the request path never takes a lock or hashes a
 //! label; the cold families (bumped per connection, stream, order, delivery, snapshot) are
 //! prometheus-client's own `Counter`, `Gauge` and `Family`. It uses nothing of ours but the
-//! event and order types: what it cannot count itself (pets by status, the certificate's not-after)
-//! it asks the `Sources` that `main` hands it at scrape time. Invariant: every label set but
-//! the webhook endpoint's is drawn from a fixed list, so the number of series is bounded
-//! whatever clients send (endpoints come from the operator's file).
+//! event and order types: what it cannot count itself (pets by status, the certificate's
+//! not-after) it asks the `Sources` that `main` hands it at scrape time. Invariant: every
+//! label set but the webhook endpoint's is drawn from a fixed list, so the number of series is
+//! bounded whatever clients send (endpoints come from the operator's file).
 use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::error::Error;
@@ -214,7 +214,10 @@ impl Histogram {
 /// prometheus-client's derive would write the variant's Rust name (`Timeout`), and the page
 /// has always said `timeout`.
 macro_rules! label_values {
-    ($(#[$doc:meta])* $name:ident { $($(#[$variant_doc:meta])* $variant:ident = $label:literal,)+ }) => {
+    (
+        $(#[$doc:meta])*
+        $name:ident { $($(#[$variant_doc:meta])* $variant:ident = $label:literal,)+ }
+    ) => {
         $(#[$doc])*
         #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
         pub enum $name {
