@@ -28,7 +28,7 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::clock::unix_now;
+use crate::clock::{self, Precision, unix_now};
 use crate::durable;
 use crate::metrics;
 use crate::tls;
@@ -116,7 +116,7 @@ pub fn health() -> Option<serde_json::Value> {
 }
 
 fn rfc3339(unix: u64) -> String {
-    humantime::format_rfc3339_seconds(UNIX_EPOCH + Duration::from_secs(unix)).to_string()
+    clock::rfc3339(UNIX_EPOCH + Duration::from_secs(unix), Precision::Seconds).to_string()
 }
 
 type Http = HyperClient<hyper_rustls::HttpsConnector<HttpConnector>, BodyWrapper<Bytes>>;

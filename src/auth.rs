@@ -10,12 +10,12 @@ use std::fmt::Write as _;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, PoisonError, RwLock};
-use std::time::UNIX_EPOCH;
+use std::time::{Duration, UNIX_EPOCH};
 
 use anyhow::Context;
 use sha2::{Digest, Sha256};
 
-use crate::clock::unix_now;
+use crate::clock::{self, Precision, unix_now};
 
 /// Why a request's credential was refused; the 401 tells the client which.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -320,8 +320,11 @@ pub fn parse_time(text: &str) -> anyhow::Result<u64> {
 
 /// A time as RFC 3339 in UTC, to the second: `2027-01-01T00:00:00Z`.
 pub fn format_time(seconds: u64) -> String {
-    humantime::format_rfc3339_seconds(UNIX_EPOCH + std::time::Duration::from_secs(seconds))
-        .to_string()
+    clock::rfc3339(
+        UNIX_EPOCH + Duration::from_secs(seconds),
+        Precision::Seconds,
+    )
+    .to_string()
 }
 
 fn days_in_month(year: i64, month: i64) -> i64 {

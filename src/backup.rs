@@ -16,6 +16,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use tokio::time::sleep_until;
 
+use crate::clock::{self, Precision};
 use crate::durable;
 use crate::lifecycle::SnapshotRequests;
 use crate::store::Store;
@@ -346,7 +347,7 @@ fn ensure_dir(dir: &Path) -> io::Result<()> {
 
 /// `pets-YYYYMMDDTHHMMSSZ`'s stamp for `time`, in UTC.
 fn stamp(time: SystemTime) -> String {
-    humantime::format_rfc3339_seconds(time)
+    clock::rfc3339(time, Precision::Seconds)
         .to_string()
         .replace(['-', ':'], "")
 }

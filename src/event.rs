@@ -6,6 +6,7 @@ use std::time::{Duration, UNIX_EPOCH};
 
 use bytes::{BufMut, BytesMut};
 
+use crate::clock::{self, Precision};
 use crate::pet::{self, PetId};
 
 /// What happened, as the feed names it. The code is what the engines store.
@@ -199,7 +200,10 @@ impl Event<'_> {
     /// - an order's: `orderId`, `order`, then the pet's three after the change;
     /// - a category's: `categoryId` and `category` (`null` on a delete).
     pub fn json_into(&self, cursor: Position, out: &mut BytesMut) {
-        let at = humantime::format_rfc3339_millis(UNIX_EPOCH + Duration::from_millis(self.at_ms));
+        let at = clock::rfc3339(
+            UNIX_EPOCH + Duration::from_millis(self.at_ms),
+            Precision::Millis,
+        );
         let pet = self.pet.unwrap_or(b"null");
         let subject = self.subject.unwrap_or(b"null");
         out.reserve(170 + pet.len() + subject.len());

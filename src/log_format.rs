@@ -1,20 +1,23 @@
 //! The shape of a log line, text or JSON: timestamp, level, target, message and fields, one
 //! event a line. It exists for speed: tracing-subscriber's own formatter sent every value
 //! through `core::fmt` and cost a request about 13,000 instructions, a sixth of the whole
-//! request (callgrind, see benches/load). Strings and integers are written here directly;
-//! only values logged with `%` or `?` still go through `core::fmt`. Where lines go is `log`'s.
+//! request (callgrind, see benches/load). Strings are written here directly and integers with
+//! `itoa`; only the timestamp (`clock`'s) and values logged with `%` or `?` still go through
+//! `core::fmt`. Where lines go is `log`'s.
 //! Invariant: every event is exactly one line: text values that could break a line or be
 //! mistaken for another field are quoted, and JSON strings are escaped.
 
 use std::cell::RefCell;
 use std::fmt::{self, Write};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::SystemTime;
 
 use tracing::field::{Field, Visit};
 use tracing::{Event, Level, Subscriber};
 use tracing_subscriber::fmt::format::Writer;
 use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields};
 use tracing_subscriber::registry::LookupSpan;
+
+use crate::clock::{self, Precision};
 
 /// Formats events as `TIMESTAMP LEVEL target: message key=value ...` or one JSON object.
 #[derive(Clone, Copy, Debug)]
@@ -84,11 +87,10 @@ fn write_line<W: Write>(
     target: &str,
     record: impl FnOnce(&mut dyn Visit),
 ) -> fmt::Result {
-    let stamp = Timestamp::of(now);
-    let stamp = stamp.as_str();
+    let stamp = clock::rfc3339(now, Precision::Micros);
     if json {
         out.write_str("{\"timestamp\":\"")?;
-        out.write_str(stamp)?;
+        write!(out, "{stamp}")?;
         out.write_str("\",\"level\":\"")?;
         out.write_str(level.as_str())?;
         out.write_char('"')?;
@@ -103,7 +105,7 @@ fn write_line<W: Write>(
         write_json_str(&mut out, target)?;
         out.write_str("}\n")
     } else {
-        out.write_str(stamp)?;
+        write!(out, "{stamp}")?;
         // Right-aligned to five, as INFO and WARN sit under ERROR.
         out.write_str(match *level {
             Level::ERROR => " ERROR ",
@@ -173,11 +175,15 @@ impl<W: Write> Visit for Fields<'_, W> {
     }
 
     fn record_u64(&mut self, field: &Field, value: u64) {
-        self.field(field, |out, _| out.write_str(Digits::of(value).as_str()));
+        self.field(field, |out, _| {
+            out.write_str(itoa::Buffer::new().format(value))
+        });
     }
 
     fn record_i64(&mut self, field: &Field, value: i64) {
-        self.field(field, |out, _| write_i64(out, value));
+        self.field(field, |out, _| {
+            out.write_str(itoa::Buffer::new().format(value))
+        });
     }
 
     fn record_bool(&mut self, field: &Field, value: bool) {
@@ -232,92 +238,11 @@ impl<W: Write> Write for JsonEscaped<'_, W> {
     }
 }
 
-fn write_i64(out: &mut impl Write, value: i64) -> fmt::Result {
-    if value < 0 {
-        out.write_char('-')?;
-    }
-    out.write_str(Digits::of(value.unsigned_abs()).as_str())
-}
-
-/// A `u64` in decimal, without `core::fmt`.
-struct Digits {
-    bytes: [u8; 20],
-    start: usize,
-}
-
-impl Digits {
-    fn of(mut value: u64) -> Digits {
-        let mut bytes = [b'0'; 20];
-        let mut start = bytes.len();
-        loop {
-            start -= 1;
-            bytes[start] = b'0' + (value % 10) as u8;
-            value /= 10;
-            if value == 0 {
-                return Digits { bytes, start };
-            }
-        }
-    }
-
-    fn as_str(&self) -> &str {
-        std::str::from_utf8(&self.bytes[self.start..]).unwrap_or("?")
-    }
-}
-
-/// `YYYY-MM-DDTHH:MM:SS.ffffffZ`, RFC 3339 in UTC with microseconds.
-struct Timestamp([u8; 27]);
-
-impl Timestamp {
-    fn of(now: SystemTime) -> Timestamp {
-        // A clock before 1970 is not worth a panic in the log path; it shows as the epoch.
-        let since = now.duration_since(UNIX_EPOCH).unwrap_or_default();
-        let secs = since.as_secs();
-        let (year, month, day) = civil_from_days((secs / 86_400) as i64);
-        let of_day = secs % 86_400;
-        let mut bytes = *b"0000-00-00T00:00:00.000000Z";
-        put(&mut bytes[0..4], year.clamp(0, 9999) as u64);
-        put(&mut bytes[5..7], u64::from(month));
-        put(&mut bytes[8..10], u64::from(day));
-        put(&mut bytes[11..13], of_day / 3600);
-        put(&mut bytes[14..16], of_day / 60 % 60);
-        put(&mut bytes[17..19], of_day % 60);
-        put(&mut bytes[20..26], u64::from(since.subsec_micros()));
-        Timestamp(bytes)
-    }
-
-    fn as_str(&self) -> &str {
-        std::str::from_utf8(&self.0).unwrap_or("0000-00-00T00:00:00.000000Z")
-    }
-}
-
-/// Writes `value`'s last `slot.len()` decimal digits into `slot`, zero-padded.
-fn put(slot: &mut [u8], mut value: u64) {
-    for byte in slot.iter_mut().rev() {
-        *byte = b'0' + (value % 10) as u8;
-        value /= 10;
-    }
-}
-
-/// Days since 1970-01-01 to (year, month, day) in the proleptic Gregorian calendar
-/// (Howard Hinnant's `civil_from_days`).
-fn civil_from_days(days: i64) -> (i64, u32, u32) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    (year, month, day)
-}
-
 #[cfg(test)]
 mod tests {
     use std::io;
     use std::sync::{Arc, Mutex};
-    use std::time::Duration;
+    use std::time::{Duration, UNIX_EPOCH};
 
     use proptest::prelude::*;
 
@@ -362,7 +287,7 @@ mod tests {
         }
     }
 
-    /// The line without its timestamp, which `Timestamp`'s own test covers.
+    /// The line without its timestamp (`timestamps_are_rfc_3339_utc_with_microseconds`).
     fn untimed(line: &str) -> &str {
         &line[27..]
     }
@@ -408,19 +333,15 @@ mod tests {
     #[test]
     fn timestamps_are_rfc_3339_utc_with_microseconds() {
         let at = UNIX_EPOCH + Duration::from_micros(1_795_345_876_000_042);
-        assert_eq!(Timestamp::of(at).as_str(), "2026-11-22T11:11:16.000042Z");
+        let mut text = String::new();
+        write_line(&mut text, false, at, &Level::INFO, "t", |_| {}).expect("String");
+        assert_eq!(text, "2026-11-22T11:11:16.000042Z  INFO t:\n");
+        let mut json = String::new();
+        write_line(&mut json, true, UNIX_EPOCH, &Level::WARN, "t", |_| {}).expect("String");
         assert_eq!(
-            Timestamp::of(UNIX_EPOCH).as_str(),
-            "1970-01-01T00:00:00.000000Z"
+            json,
+            "{\"timestamp\":\"1970-01-01T00:00:00.000000Z\",\"level\":\"WARN\",\"target\":\"t\"}\n"
         );
-    }
-
-    #[test]
-    fn dates_match_known_days() {
-        assert_eq!(civil_from_days(0), (1970, 1, 1));
-        assert_eq!(civil_from_days(11_016), (2000, 2, 29));
-        assert_eq!(civil_from_days(20_779), (2026, 11, 22));
-        assert_eq!(civil_from_days(-1), (1969, 12, 31));
     }
 
     proptest! {
@@ -434,12 +355,12 @@ mod tests {
         }
 
         #[test]
-        fn digits_match_the_standard_formatting(n in any::<u64>(), i in any::<i64>()) {
-            let digits = Digits::of(n);
-            prop_assert_eq!(digits.as_str(), n.to_string());
-            let mut out = String::new();
-            write_i64(&mut out, i).expect("String");
-            prop_assert_eq!(out, i.to_string());
+        fn integers_match_the_standard_formatting(n in any::<u64>(), i in any::<i64>()) {
+            let text = line(false, || tracing::info!(n, i, "integers"));
+            prop_assert_eq!(
+                untimed(&text),
+                format!("  INFO petstore::log_format::tests: integers n={n} i={i}\n")
+            );
         }
     }
 }

@@ -1,17 +1,22 @@
 //! Metrics: the counters every part bumps (requests, connections, TLS handshakes, store
-//! commits, snapshots), kept as fixed arrays of atomics so the request path never takes a lock
-//! or hashes a label, and the `--metrics-listen` listener that renders them for Prometheus at
-//! `GET /metrics` over plain HTTP/1.1 with prometheus-client's encoders. It uses nothing of
-//! ours: what it cannot count itself (pets by status, the certificate's not-after) it asks the
-//! `Sources` that `main` hands it at scrape time. Invariant: every label set is drawn from a
-//! fixed list, so the number of series is bounded whatever clients send.
+//! commits, snapshots) and the `--metrics-listen` listener that renders them for Prometheus at
+//! `GET /metrics` over plain HTTP/1.1 with prometheus-client's encoders. The request and commit
+//! histograms are fixed arrays of atomics, so the request path never takes a lock or hashes a
+//! label; the cold families (bumped per connection, stream, order, delivery, snapshot) are
+//! prometheus-client's own `Counter`, `Gauge` and `Family`. It uses nothing of ours but the
+//! event and order types: what it cannot count itself (pets by status, the certificate's
+//! not-after) it asks the `Sources` that `main` hands it at scrape time. Invariant: every
+//! label set but the webhook endpoint's is drawn from a fixed list, so the number of series is
+//! bounded whatever clients send (endpoints come from the operator's file).
+use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::error::Error;
+use std::fmt::Write as _;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, LazyLock, Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
@@ -22,11 +27,19 @@ use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use prometheus_client::collector::Collector;
-use prometheus_client::encoding::{DescriptorEncoder, NoLabelSet};
+use prometheus_client::encoding::{
+    DescriptorEncoder, EncodeLabelSet, EncodeLabelValue, LabelValueEncoder, NoLabelSet,
+};
 use prometheus_client::metrics::MetricType;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::registry::{Registry, Unit};
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
+
+use crate::event::EventType;
+use crate::order::OrderStatus;
 
 /// Scrapes served at once; Prometheus needs one, a person with curl a second.
 const MAX_SCRAPE_CONNECTIONS: usize = 4;
@@ -197,70 +210,176 @@ impl Histogram {
     }
 }
 
-/// Why a TLS handshake failed, as `petstore_tls_handshake_failures_total` counts it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum HandshakeFailure {
-    /// Not done within `--handshake-timeout`.
-    Timeout,
-    /// The client closed the connection before the handshake was done.
-    Eof,
-    /// The client sent a TLS alert: it refused our certificate, most often.
-    Alert,
-    /// No protocol version, cipher suite or ALPN protocol in common.
-    Incompatible,
-    /// Not TLS at all (plain HTTP on the HTTPS port), or TLS that breaks the rules.
-    Protocol,
-    /// The socket failed (reset by the peer).
-    Io,
+/// Declares an enum whose variants are the values of one label, each written as its literal:
+/// prometheus-client's derive would write the variant's Rust name (`Timeout`), and the page
+/// has always said `timeout`.
+macro_rules! label_values {
+    (
+        $(#[$doc:meta])*
+        $name:ident { $($(#[$variant_doc:meta])* $variant:ident = $label:literal,)+ }
+    ) => {
+        $(#[$doc])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        pub enum $name {
+            $($(#[$variant_doc])* $variant,)+
+        }
+
+        impl $name {
+            /// Every value, so that each series is on the page from 0.
+            const ALL: &[$name] = &[$($name::$variant),+];
+        }
+
+        impl EncodeLabelValue for $name {
+            fn encode(&self, encoder: &mut LabelValueEncoder<'_>) -> std::fmt::Result {
+                encoder.write_str(match self {
+                    $($name::$variant => $label,)+
+                })
+            }
+        }
+    };
 }
 
-const HANDSHAKE_REASONS: [&str; 6] = ["timeout", "eof", "alert", "incompatible", "protocol", "io"];
+label_values! {
+    /// Why a TLS handshake failed, as `petstore_tls_handshake_failures_total` counts it.
+    HandshakeFailure {
+        /// Not done within `--handshake-timeout`.
+        Timeout = "timeout",
+        /// The client closed the connection before the handshake was done.
+        Eof = "eof",
+        /// The client sent a TLS alert: it refused our certificate, most often.
+        Alert = "alert",
+        /// No protocol version, cipher suite or ALPN protocol in common.
+        Incompatible = "incompatible",
+        /// Not TLS at all (plain HTTP on the HTTPS port), or TLS that breaks the rules.
+        Protocol = "protocol",
+        /// The socket failed (reset by the peer).
+        Io = "io",
+    }
+}
 
 static REQUESTS: [Histogram; SERIES] = [const { Histogram::new(&REQUEST_BOUNDS_NS) }; SERIES];
-static CONNECTIONS_OPEN: AtomicI64 = AtomicI64::new(0);
-static CONNECTIONS_ACCEPTED: AtomicU64 = AtomicU64::new(0);
-static CONNECTIONS_EVICTED: AtomicU64 = AtomicU64::new(0);
-static CONNECTIONS_WAITED: AtomicU64 = AtomicU64::new(0);
-static ACCEPT_ERRORS: AtomicU64 = AtomicU64::new(0);
-static HANDSHAKE_FAILURES: [AtomicU64; HANDSHAKE_REASONS.len()] =
-    [const { AtomicU64::new(0) }; HANDSHAKE_REASONS.len()];
 static COMMIT_DURATION: Histogram = Histogram::new(&COMMIT_BOUNDS_NS);
 static COMMIT_WRITES: Histogram = Histogram::new(&BATCH_BOUNDS);
-static COMMIT_FAILURES: AtomicU64 = AtomicU64::new(0);
-static SNAPSHOTS_TAKEN: AtomicU64 = AtomicU64::new(0);
-static SNAPSHOTS_FAILED: AtomicU64 = AtomicU64::new(0);
-static SNAPSHOT_LAST_GOOD: AtomicU64 = AtomicU64::new(0);
-/// Unix seconds of the process start, set when the listener starts.
-static ACME_ISSUED: AtomicU64 = AtomicU64::new(0);
-static ACME_FAILED: AtomicU64 = AtomicU64::new(0);
-static ACME_FAILING: AtomicI64 = AtomicI64::new(0);
-static STARTED: AtomicU64 = AtomicU64::new(0);
-static EVENTS_APPENDED: AtomicU64 = AtomicU64::new(0);
-static EVENT_SUBSCRIBERS: AtomicI64 = AtomicI64::new(0);
-static STREAMS_CLOSED: [AtomicU64; STREAM_CLOSE_REASONS.len()] =
-    [const { AtomicU64::new(0) }; STREAM_CLOSE_REASONS.len()];
 /// When the oldest event kept was appended, in Unix milliseconds; 0 while the feed is empty.
 static EVENTS_OLDEST_MS: AtomicU64 = AtomicU64::new(0);
 
-/// Why an event stream ended, as the metric labels it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum StreamClosed {
-    /// The client went away.
-    Client,
-    /// Its send buffer stayed full too long: a reader that stopped reading.
-    Slow,
-    /// The server is stopping.
-    Shutdown,
-    /// It fell behind the feed's retention while catching up.
-    Expired,
-    /// The store failed while the stream read it.
-    Error,
-    /// Its key was revoked or expired (a reload) since it opened.
-    Revoked,
+label_values! {
+    /// Why an event stream ended, as the metric labels it.
+    StreamClosed {
+        /// The client went away.
+        Client = "client",
+        /// Its send buffer stayed full too long: a reader that stopped reading.
+        Slow = "slow",
+        /// The server is stopping.
+        Shutdown = "shutdown",
+        /// It fell behind the feed's retention while catching up.
+        Expired = "expired",
+        /// The store failed while the stream read it.
+        Error = "error",
+        /// Its key was revoked or expired (a reload) since it opened.
+        Revoked = "revoked",
+    }
 }
 
-const STREAM_CLOSE_REASONS: [&str; 6] =
-    ["client", "slow", "shutdown", "expired", "error", "revoked"];
+label_values! {
+    /// What became of one webhook delivery attempt.
+    WebhookOutcome {
+        Delivered = "delivered",
+        Failed = "failed",
+        /// The receiver answered 410 Gone: the endpoint is disabled.
+        Gone = "gone",
+    }
+}
+
+impl EncodeLabelValue for OrderStatus {
+    fn encode(&self, encoder: &mut LabelValueEncoder<'_>) -> std::fmt::Result {
+        encoder.write_str(self.as_str())
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct HandshakeLabels {
+    reason: HandshakeFailure,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StreamLabels {
+    reason: StreamClosed,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OrderLabels {
+    status: OrderStatus,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DeliveryLabels {
+    outcome: WebhookOutcome,
+}
+
+/// A pet's status, `none` for pets without one.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StatusLabels {
+    status: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct VersionLabels {
+    version: &'static str,
+}
+
+/// The cold families, each bumped per connection, commit, stream, order, delivery, snapshot or
+/// ACME order, never per request: prometheus-client's types (an atomic behind an `Arc`, a
+/// family's label looked up under a read lock) cost nothing there that shows.
+#[derive(Default)]
+struct Cold {
+    connections_open: Gauge,
+    connections_accepted: Counter,
+    connections_evicted: Counter,
+    connections_waited: Counter,
+    accept_errors: Counter,
+    handshake_failures: Family<HandshakeLabels, Counter>,
+    commit_failures: Counter,
+    events_appended: Counter,
+    event_subscribers: Gauge,
+    streams_closed: Family<StreamLabels, Counter>,
+    orders: Family<OrderLabels, Counter>,
+    webhook_deliveries: Family<DeliveryLabels, Counter>,
+    snapshots: Counter,
+    snapshot_failures: Counter,
+    /// Unix seconds; only ever raised, so a slow snapshot ending late cannot move it back.
+    snapshot_last_success: Gauge,
+    acme_issued: Counter,
+    acme_failures: Counter,
+    acme_failing: Gauge,
+    /// Unix seconds of the process start, set when the listener is bound.
+    started: Gauge,
+}
+
+static COLD: LazyLock<Cold> = LazyLock::new(|| {
+    let cold = Cold::default();
+    // Every label value from 0: a rate over a series that appears late misses its start.
+    for &reason in HandshakeFailure::ALL {
+        cold.handshake_failures
+            .get_or_create_owned(&HandshakeLabels { reason });
+    }
+    for &reason in StreamClosed::ALL {
+        cold.streams_closed
+            .get_or_create_owned(&StreamLabels { reason });
+    }
+    for status in OrderStatus::ALL {
+        cold.orders.get_or_create_owned(&OrderLabels { status });
+    }
+    for &outcome in WebhookOutcome::ALL {
+        cold.webhook_deliveries
+            .get_or_create_owned(&DeliveryLabels { outcome });
+    }
+    cold
+});
+
+/// Each webhook endpoint's seconds behind the newest event and whether it is disabled, by its
+/// label (its id when it has none).
+static WEBHOOK_ENDPOINTS: Mutex<BTreeMap<String, (u64, bool)>> = Mutex::new(BTreeMap::new());
 
 /// Counts one answered request, `status` being the one sent.
 pub fn request(route: Route, method: &Method, status: u16, duration: Duration) {
@@ -285,34 +404,36 @@ pub struct OpenConnection(());
 
 impl OpenConnection {
     pub fn enter() -> OpenConnection {
-        CONNECTIONS_ACCEPTED.fetch_add(1, Ordering::Relaxed);
-        CONNECTIONS_OPEN.fetch_add(1, Ordering::Relaxed);
+        COLD.connections_accepted.inc();
+        COLD.connections_open.inc();
         OpenConnection(())
     }
 }
 
 impl Drop for OpenConnection {
     fn drop(&mut self) {
-        CONNECTIONS_OPEN.fetch_sub(1, Ordering::Relaxed);
+        COLD.connections_open.dec();
     }
 }
 
 /// A connection closed to make room for a new one under `--max-connections`.
 pub fn connection_evicted() {
-    CONNECTIONS_EVICTED.fetch_add(1, Ordering::Relaxed);
+    COLD.connections_evicted.inc();
 }
 
 /// A connection that found every place taken and had to wait for one.
 pub fn connection_waited() {
-    CONNECTIONS_WAITED.fetch_add(1, Ordering::Relaxed);
+    COLD.connections_waited.inc();
 }
 
 pub fn accept_failed() {
-    ACCEPT_ERRORS.fetch_add(1, Ordering::Relaxed);
+    COLD.accept_errors.inc();
 }
 
 pub fn handshake_failed(reason: HandshakeFailure) {
-    HANDSHAKE_FAILURES[reason as usize].fetch_add(1, Ordering::Relaxed);
+    COLD.handshake_failures
+        .get_or_create(&HandshakeLabels { reason })
+        .inc();
 }
 
 /// A store transaction of `writes` writes committed (made durable) in `duration`.
@@ -323,51 +444,34 @@ pub fn store_committed(duration: Duration, writes: usize) {
 
 /// A committed transaction appended `count` events to the feed.
 pub fn events_appended(count: usize) {
-    EVENTS_APPENDED.fetch_add(count as u64, Ordering::Relaxed);
+    COLD.events_appended.inc_by(count as u64);
 }
 
 /// Orders placed, completed, cancelled and expired, counted from a committed batch's changes.
-pub fn orders_moved(kinds: impl IntoIterator<Item = crate::event::EventType>) {
-    use crate::event::EventType;
+pub fn orders_moved(kinds: impl IntoIterator<Item = EventType>) {
     for kind in kinds {
-        let counter = match kind {
-            EventType::OrderPlaced => &ORDERS[0],
-            EventType::OrderCompleted => &ORDERS[1],
-            EventType::OrderCancelled => &ORDERS[2],
-            EventType::OrderExpired => &ORDERS[3],
+        let status = match kind {
+            EventType::OrderPlaced => OrderStatus::Placed,
+            EventType::OrderCompleted => OrderStatus::Completed,
+            EventType::OrderCancelled => OrderStatus::Cancelled,
+            EventType::OrderExpired => OrderStatus::Expired,
             _ => continue,
         };
-        counter.fetch_add(1, Ordering::Relaxed);
+        COLD.orders.get_or_create(&OrderLabels { status }).inc();
     }
 }
 
-/// Orders by what became of them, in the order of `ORDER_STATUSES`; the scrape's
-/// The `outcome` label of each count in `WEBHOOK_DELIVERIES`.
-const WEBHOOK_OUTCOMES: [&str; 3] = ["delivered", "failed", "gone"];
-static WEBHOOK_DELIVERIES: [AtomicU64; 3] = [const { AtomicU64::new(0) }; 3];
-/// Each webhook endpoint's seconds behind the newest event and whether it is disabled, by its
-/// label (its id when it has none).
-static WEBHOOK_ENDPOINTS: std::sync::Mutex<std::collections::BTreeMap<String, (u64, bool)>> =
-    std::sync::Mutex::new(std::collections::BTreeMap::new());
-
-/// What became of one delivery attempt.
-#[derive(Clone, Copy, Debug)]
-pub enum WebhookOutcome {
-    Delivered,
-    Failed,
-    /// The receiver answered 410 Gone: the endpoint is disabled.
-    Gone,
-}
-
 pub fn webhook_delivery(outcome: WebhookOutcome) {
-    WEBHOOK_DELIVERIES[outcome as usize].fetch_add(1, Ordering::Relaxed);
+    COLD.webhook_deliveries
+        .get_or_create(&DeliveryLabels { outcome })
+        .inc();
 }
 
 /// Endpoint `name`'s state now: seconds behind the newest event, and whether it is disabled.
 pub fn webhook_endpoint(name: &str, behind_secs: u64, disabled: bool) {
     let mut endpoints = WEBHOOK_ENDPOINTS
         .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
+        .unwrap_or_else(PoisonError::into_inner);
     // Called on every page an endpoint reads: its name is copied only the first time.
     match endpoints.get_mut(name) {
         Some(kept) => *kept = (behind_secs, disabled),
@@ -379,41 +483,30 @@ pub fn webhook_endpoint(name: &str, behind_secs: u64, disabled: bool) {
 pub fn webhook_endpoint_removed(name: &str) {
     WEBHOOK_ENDPOINTS
         .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .unwrap_or_else(PoisonError::into_inner)
         .remove(name);
 }
-
-/// `petstore_orders_total{status}`.
-static ORDERS: [AtomicU64; 4] = [const { AtomicU64::new(0) }; 4];
-/// The `status` label of each count in `ORDERS`.
-const ORDER_STATUSES: [&str; 4] = ["placed", "completed", "cancelled", "expired"];
 
 /// An open event stream, counted while it lives.
 pub struct Subscriber(());
 
 impl Subscriber {
     pub fn enter() -> Subscriber {
-        EVENT_SUBSCRIBERS.fetch_add(1, Ordering::Relaxed);
+        COLD.event_subscribers.inc();
         Subscriber(())
     }
 }
 
 impl Drop for Subscriber {
     fn drop(&mut self) {
-        EVENT_SUBSCRIBERS.fetch_sub(1, Ordering::Relaxed);
+        COLD.event_subscribers.dec();
     }
 }
 
 pub fn stream_closed(reason: StreamClosed) {
-    let index = match reason {
-        StreamClosed::Client => 0,
-        StreamClosed::Slow => 1,
-        StreamClosed::Shutdown => 2,
-        StreamClosed::Expired => 3,
-        StreamClosed::Error => 4,
-        StreamClosed::Revoked => 5,
-    };
-    STREAMS_CLOSED[index].fetch_add(1, Ordering::Relaxed);
+    COLD.streams_closed
+        .get_or_create(&StreamLabels { reason })
+        .inc();
 }
 
 /// When the oldest event the feed keeps was appended (Unix milliseconds), `None` when it keeps
@@ -424,27 +517,29 @@ pub fn events_oldest(at_ms: Option<u64>) {
 
 /// A store transaction that failed: its writes got 503.
 pub fn store_commit_failed() {
-    COMMIT_FAILURES.fetch_add(1, Ordering::Relaxed);
+    COLD.commit_failures.inc();
 }
 
 /// A snapshot completed; `began` is when its read transaction began, in Unix seconds.
 pub fn snapshot_taken(began: u64) {
-    SNAPSHOTS_TAKEN.fetch_add(1, Ordering::Relaxed);
-    SNAPSHOT_LAST_GOOD.fetch_max(began, Ordering::Relaxed);
+    COLD.snapshots.inc();
+    COLD.snapshot_last_success
+        .inner()
+        .fetch_max(i64::try_from(began).unwrap_or(i64::MAX), Ordering::Relaxed);
 }
 
 pub fn snapshot_failed() {
-    SNAPSHOTS_FAILED.fetch_add(1, Ordering::Relaxed);
+    COLD.snapshot_failures.inc();
 }
 
 /// An ACME order ended: a certificate was issued, or the attempt failed (to be retried).
 pub fn acme_order(issued: bool) {
     if issued {
-        ACME_ISSUED.fetch_add(1, Ordering::Relaxed);
+        COLD.acme_issued.inc();
     } else {
-        ACME_FAILED.fetch_add(1, Ordering::Relaxed);
+        COLD.acme_failures.inc();
     }
-    ACME_FAILING.store(i64::from(!issued), Ordering::Relaxed);
+    COLD.acme_failing.set(i64::from(!issued));
 }
 
 /// Pets per status label (`None`: pets without one), as the store counts them.
@@ -478,7 +573,7 @@ pub async fn bind(address: SocketAddr) -> anyhow::Result<TcpListener> {
     let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |elapsed| elapsed.as_secs());
-    STARTED.store(now, Ordering::Relaxed);
+    COLD.started.set(i64::try_from(now).unwrap_or(i64::MAX));
     TcpListener::bind(address)
         .await
         .with_context(|| format!("listening for metrics on {address}"))
@@ -557,9 +652,12 @@ async fn answer(request: Request<Incoming>, sources: &Sources) -> Response<Full<
         certificate_not_after: (sources.certificate_not_after)(),
         backups: sources.backups,
         acme: sources.acme,
+        webhook_endpoints: WEBHOOK_ENDPOINTS
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone(),
     };
-    let mut registry = Registry::default();
-    registry.register_collector(Box::new(scrape));
+    let registry = scrape.into_registry();
     let mut text = String::with_capacity(16 * 1024);
     let (encoded, content_type) = if openmetrics {
         (
@@ -617,87 +715,198 @@ async fn pet_counts(sources: &Sources) -> Option<PetCounts> {
     Some(counts)
 }
 
-/// One scrape's values that are not kept in the statics.
+/// One scrape's values that are not kept in the statics; also the collector of the families
+/// encoded by hand.
 #[derive(Debug)]
 struct Scrape {
     pets: Option<PetCounts>,
     certificate_not_after: Option<u64>,
     backups: bool,
     acme: bool,
+    /// `WEBHOOK_ENDPOINTS` as the scrape found it.
+    webhook_endpoints: BTreeMap<String, (u64, bool)>,
 }
 
-/// A counter, gauge or histogram with no labels, or one series of a family.
-/// The webhook families: deliveries by outcome (every outcome from 0), and per endpoint its
-/// seconds behind, with the count of disabled endpoints.
-fn encode_webhooks(e: &mut DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
-    let mut deliveries = e.encode_descriptor(
-        "petstore_webhook_deliveries",
-        "Webhook delivery attempts, by outcome (gone: the receiver answered 410 Gone).",
-        None,
-        MetricType::Counter,
-    )?;
-    for (outcome, count) in WEBHOOK_OUTCOMES.iter().zip(&WEBHOOK_DELIVERIES) {
-        deliveries
-            .encode_family(&[("outcome", *outcome)])?
-            .encode_counter::<NoLabelSet, _, u64>(&count.load(Ordering::Relaxed), None)?;
+impl Scrape {
+    /// The page: the cold families and this scrape's values through prometheus-client's types
+    /// (which add the `.` to each help and `_total` to each counter's name), then the scrape
+    /// itself, as the collector of the families encoded by hand.
+    fn into_registry(self) -> Registry {
+        let cold = &*COLD;
+        let mut r = Registry::default();
+        r.register(
+            "petstore_connections_open",
+            "API connections open (handshaking or served)",
+            cold.connections_open.clone(),
+        );
+        r.register(
+            "petstore_connections_accepted",
+            "API connections accepted",
+            cold.connections_accepted.clone(),
+        );
+        r.register(
+            "petstore_connections_evicted",
+            "Idle or handshaking API connections closed to make room under --max-connections",
+            cold.connections_evicted.clone(),
+        );
+        r.register(
+            "petstore_connections_waited",
+            "API connections that found every --max-connections place taken and waited for one",
+            cold.connections_waited.clone(),
+        );
+        r.register(
+            "petstore_accept_errors",
+            "Failed accepts on the API listener (out of file descriptors, most often)",
+            cold.accept_errors.clone(),
+        );
+        r.register(
+            "petstore_tls_handshake_failures",
+            "TLS handshakes that failed, by reason",
+            cold.handshake_failures.clone(),
+        );
+        r.register(
+            "petstore_store_commit_failures",
+            "Store write transactions that failed; their writes were answered 503",
+            cold.commit_failures.clone(),
+        );
+        r.register(
+            "petstore_events_appended",
+            "Events this instance appended to the feed (one per change it committed)",
+            cold.events_appended.clone(),
+        );
+        r.register(
+            "petstore_event_subscribers",
+            "Event streams open (GET /v1/events as text/event-stream)",
+            cold.event_subscribers.clone(),
+        );
+        r.register(
+            "petstore_event_streams_closed",
+            "Event streams ended, by reason",
+            cold.streams_closed.clone(),
+        );
+        r.register(
+            "petstore_orders",
+            "Orders this process placed, completed, cancelled and expired, by what became of them",
+            cold.orders.clone(),
+        );
+        r.register(
+            "petstore_webhook_deliveries",
+            "Webhook delivery attempts, by outcome (gone: the receiver answered 410 Gone)",
+            cold.webhook_deliveries.clone(),
+        );
+        let disabled = self
+            .webhook_endpoints
+            .values()
+            .filter(|(_, off)| *off)
+            .count();
+        r.register(
+            "petstore_webhook_endpoints_disabled",
+            "Webhook endpoints stopped (410 Gone, tries used up, the feed purged past them) until \
+             `petstore webhooks enable`",
+            ConstGauge::new(i64::try_from(disabled).unwrap_or(i64::MAX)),
+        );
+        r.register_with_unit(
+            "petstore_events_oldest_age",
+            "Age of the oldest event the feed keeps (0: none kept); --events-keep bounds it",
+            Unit::Seconds,
+            ConstGauge::new(oldest_event_age_secs()),
+        );
+        if let Some(pets) = &self.pets {
+            let family = Family::<StatusLabels, Gauge>::default();
+            for (status, count) in pets {
+                let status = status.unwrap_or("none");
+                let count = i64::try_from(*count).unwrap_or(i64::MAX);
+                family.get_or_create(&StatusLabels { status }).set(count);
+            }
+            r.register(
+                "petstore_pets",
+                "Pets in the store, by status (none: pets without one)",
+                family,
+            );
+        }
+        if self.backups {
+            r.register(
+                "petstore_snapshots",
+                "Snapshots of the store written to --backup-dir",
+                cold.snapshots.clone(),
+            );
+            r.register(
+                "petstore_snapshot_failures",
+                "Snapshots that failed (each is retried with backoff)",
+                cold.snapshot_failures.clone(),
+            );
+            r.register_with_unit(
+                "petstore_snapshot_last_success_timestamp",
+                "When the last good snapshot's read transaction began, in Unix time (0: none yet)",
+                Unit::Seconds,
+                cold.snapshot_last_success.clone(),
+            );
+        }
+        if let Some(not_after) = self.certificate_not_after {
+            r.register_with_unit(
+                "petstore_tls_certificate_not_after_timestamp",
+                "When the serving certificate expires (its notAfter), in Unix time",
+                Unit::Seconds,
+                ConstGauge::new(i64::try_from(not_after).unwrap_or(i64::MAX)),
+            );
+        }
+        if self.acme {
+            // The error itself is text for /healthz and the log; here, whether there is one.
+            r.register(
+                "petstore_acme_certificates_issued",
+                "ACME orders that ended with a certificate in service",
+                cold.acme_issued.clone(),
+            );
+            r.register(
+                "petstore_acme_order_failures",
+                "ACME order attempts that failed and will be retried with backoff",
+                cold.acme_failures.clone(),
+            );
+            r.register(
+                "petstore_acme_renewal_failing",
+                "1 while the last ACME order failed (see /healthz for its error), else 0",
+                cold.acme_failing.clone(),
+            );
+        }
+        // A gauge of 1, not prometheus-client's `Info`: that one is named `petstore_build`
+        // with the type `info` in OpenMetrics, and scrapers know this family as a gauge.
+        let build = Family::<VersionLabels, Gauge>::default();
+        let version = env!("CARGO_PKG_VERSION");
+        build.get_or_create(&VersionLabels { version }).set(1);
+        r.register(
+            "petstore_build_info",
+            "The running build: always 1, with the version as a label",
+            build,
+        );
+        r.register_with_unit(
+            "process_start_time",
+            "When the process started, in Unix time",
+            Unit::Seconds,
+            cold.started.clone(),
+        );
+        r.register_collector(Box::new(self));
+        r
     }
-    let endpoints = WEBHOOK_ENDPOINTS
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .clone();
-    let mut behind = e.encode_descriptor(
-        "petstore_webhook_behind",
-        "Age of the oldest event a webhook endpoint has yet to get (0: caught up), by endpoint \
-         label.",
-        Some(&Unit::Seconds),
-        MetricType::Gauge,
-    )?;
-    for (name, (secs, _)) in &endpoints {
-        behind
-            .encode_family(&[("endpoint", name.as_str())])?
-            .encode_gauge(&i64::try_from(*secs).unwrap_or(i64::MAX))?;
+}
+
+/// Seconds since the oldest event the feed keeps was appended; 0 when it keeps none.
+fn oldest_event_age_secs() -> i64 {
+    let oldest = EVENTS_OLDEST_MS.load(Ordering::Relaxed);
+    if oldest == 0 {
+        return 0;
     }
-    let disabled = endpoints.values().filter(|(_, disabled)| *disabled).count();
-    gauge(
-        e,
-        "petstore_webhook_endpoints_disabled",
-        "Webhook endpoints stopped (410 Gone, tries used up, the feed purged past them) until \
-         `petstore webhooks enable`.",
-        None,
-        i64::try_from(disabled).unwrap_or(i64::MAX),
-    )
-}
-
-fn counter(
-    encoder: &mut DescriptorEncoder<'_>,
-    name: &str,
-    help: &str,
-    value: u64,
-) -> Result<(), std::fmt::Error> {
-    encoder
-        .encode_descriptor(name, help, None, MetricType::Counter)?
-        .encode_counter::<NoLabelSet, _, u64>(&value, None)
-}
-
-fn gauge(
-    encoder: &mut DescriptorEncoder<'_>,
-    name: &str,
-    help: &str,
-    unit: Option<&Unit>,
-    value: i64,
-) -> Result<(), std::fmt::Error> {
-    encoder
-        .encode_descriptor(name, help, unit, MetricType::Gauge)?
-        .encode_gauge(&value)
+    let now_ms = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+    i64::try_from(now_ms.saturating_sub(oldest) / 1000).unwrap_or(i64::MAX)
 }
 
 impl Collector for Scrape {
     fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
         let e = &mut encoder;
         self.encode_requests(e)?;
-        self.encode_connections(e)?;
         self.encode_store(e)?;
-        self.encode_facts(e)
+        self.encode_webhook_behind(e)
     }
 }
 
@@ -743,52 +952,7 @@ impl Scrape {
         Ok(())
     }
 
-    fn encode_connections(&self, e: &mut DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
-        gauge(
-            e,
-            "petstore_connections_open",
-            "API connections open (handshaking or served).",
-            None,
-            CONNECTIONS_OPEN.load(Ordering::Relaxed),
-        )?;
-        counter(
-            e,
-            "petstore_connections_accepted",
-            "API connections accepted.",
-            CONNECTIONS_ACCEPTED.load(Ordering::Relaxed),
-        )?;
-        counter(
-            e,
-            "petstore_connections_evicted",
-            "Idle or handshaking API connections closed to make room under --max-connections.",
-            CONNECTIONS_EVICTED.load(Ordering::Relaxed),
-        )?;
-        counter(
-            e,
-            "petstore_connections_waited",
-            "API connections that found every --max-connections place taken and waited for one.",
-            CONNECTIONS_WAITED.load(Ordering::Relaxed),
-        )?;
-        counter(
-            e,
-            "petstore_accept_errors",
-            "Failed accepts on the API listener (out of file descriptors, most often).",
-            ACCEPT_ERRORS.load(Ordering::Relaxed),
-        )?;
-        let mut failures = e.encode_descriptor(
-            "petstore_tls_handshake_failures",
-            "TLS handshakes that failed, by reason.",
-            None,
-            MetricType::Counter,
-        )?;
-        for (reason, count) in HANDSHAKE_REASONS.iter().zip(&HANDSHAKE_FAILURES) {
-            failures
-                .encode_family(&[("reason", *reason)])?
-                .encode_counter::<NoLabelSet, _, u64>(&count.load(Ordering::Relaxed), None)?;
-        }
-        Ok(())
-    }
-
+    /// The commit histograms: lock-free like the requests', as every write batch records one.
     fn encode_store(&self, e: &mut DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
         COMMIT_DURATION.encode(
             &mut e.encode_descriptor(
@@ -807,150 +971,25 @@ impl Scrape {
                 MetricType::Histogram,
             )?,
             1.0,
-        )?;
-        counter(
-            e,
-            "petstore_store_commit_failures",
-            "Store write transactions that failed; their writes were answered 503.",
-            COMMIT_FAILURES.load(Ordering::Relaxed),
-        )?;
-        counter(
-            e,
-            "petstore_events_appended",
-            "Events this instance appended to the feed (one per change it committed).",
-            EVENTS_APPENDED.load(Ordering::Relaxed),
-        )?;
-        gauge(
-            e,
-            "petstore_event_subscribers",
-            "Event streams open (GET /v1/events as text/event-stream).",
-            None,
-            EVENT_SUBSCRIBERS.load(Ordering::Relaxed),
-        )?;
-        let mut closed = e.encode_descriptor(
-            "petstore_event_streams_closed",
-            "Event streams ended, by reason.",
-            None,
-            MetricType::Counter,
-        )?;
-        for (reason, count) in STREAM_CLOSE_REASONS.iter().zip(&STREAMS_CLOSED) {
-            closed
-                .encode_family(&[("reason", *reason)])?
-                .encode_counter::<NoLabelSet, _, u64>(&count.load(Ordering::Relaxed), None)?;
-        }
-        // Every status always, from 0: a rate over a series that appears late misses its start.
-        let mut orders = e.encode_descriptor(
-            "petstore_orders",
-            "Orders this process placed, completed, cancelled and expired, by what became of them.",
-            None,
-            MetricType::Counter,
-        )?;
-        for (status, count) in ORDER_STATUSES.iter().zip(&ORDERS) {
-            orders
-                .encode_family(&[("status", *status)])?
-                .encode_counter::<NoLabelSet, _, u64>(&count.load(Ordering::Relaxed), None)?;
-        }
-        encode_webhooks(e)?;
-        let oldest = EVENTS_OLDEST_MS.load(Ordering::Relaxed);
-        let now_ms = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
-        let age = if oldest == 0 {
-            0
-        } else {
-            now_ms.saturating_sub(oldest) / 1000
-        };
-        gauge(
-            e,
-            "petstore_events_oldest_age",
-            "Age of the oldest event the feed keeps (0: none kept); --events-keep bounds it.",
-            Some(&Unit::Seconds),
-            i64::try_from(age).unwrap_or(i64::MAX),
-        )?;
-        if let Some(pets) = &self.pets {
-            let mut family = e.encode_descriptor(
-                "petstore_pets",
-                "Pets in the store, by status (none: pets without one).",
-                None,
-                MetricType::Gauge,
-            )?;
-            for (status, count) in pets {
-                family
-                    .encode_family(&[("status", status.unwrap_or("none"))])?
-                    .encode_gauge(&i64::try_from(*count).unwrap_or(i64::MAX))?;
-            }
-        }
-        if self.backups {
-            counter(
-                e,
-                "petstore_snapshots",
-                "Snapshots of the store written to --backup-dir.",
-                SNAPSHOTS_TAKEN.load(Ordering::Relaxed),
-            )?;
-            counter(
-                e,
-                "petstore_snapshot_failures",
-                "Snapshots that failed (each is retried with backoff).",
-                SNAPSHOTS_FAILED.load(Ordering::Relaxed),
-            )?;
-            gauge(
-                e,
-                "petstore_snapshot_last_success_timestamp",
-                "When the last good snapshot's read transaction began, in Unix time (0: none yet).",
-                Some(&Unit::Seconds),
-                SNAPSHOT_LAST_GOOD.load(Ordering::Relaxed) as i64,
-            )?;
-        }
-        Ok(())
+        )
     }
 
-    fn encode_facts(&self, e: &mut DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
-        if let Some(not_after) = self.certificate_not_after {
-            gauge(
-                e,
-                "petstore_tls_certificate_not_after_timestamp",
-                "When the serving certificate expires (its notAfter), in Unix time.",
-                Some(&Unit::Seconds),
-                i64::try_from(not_after).unwrap_or(i64::MAX),
-            )?;
-        }
-        if self.acme {
-            // The error itself is text for /healthz and the log; here, whether there is one.
-            counter(
-                e,
-                "petstore_acme_certificates_issued",
-                "ACME orders that ended with a certificate in service.",
-                ACME_ISSUED.load(Ordering::Relaxed),
-            )?;
-            counter(
-                e,
-                "petstore_acme_order_failures",
-                "ACME order attempts that failed and will be retried with backoff.",
-                ACME_FAILED.load(Ordering::Relaxed),
-            )?;
-            gauge(
-                e,
-                "petstore_acme_renewal_failing",
-                "1 while the last ACME order failed (see /healthz for its error), else 0.",
-                None,
-                ACME_FAILING.load(Ordering::Relaxed),
-            )?;
-        }
-        let mut info = e.encode_descriptor(
-            "petstore_build_info",
-            "The running build: always 1, with the version as a label.",
-            None,
+    /// Each webhook endpoint's lag. By hand, as a `Family` with no series leaves its HELP and
+    /// TYPE off the page, and the page has always carried them with no endpoint configured.
+    fn encode_webhook_behind(&self, e: &mut DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
+        let mut behind = e.encode_descriptor(
+            "petstore_webhook_behind",
+            "Age of the oldest event a webhook endpoint has yet to get (0: caught up), by endpoint \
+             label.",
+            Some(&Unit::Seconds),
             MetricType::Gauge,
         )?;
-        info.encode_family(&[("version", env!("CARGO_PKG_VERSION"))])?
-            .encode_gauge(&1i64)?;
-        gauge(
-            e,
-            "process_start_time",
-            "When the process started, in Unix time.",
-            Some(&Unit::Seconds),
-            STARTED.load(Ordering::Relaxed) as i64,
-        )
+        for (name, (secs, _)) in &self.webhook_endpoints {
+            behind
+                .encode_family(&[("endpoint", name.as_str())])?
+                .encode_gauge(&i64::try_from(*secs).unwrap_or(i64::MAX))?;
+        }
+        Ok(())
     }
 }
 
@@ -985,12 +1024,35 @@ mod tests {
     }
 
     #[test]
-    fn order_labels_follow_the_order_statuses() {
-        let statuses: Vec<&str> = crate::order::OrderStatus::ALL
-            .iter()
-            .map(|status| status.as_str())
-            .collect();
-        assert_eq!(statuses, ORDER_STATUSES);
+    fn the_cold_families_keep_their_names_help_and_lowercase_labels() {
+        let scrape = Scrape {
+            pets: Some(vec![(Some("sold"), 2), (None, 1)]),
+            certificate_not_after: Some(2_110_692_170),
+            backups: true,
+            acme: true,
+            webhook_endpoints: BTreeMap::from([("shop".to_owned(), (7, true))]),
+        };
+        let mut page = String::new();
+        prometheus_client::encoding::prometheus_text::encode(&mut page, &scrape.into_registry())
+            .expect("encodes");
+        for line in [
+            "# HELP petstore_connections_open API connections open (handshaking or served).",
+            "# TYPE petstore_connections_accepted_total counter",
+            "petstore_tls_handshake_failures_total{reason=\"incompatible\"} 0",
+            "petstore_event_streams_closed_total{reason=\"revoked\"} 0",
+            "petstore_orders_total{status=\"cancelled\"} 0",
+            "petstore_webhook_deliveries_total{outcome=\"gone\"} 0",
+            "petstore_webhook_behind_seconds{endpoint=\"shop\"} 7",
+            "petstore_webhook_endpoints_disabled 1",
+            "petstore_pets{status=\"none\"} 1",
+            "# TYPE petstore_snapshot_last_success_timestamp_seconds gauge",
+            "petstore_tls_certificate_not_after_timestamp_seconds 2110692170",
+            "# TYPE petstore_acme_renewal_failing gauge",
+            "# TYPE petstore_build_info gauge",
+            "# HELP process_start_time_seconds When the process started, in Unix time.",
+        ] {
+            assert!(page.lines().any(|l| l == line), "{line}\n{page}");
+        }
     }
 
     #[test]

@@ -8,6 +8,7 @@ use std::time::{Duration, UNIX_EPOCH};
 use serde::{Deserialize, Serialize};
 
 use crate::body;
+use crate::clock::{self, Precision};
 use crate::pet::{PetId, PetStatus};
 
 /// The identifier the store assigns to an order, from 1 up, never reused.
@@ -246,7 +247,7 @@ impl Order {
         let mut out = Vec::with_capacity(160 + self.note.as_ref().map_or(0, String::len));
         let mut int = itoa::Buffer::new();
         let time = |out: &mut Vec<u8>, name: &[u8], ms: u64| {
-            let at = humantime::format_rfc3339_millis(UNIX_EPOCH + Duration::from_millis(ms));
+            let at = clock::rfc3339(UNIX_EPOCH + Duration::from_millis(ms), Precision::Millis);
             out.extend_from_slice(b",\"");
             out.extend_from_slice(name);
             out.extend_from_slice(b"\":\"");

@@ -9,6 +9,7 @@ use bytes::{BufMut, Bytes, BytesMut};
 
 use super::claims::IdempotencyKey;
 use crate::category::{Category, CategoryId};
+use crate::clock::{self, Precision};
 use crate::event::{EventType, Position};
 use crate::order::{Order, OrderAction, OrderId, OrderStatus, Refused};
 use crate::pet::{NewPet, PetId, PetStatus};
@@ -288,8 +289,9 @@ impl fmt::Display for StoreError {
                     f,
                     "order {order} is placed but its hold ended at {}: it can only be \
                      cancelled, or it expires",
-                    humantime::format_rfc3339_millis(
-                        std::time::UNIX_EPOCH + std::time::Duration::from_millis(*at_ms)
+                    clock::rfc3339(
+                        std::time::UNIX_EPOCH + std::time::Duration::from_millis(*at_ms),
+                        Precision::Millis
                     )
                 ),
             },
