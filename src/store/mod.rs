@@ -56,6 +56,18 @@ pub mod postgres_db {
     pub use super::postgres::states_in_database as webhook_states;
 }
 
+/// The same read on whichever engine is open: `store` names it. PostgreSQL's futures are
+/// boxed: they are KiBs long, and inline they would lengthen every request's future on redb
+/// too, which HTTP/2 copies into each stream's task.
+macro_rules! on_engine {
+    ($self:ident, $store:ident => $read:expr) => {
+        match &$self.backend {
+            Backend::Redb($store) => $read.await,
+            Backend::Postgres($store) => Box::pin($read).await,
+        }
+    };
+}
+
 /// A handle to the open store; cheap to clone, shared by every connection.
 #[derive(Clone)]
 pub struct Store {
@@ -248,28 +260,19 @@ impl Store {
     }
 
     pub async fn get_order(&self, id: OrderId) -> Result<Option<Order>, StoreError> {
-        let got = match &self.backend {
-            Backend::Redb(store) => store.get_order(id).await,
-            Backend::Postgres(store) => Box::pin(store.get_order(id)).await,
-        };
+        let got = on_engine!(self, store => store.get_order(id));
         got.map_err(|e| self.closed_or(e))
     }
 
     /// A page of orders as the API sends it (`Page::json` holds their JSON objects).
     pub async fn list_orders(&self, query: OrderQuery) -> Result<Page, StoreError> {
-        let listed = match &self.backend {
-            Backend::Redb(store) => store.list_orders(query).await,
-            Backend::Postgres(store) => Box::pin(store.list_orders(query)).await,
-        };
+        let listed = on_engine!(self, store => store.list_orders(query));
         listed.map_err(|e| self.closed_or(e))
     }
 
     /// Pets by status, exact at one read snapshot, read from counters the writes keep.
     pub async fn inventory(&self) -> Result<Inventory, StoreError> {
-        let read = match &self.backend {
-            Backend::Redb(store) => store.inventory().await,
-            Backend::Postgres(store) => Box::pin(store.inventory()).await,
-        };
+        let read = on_engine!(self, store => store.inventory());
         read.map_err(|e| self.closed_or(e))
     }
 
@@ -305,10 +308,7 @@ impl Store {
     }
 
     pub async fn get_category(&self, id: CategoryId) -> Result<Option<Category>, StoreError> {
-        let got = match &self.backend {
-            Backend::Redb(store) => store.get_category(id).await,
-            Backend::Postgres(store) => Box::pin(store.get_category(id)).await,
-        };
+        let got = on_engine!(self, store => store.get_category(id));
         got.map_err(|e| self.closed_or(e))
     }
 
@@ -318,10 +318,7 @@ impl Store {
         after: Option<CategoryId>,
         limit: usize,
     ) -> Result<Page, StoreError> {
-        let listed = match &self.backend {
-            Backend::Redb(store) => store.list_categories(after, limit).await,
-            Backend::Postgres(store) => Box::pin(store.list_categories(after, limit)).await,
-        };
+        let listed = on_engine!(self, store => store.list_categories(after, limit));
         listed.map_err(|e| self.closed_or(e))
     }
 
@@ -338,14 +335,9 @@ impl Store {
         self.front.appended()
     }
 
-    /// The pet with this id. The reads on PostgreSQL are boxed: their futures are KiBs long,
-    /// and inline they would lengthen every request's future on redb too, which HTTP/2 copies
-    /// into each stream's task.
+    /// The pet with this id.
     pub async fn get(&self, id: PetId) -> Result<Option<StoredPet>, StoreError> {
-        let got = match &self.backend {
-            Backend::Redb(store) => store.get(id).await,
-            Backend::Postgres(store) => Box::pin(store.get(id)).await,
-        };
+        let got = on_engine!(self, store => store.get(id));
         got.map_err(|e| self.closed_or(e))
     }
 
@@ -364,20 +356,14 @@ impl Store {
             after,
             limit,
         };
-        let listed = match &self.backend {
-            Backend::Redb(store) => store.list(query).await,
-            Backend::Postgres(store) => Box::pin(store.list(query)).await,
-        };
+        let listed = on_engine!(self, store => store.list(query));
         listed.map_err(|e| self.closed_or(e))
     }
 
     /// Up to `query.limit` events of the feed after `query.after`, as one read snapshot sees
     /// the feed; `Gone` for a cursor of another feed, or from before the oldest event kept.
     pub async fn events(&self, query: EventQuery) -> Result<EventPage, ReadError> {
-        let read = match &self.backend {
-            Backend::Redb(store) => store.events(query).await,
-            Backend::Postgres(store) => Box::pin(store.events(query)).await,
-        };
+        let read = on_engine!(self, store => store.events(query));
         read.map_err(|e| match e {
             ReadError::Store(e) => ReadError::Store(self.closed_or(e)),
             gone => gone,
@@ -387,10 +373,7 @@ impl Store {
     /// Every webhook endpoint's delivery state the store keeps, by endpoint id (`petstore
     /// webhooks list` reads a redb file directly: `redb_file::webhook_states`).
     pub async fn webhook_states(&self) -> Result<Vec<(String, WebhookState)>, StoreError> {
-        let read = match &self.backend {
-            Backend::Redb(store) => store.webhook_states().await,
-            Backend::Postgres(store) => Box::pin(store.webhook_states()).await,
-        };
+        let read = on_engine!(self, store => store.webhook_states());
         read.map_err(|e| self.closed_or(e))
     }
 
@@ -442,10 +425,7 @@ impl Store {
 
     /// The console session whose token hashes to `token`, if the store has it.
     pub async fn session(&self, token: [u8; 32]) -> Result<Option<SessionRecord>, StoreError> {
-        let read = match &self.backend {
-            Backend::Redb(store) => store.session(token).await,
-            Backend::Postgres(store) => Box::pin(store.session(token)).await,
-        };
+        let read = on_engine!(self, store => store.session(token));
         read.map_err(|e| self.closed_or(e))
     }
 
@@ -508,10 +488,7 @@ impl Store {
         if self.front.is_closed() {
             return Err(StoreError::Closed);
         }
-        match &self.backend {
-            Backend::Redb(store) => store.check().await,
-            Backend::Postgres(store) => Box::pin(store.check()).await,
-        }
+        on_engine!(self, store => store.check())
     }
 
     /// Writes a consistent copy of the whole store, one read transaction's, into a new redb
