@@ -2,7 +2,7 @@
 //! commits, snapshots), kept as fixed arrays of atomics so the request path never takes a lock
 //! or hashes a label, and the `--metrics-listen` listener that renders them for Prometheus at
 //! `GET /metrics` over plain HTTP/1.1 with prometheus-client's encoders. It uses nothing of
-//! ours: what it cannot count itself (pets by status, the certificate's not-after) it asks the
+//! ours but the operation table (`operations`: its paths are the route labels): what it cannot count itself (pets by status, the certificate's not-after) it asks the
 //! `Sources` that `main` hands it at scrape time. Invariant: every label set is drawn from a
 //! fixed list, so the number of series is bounded whatever clients send.
 use std::convert::Infallible;
@@ -28,6 +28,8 @@ use prometheus_client::registry::{Registry, Unit};
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 
+use crate::operations::{PATHS, Path};
+
 /// Scrapes served at once; Prometheus needs one, a person with curl a second.
 const MAX_SCRAPE_CONNECTIONS: usize = 4;
 /// A scraper must send its request head within this, and a connection ends after this long
@@ -38,21 +40,11 @@ const SCRAPE_CONNECTION_TIMEOUT: Duration = Duration::from_secs(60);
 const OPENMETRICS_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 /// The route templates requests are counted by (OpenTelemetry's `http.route`), never the raw
-/// path: one series per operation whatever ids clients send.
+/// path: one series per path of the API whatever ids clients send.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Route {
-    Pets,
-    Pet,
-    OpenApi,
-    Health,
-    Events,
-    Orders,
-    Order,
-    OrderComplete,
-    OrderCancel,
-    Inventory,
-    Categories,
-    Category,
+    /// A path of the API, labelled by its template (`operations::PATHS`).
+    Api(Path),
     /// Any path no route matched (and `/v1` paths refused before routing, without a key).
     Unmatched,
     /// The console's page and files, under `--console-path`.
@@ -61,24 +53,33 @@ pub enum Route {
     ConsoleSession,
 }
 
-/// The label of each `Route`, in its order.
-const ROUTES: [&str; 15] = [
-    "/v1/pets",
-    "/v1/pets/{petId}",
-    "/v1/openapi.json",
-    "/healthz",
-    "/v1/events",
-    "/v1/store/orders",
-    "/v1/store/orders/{orderId}",
-    "/v1/store/orders/{orderId}/complete",
-    "/v1/store/orders/{orderId}/cancel",
-    "/v1/store/inventory",
-    "/v1/categories",
-    "/v1/categories/{categoryId}",
-    "unmatched",
-    "console",
-    "console/session",
-];
+impl Route {
+    /// Its place in `ROUTES`.
+    const fn index(self) -> usize {
+        match self {
+            Route::Api(path) => path.index(),
+            Route::Unmatched => PATHS.len(),
+            Route::Console => PATHS.len() + 1,
+            Route::ConsoleSession => PATHS.len() + 2,
+        }
+    }
+}
+
+/// The label of each `Route`, by its index: the API's templates, then the routes of no operation.
+const ROUTES: [&str; PATHS.len() + 3] = {
+    let others = ["unmatched", "console", "console/session"];
+    let mut labels = [""; PATHS.len() + 3];
+    let mut i = 0;
+    while i < labels.len() {
+        labels[i] = if i < PATHS.len() {
+            PATHS[i]
+        } else {
+            others[i - PATHS.len()]
+        };
+        i += 1;
+    }
+    labels
+};
 
 /// Methods as OpenTelemetry's `http.request.method`: the known ones, and `_OTHER`.
 const METHODS: [&str; 6] = ["GET", "HEAD", "POST", "PATCH", "DELETE", "_OTHER"];
@@ -276,7 +277,7 @@ pub fn request(route: Route, method: &Method, status: u16, duration: Duration) {
         .iter()
         .position(|known| *known == status)
         .unwrap_or(STATUSES.len());
-    let series = (route as usize * METHODS.len() + method) * STATUS_LABELS.len() + status;
+    let series = (route.index() * METHODS.len() + method) * STATUS_LABELS.len() + status;
     REQUESTS[series].observe(u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX));
 }
 
@@ -975,11 +976,15 @@ mod tests {
 
     #[test]
     fn every_route_has_its_label_in_order() {
-        assert_eq!(ROUTES.len(), Route::ConsoleSession as usize + 1);
-        assert_eq!(ROUTES[Route::Unmatched as usize], "unmatched");
-        assert_eq!(ROUTES[Route::Orders as usize], "/v1/store/orders");
+        use crate::operations::Op;
+        assert_eq!(ROUTES.len(), Route::ConsoleSession.index() + 1);
+        assert_eq!(ROUTES[Route::Unmatched.index()], "unmatched");
         assert_eq!(
-            ROUTES[Route::Category as usize],
+            ROUTES[Route::Api(Op::ListOrders.path()).index()],
+            "/v1/store/orders"
+        );
+        assert_eq!(
+            ROUTES[Route::Api(Op::PatchCategory.path()).index()],
             "/v1/categories/{categoryId}"
         );
     }
