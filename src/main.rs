@@ -25,6 +25,7 @@ mod lifecycle;
 mod log;
 mod log_format;
 mod metrics;
+mod operations;
 mod order;
 #[cfg(test)]
 mod packaging;

@@ -4,10 +4,11 @@
 //! histograms are fixed arrays of atomics, so the request path never takes a lock or hashes a
 //! label; the cold families (bumped per connection, stream, order, delivery, snapshot) are
 //! prometheus-client's own `Counter`, `Gauge` and `Family`. It uses nothing of ours but the
-//! event and order types: what it cannot count itself (pets by status, the certificate's
-//! not-after) it asks the `Sources` that `main` hands it at scrape time. Invariant: every
-//! label set but the webhook endpoint's is drawn from a fixed list, so the number of series is
-//! bounded whatever clients send (endpoints come from the operator's file).
+//! event and order types and the operation table (`operations`: its paths are the route
+//! labels): what it cannot count itself (pets by status, the certificate's not-after) it asks
+//! the `Sources` that `main` hands it at scrape time. Invariant: every label set but the
+//! webhook endpoint's is drawn from a fixed list, so the number of series is bounded whatever
+//! clients send (endpoints come from the operator's file).
 use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::error::Error;
@@ -39,6 +40,7 @@ use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 
 use crate::event::EventType;
+use crate::operations::{PATHS, Path};
 use crate::order::OrderStatus;
 
 /// Scrapes served at once; Prometheus needs one, a person with curl a second.
@@ -51,21 +53,11 @@ const SCRAPE_CONNECTION_TIMEOUT: Duration = Duration::from_secs(60);
 const OPENMETRICS_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 /// The route templates requests are counted by (OpenTelemetry's `http.route`), never the raw
-/// path: one series per operation whatever ids clients send.
+/// path: one series per path of the API whatever ids clients send.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Route {
-    Pets,
-    Pet,
-    OpenApi,
-    Health,
-    Events,
-    Orders,
-    Order,
-    OrderComplete,
-    OrderCancel,
-    Inventory,
-    Categories,
-    Category,
+    /// A path of the API, labelled by its template (`operations::PATHS`).
+    Api(Path),
     /// Any path no route matched (and `/v1` paths refused before routing, without a key).
     Unmatched,
     /// The console's page and files, under `--console-path`.
@@ -74,24 +66,33 @@ pub enum Route {
     ConsoleSession,
 }
 
-/// The label of each `Route`, in its order.
-const ROUTES: [&str; 15] = [
-    "/v1/pets",
-    "/v1/pets/{petId}",
-    "/v1/openapi.json",
-    "/healthz",
-    "/v1/events",
-    "/v1/store/orders",
-    "/v1/store/orders/{orderId}",
-    "/v1/store/orders/{orderId}/complete",
-    "/v1/store/orders/{orderId}/cancel",
-    "/v1/store/inventory",
-    "/v1/categories",
-    "/v1/categories/{categoryId}",
-    "unmatched",
-    "console",
-    "console/session",
-];
+impl Route {
+    /// Its place in `ROUTES`.
+    const fn index(self) -> usize {
+        match self {
+            Route::Api(path) => path.index(),
+            Route::Unmatched => PATHS.len(),
+            Route::Console => PATHS.len() + 1,
+            Route::ConsoleSession => PATHS.len() + 2,
+        }
+    }
+}
+
+/// The label of each `Route`, by its index: the API's templates, then the routes of no operation.
+const ROUTES: [&str; PATHS.len() + 3] = {
+    let others = ["unmatched", "console", "console/session"];
+    let mut labels = [""; PATHS.len() + 3];
+    let mut i = 0;
+    while i < labels.len() {
+        labels[i] = if i < PATHS.len() {
+            PATHS[i]
+        } else {
+            others[i - PATHS.len()]
+        };
+        i += 1;
+    }
+    labels
+};
 
 /// Methods as OpenTelemetry's `http.request.method`: the known ones, and `_OTHER`.
 const METHODS: [&str; 6] = ["GET", "HEAD", "POST", "PATCH", "DELETE", "_OTHER"];
@@ -395,7 +396,7 @@ pub fn request(route: Route, method: &Method, status: u16, duration: Duration) {
         .iter()
         .position(|known| *known == status)
         .unwrap_or(STATUSES.len());
-    let series = (route as usize * METHODS.len() + method) * STATUS_LABELS.len() + status;
+    let series = (route.index() * METHODS.len() + method) * STATUS_LABELS.len() + status;
     REQUESTS[series].observe(u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX));
 }
 
@@ -1014,11 +1015,15 @@ mod tests {
 
     #[test]
     fn every_route_has_its_label_in_order() {
-        assert_eq!(ROUTES.len(), Route::ConsoleSession as usize + 1);
-        assert_eq!(ROUTES[Route::Unmatched as usize], "unmatched");
-        assert_eq!(ROUTES[Route::Orders as usize], "/v1/store/orders");
+        use crate::operations::Op;
+        assert_eq!(ROUTES.len(), Route::ConsoleSession.index() + 1);
+        assert_eq!(ROUTES[Route::Unmatched.index()], "unmatched");
         assert_eq!(
-            ROUTES[Route::Category as usize],
+            ROUTES[Route::Api(Op::ListOrders.path()).index()],
+            "/v1/store/orders"
+        );
+        assert_eq!(
+            ROUTES[Route::Api(Op::PatchCategory.path()).index()],
             "/v1/categories/{categoryId}"
         );
     }
