@@ -6,7 +6,7 @@
 
 use crate::pet::PetId;
 
-pub use crate::pet::etag;
+pub use crate::subject::etag;
 
 /// What `If-Match` asks of the pet `id`.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -359,9 +359,7 @@ impl From<AuthFailure> for Error {
 impl From<StoreError> for Error {
     fn from(e: StoreError) -> Error {
         match e {
-            StoreError::NotFound(_)
-            | StoreError::OrderNotFound(_)
-            | StoreError::CategoryNotFound(_) => Error::NotFound(e.to_string()),
+            StoreError::NotFound(_) => Error::NotFound(e.to_string()),
             StoreError::PetNotAvailable { .. } => Error::Conflict {
                 code: "pet_not_available",
                 message: e.to_string(),
@@ -410,6 +408,7 @@ impl From<StoreError> for Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::subject::Subject;
 
     const REFUSAL: Refusal = Refusal {
         policy: crate::ratelimit::Policy {
@@ -538,7 +537,7 @@ mod tests {
     #[test]
     fn store_errors_map_by_meaning() {
         let status = |e: StoreError| Error::from(e).status().as_u16();
-        assert_eq!(status(StoreError::NotFound(7)), 404);
+        assert_eq!(status(StoreError::NotFound(Subject::pet(7))), 404);
         assert_eq!(status(StoreError::PreconditionFailed), 412);
         assert_eq!(status(StoreError::IdempotencyKeyInFlight), 409);
         assert_eq!(status(StoreError::IdempotencyKeyReused), 422);
@@ -559,8 +558,11 @@ mod tests {
         );
         assert_eq!(status(StoreError::Corrupt("bad page".into())), 500);
         for (e, message) in [
-            (StoreError::OrderNotFound(4), "no order has id 4"),
-            (StoreError::CategoryNotFound(5), "no category has id 5"),
+            (StoreError::NotFound(Subject::order(4)), "no order has id 4"),
+            (
+                StoreError::NotFound(Subject::category(5)),
+                "no category has id 5",
+            ),
         ] {
             let e = Error::from(e);
             assert_eq!((e.status().as_u16(), e.code()), (404, "not_found"));

@@ -7,7 +7,8 @@ use std::time::{Duration, UNIX_EPOCH};
 use bytes::{BufMut, BytesMut};
 
 use crate::clock::{self, Precision};
-use crate::pet::{self, PetId};
+use crate::pet::PetId;
+use crate::subject::Kind;
 
 /// What happened, as the feed names it. The code is what the engines store.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -22,14 +23,6 @@ pub enum EventType {
     CategoryCreated,
     CategoryUpdated,
     CategoryDeleted,
-}
-
-/// What an event is about, which decides its JSON's members.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Subject {
-    Pet,
-    Order,
-    Category,
 }
 
 impl EventType {
@@ -61,16 +54,16 @@ impl EventType {
         }
     }
 
-    pub fn subject(self) -> Subject {
+    pub fn subject(self) -> Kind {
         match self {
-            EventType::PetCreated | EventType::PetUpdated | EventType::PetDeleted => Subject::Pet,
+            EventType::PetCreated | EventType::PetUpdated | EventType::PetDeleted => Kind::Pet,
             EventType::OrderPlaced
             | EventType::OrderCompleted
             | EventType::OrderCancelled
-            | EventType::OrderExpired => Subject::Order,
+            | EventType::OrderExpired => Kind::Order,
             EventType::CategoryCreated
             | EventType::CategoryUpdated
-            | EventType::CategoryDeleted => Subject::Category,
+            | EventType::CategoryDeleted => Kind::Category,
         }
     }
 
@@ -215,15 +208,15 @@ impl Event<'_> {
         out.put_slice(at.to_string().as_bytes());
         let id = itoa::Buffer::new().format(self.subject_id).to_owned();
         match self.kind.subject() {
-            Subject::Pet => {}
-            Subject::Order => {
+            Kind::Pet => {}
+            Kind::Order => {
                 out.put_slice(b"\",\"orderId\":");
                 out.put_slice(id.as_bytes());
                 out.put_slice(b",\"order\":");
                 out.put_slice(subject);
                 out.put_slice(b",\"");
             }
-            Subject::Category => {
+            Kind::Category => {
                 out.put_slice(b"\",\"categoryId\":");
                 out.put_slice(id.as_bytes());
                 out.put_slice(b",\"category\":");
@@ -232,14 +225,14 @@ impl Event<'_> {
                 return;
             }
         }
-        if self.kind.subject() == Subject::Pet {
+        if self.kind.subject() == Kind::Pet {
             out.put_slice(b"\",\"");
         }
         out.put_slice(b"petId\":");
         out.put_slice(itoa::Buffer::new().format(self.pet_id).as_bytes());
         // The tag is a quoted id and revision (digits, a dot, a minus): as a JSON string, its
         // quotes are escaped.
-        let etag = pet::etag(self.pet_id, self.revision);
+        let etag = crate::subject::etag(self.pet_id, self.revision);
         out.put_slice(b",\"etag\":\"\\\"");
         out.put_slice(etag.trim_matches('"').as_bytes());
         out.put_slice(b"\\\"\",\"pet\":");

@@ -35,6 +35,7 @@ mod ratelimit;
 mod server;
 mod service;
 mod store;
+mod subject;
 mod tls;
 mod webhook;
 

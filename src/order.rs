@@ -278,7 +278,7 @@ impl Order {
 
     /// The strong entity tag of the order at its revision.
     pub fn etag(&self) -> String {
-        crate::pet::etag(self.id, self.revision)
+        crate::subject::etag(self.id, self.revision)
     }
 }
 

@@ -292,23 +292,6 @@ fn read_status(value: Value) -> Result<PetStatus, InvalidPet> {
     }
 }
 
-/// The strong entity tag of pet `id` at `revision`, quoted, as the `ETag` header carries it.
-pub fn etag(id: PetId, revision: u64) -> String {
-    // Every answer with a pet carries one: built without `core::fmt`, which cost it a
-    // thousand instructions (callgrind), and exactly as long as its capacity, so that a
-    // `HeaderValue` made from it keeps the buffer as it is (`bytes` gives a buffer with spare
-    // room a second allocation to track it).
-    let (mut id_digits, mut revision_digits) = (itoa::Buffer::new(), itoa::Buffer::new());
-    let (id, revision) = (id_digits.format(id), revision_digits.format(revision));
-    let mut tag = String::with_capacity(id.len() + revision.len() + 3);
-    tag.push('"');
-    tag.push_str(id);
-    tag.push('.');
-    tag.push_str(revision);
-    tag.push('"');
-    tag
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -15,6 +15,7 @@ use crate::category::{Category, CategoryId, CategoryPatch, NewCategory};
 use crate::error::Error;
 use crate::query::{self, CategoriesQuery};
 use crate::store::{Store, StoreError};
+use crate::subject::Subject;
 
 /// `GET /v1/categories` (listCategories): a page in id order, and a `Link` to the next one
 /// when more categories exist.
@@ -53,7 +54,7 @@ pub async fn get_category(store: &Store, raw_id: &str) -> Result<Reply, Error> {
     let category = store
         .get_category(id)
         .await?
-        .ok_or_else(|| Error::from(StoreError::CategoryNotFound(id)))?;
+        .ok_or_else(|| Error::from(StoreError::NotFound(Subject::category(id))))?;
     Ok(reply(StatusCode::OK, &category))
 }
 

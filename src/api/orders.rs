@@ -21,6 +21,7 @@ use crate::error::Error;
 use crate::order::{NewOrder, Order, OrderAction, OrderId};
 use crate::query::{self, OrdersQuery};
 use crate::store::{Inventory, OrderQuery, Store, StoreError};
+use crate::subject::Subject;
 
 /// `POST /v1/store/orders` (placeOrder): 201 with the order once it and its pet, now
 /// `pending`, are committed; with an Idempotency-Key, the first answer again for a retry.
@@ -75,7 +76,7 @@ pub async fn get_order(store: &Store, raw_id: &str, headers: &HeaderMap) -> Resu
     let order = store
         .get_order(id)
         .await?
-        .ok_or_else(|| Error::from(StoreError::OrderNotFound(id)))?;
+        .ok_or_else(|| Error::from(StoreError::NotFound(Subject::order(id))))?;
     let sent = headers
         .get_all(IF_NONE_MATCH)
         .iter()

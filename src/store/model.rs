@@ -13,6 +13,7 @@ use crate::clock::{self, Precision};
 use crate::event::{EventType, Position};
 use crate::order::{Order, OrderAction, OrderId, OrderStatus, Refused};
 use crate::pet::{NewPet, PetId, PetStatus};
+use crate::subject::Subject;
 
 /// A pet as the store keeps it: its id, its revision (1 at creation, one more with every
 /// change) and its JSON object.
@@ -194,12 +195,8 @@ impl Precondition {
 /// about the data (not found, a conflict), a state that may pass (unavailable), or a fault.
 #[derive(Clone, Debug)]
 pub enum StoreError {
-    /// No pet has this id.
-    NotFound(PetId),
-    /// No order has this id.
-    OrderNotFound(OrderId),
-    /// No category has this id.
-    CategoryNotFound(CategoryId),
+    /// No record of this kind has this id.
+    NotFound(Subject),
     /// Conflict: an order asked for a pet that is not `available` (its status, if any).
     PetNotAvailable {
         pet: PetId,
@@ -262,9 +259,9 @@ pub enum StoreError {
 impl fmt::Display for StoreError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            StoreError::NotFound(id) => write!(f, "no pet has id {id}"),
-            StoreError::OrderNotFound(id) => write!(f, "no order has id {id}"),
-            StoreError::CategoryNotFound(id) => write!(f, "no category has id {id}"),
+            StoreError::NotFound(Subject { kind, id }) => {
+                write!(f, "no {} has id {id}", kind.name())
+            }
             StoreError::PetNotAvailable { pet, status } => match status {
                 Some(status) => write!(f, "pet {pet} is {}, not available", status.as_str()),
                 None => write!(f, "pet {pet} has no status, so it is not available"),

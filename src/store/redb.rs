@@ -50,6 +50,8 @@ pub(super) fn open(
 #[cfg(test)]
 mod tests {
     use std::thread;
+
+    use crate::subject::{Kind, Subject};
     use std::time::Duration;
 
     use std::path::Path;
@@ -773,7 +775,10 @@ mod tests {
             ));
             assert!(matches!(
                 store.place_order(order(999), None).await,
-                Err(StoreError::NotFound(999))
+                Err(StoreError::NotFound(Subject {
+                    kind: Kind::Pet,
+                    id: 999
+                }))
             ));
             let sold = PetPatch {
                 status: Some(Some(PetStatus::Sold)),

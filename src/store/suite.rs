@@ -16,6 +16,7 @@ use super::*;
 use crate::event::{EventType, Position, Types};
 use crate::order::{OrderStatus, Refused};
 use crate::pet::PetPatch;
+use crate::subject::{Kind, Subject};
 
 const TUNING: Tuning = Tuning {
     events_keep: crate::store::DEFAULT_EVENTS_KEEP,
@@ -186,7 +187,10 @@ pub(super) async fn a_stale_revision_or_a_missing_pet_changes_nothing(store: Sto
     }
     assert!(matches!(
         store.patch(2, sold(), Precondition::None).await,
-        Err(StoreError::NotFound(2))
+        Err(StoreError::NotFound(Subject {
+            kind: Kind::Pet,
+            id: 2
+        }))
     ));
     let pet = store.get(1).await.expect("get").expect("still there");
     assert_eq!(pet.revision, 1);
@@ -212,7 +216,10 @@ pub(super) async fn a_delete_removes_the_pet_its_index_entry_and_its_revision_an
     assert_eq!(ids(store, Some(PetStatus::Sold)).await, Vec::<i64>::new());
     assert!(matches!(
         store.delete(1, Precondition::None).await,
-        Err(StoreError::NotFound(1))
+        Err(StoreError::NotFound(Subject {
+            kind: Kind::Pet,
+            id: 1
+        }))
     ));
     assert_eq!(add(store, new_pet("b", None)).await.expect("create").id, 2);
     assert_eq!(
@@ -759,7 +766,10 @@ pub(super) async fn an_order_needs_a_pet_that_exists_and_is_available_and_failin
     let store = &store;
     assert!(matches!(
         place(store, 99).await,
-        Err(StoreError::NotFound(99))
+        Err(StoreError::NotFound(Subject {
+            kind: Kind::Pet,
+            id: 99
+        }))
     ));
     for status in [None, Some(PetStatus::Pending), Some(PetStatus::Sold)] {
         let pet = add(store, new_pet("x", status)).await.expect("create");
@@ -813,7 +823,10 @@ pub(super) async fn only_a_placed_order_moves_and_if_match_is_the_order_s_revisi
         store
             .move_order(99, OrderAction::Complete, Precondition::None)
             .await,
-        Err(StoreError::OrderNotFound(99))
+        Err(StoreError::NotFound(Subject {
+            kind: Kind::Order,
+            id: 99
+        }))
     ));
     for stale in [vec![2], vec![]] {
         let moved = store
@@ -1107,11 +1120,13 @@ pub(super) async fn the_inventory_counts_what_a_walk_of_every_pet_counts(store: 
                     orders.extend(order);
                 }
                 Err(
-                    StoreError::NotFound(_)
+                    StoreError::NotFound(Subject {
+                        kind: Kind::Pet | Kind::Order,
+                        ..
+                    })
                     | StoreError::PetNotAvailable { .. }
                     | StoreError::PetReserved { .. }
-                    | StoreError::InvalidTransition { .. }
-                    | StoreError::OrderNotFound(_),
+                    | StoreError::InvalidTransition { .. },
                 ) => {}
                 Err(e) => panic!("round {round}: {e}"),
             }
@@ -1175,7 +1190,10 @@ pub(super) async fn categories_have_unique_names_ignoring_case_and_leave_only_wh
     );
     assert!(matches!(
         store.patch_category(9, rename("x")).await,
-        Err(StoreError::CategoryNotFound(9))
+        Err(StoreError::NotFound(Subject {
+            kind: Kind::Category,
+            id: 9
+        }))
     ));
     assert_eq!(store.get_category(2).await.expect("get"), Some(renamed));
     let pet = add(store, new_pet("rex", None)).await.expect("create");
@@ -1188,7 +1206,10 @@ pub(super) async fn categories_have_unique_names_ignoring_case_and_leave_only_wh
     assert_eq!(store.get_category(cats.id).await.expect("get"), None);
     assert!(matches!(
         store.delete_category(cats.id).await,
-        Err(StoreError::CategoryNotFound(2))
+        Err(StoreError::NotFound(Subject {
+            kind: Kind::Category,
+            id: 2
+        }))
     ));
     let cats = store
         .create_category(named("Cats"))
@@ -2036,7 +2057,9 @@ fn on_postgres_two_instances_sell_each_pet_at_most_once() {
                         | Err(
                             StoreError::PetNotAvailable { .. }
                             | StoreError::InvalidTransition { .. }
-                            | StoreError::OrderNotFound(_),
+                            | StoreError::NotFound(Subject {
+                                kind: Kind::Order, ..
+                            }),
                         ) => {}
                         Err(e) => panic!("task {task}: {e}"),
                     }

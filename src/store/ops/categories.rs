@@ -5,6 +5,7 @@ use crate::category::{Category, CategoryId, CategoryPatch, NewCategory, name_key
 use crate::event::EventType;
 use crate::store::model::{Change, StoreError};
 use crate::store::txn::{Counter, Outcome, Txn};
+use crate::subject::Subject;
 
 /// Creates a category under the next category id: `NameTaken` when another has its name.
 pub(super) async fn create<T: Txn>(txn: &mut T, new: &NewCategory) -> Outcome<Category> {
@@ -37,7 +38,7 @@ pub(super) async fn patch<T: Txn>(
     patch: &CategoryPatch,
 ) -> Outcome<Category> {
     let Some(old) = txn.category(id).await? else {
-        return Ok(Err(StoreError::CategoryNotFound(id)));
+        return Ok(Err(StoreError::NotFound(Subject::category(id))));
     };
     let Some(name) = &patch.name else {
         return Ok(Ok(old));
@@ -59,7 +60,7 @@ pub(super) async fn patch<T: Txn>(
 /// Answers the id removed.
 pub(super) async fn delete<T: Txn>(txn: &mut T, id: CategoryId) -> Outcome<CategoryId> {
     let Some(old) = txn.category(id).await? else {
-        return Ok(Err(StoreError::CategoryNotFound(id)));
+        return Ok(Err(StoreError::NotFound(Subject::category(id))));
     };
     if txn.category_in_use(id).await? {
         return Ok(Err(StoreError::CategoryInUse(id)));

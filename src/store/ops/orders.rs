@@ -8,6 +8,7 @@ use crate::pet::{Pet, PetStatus};
 use crate::store::model::{Change, Moved, Placed, Precondition, StoreError, order_record_id};
 use crate::store::txn::{Counter, Outcome, Txn};
 use crate::store::write::PlaceOrder;
+use crate::subject::Subject;
 
 use super::pets::current;
 
@@ -91,7 +92,7 @@ pub(super) async fn settle<T: Txn>(
     precondition: &Precondition,
 ) -> Outcome<Moved> {
     let Some(order) = txn.order(id).await? else {
-        return Ok(Err(StoreError::OrderNotFound(id)));
+        return Ok(Err(StoreError::NotFound(Subject::order(id))));
     };
     if !precondition.allows(order.revision) {
         return Ok(Err(StoreError::PreconditionFailed));

@@ -6,6 +6,7 @@ use crate::pet::{NewPet, PetId, PetPatch};
 use crate::store::model::{Change, Created, Precondition, StoreError, StoredPet};
 use crate::store::txn::{Counter, Outcome, Txn};
 use crate::store::write::Keyed;
+use crate::subject::Subject;
 
 /// Creates `new` under the next pet id. With a key, a live record of its scope answers instead
 /// (the first create's pet, or `IdempotencyKeyReused`): checked here, in the transaction, since
@@ -87,7 +88,7 @@ pub(super) async fn current<T: Txn>(
     precondition: &Precondition,
 ) -> Outcome<(crate::pet::Pet, u64)> {
     let Some((pet, revision)) = txn.pet(id).await? else {
-        return Ok(Err(StoreError::NotFound(id)));
+        return Ok(Err(StoreError::NotFound(Subject::pet(id))));
     };
     if !precondition.allows(revision) {
         return Ok(Err(StoreError::PreconditionFailed));

@@ -16,13 +16,13 @@ use super::pool::Connections;
 use super::rows::INVENTORY_COUNTERS;
 use super::txn::PgTxn;
 use crate::clock::unix_now;
-use crate::event::Subject;
 use crate::order::OrderId;
 use crate::pet::PetId;
 use crate::store::events::{StoredEvent, now_ms};
 use crate::store::model::{Change, InventoryDelta, StoreError};
 use crate::store::ops::{self, Touches};
 use crate::store::write::{Engine, PURGE_BATCH, Write};
+use crate::subject::Kind;
 
 /// The transaction a batch runs in.
 pub(super) type Txn<'a> = deadpool_postgres::Transaction<'a>;
@@ -374,7 +374,7 @@ async fn append_events(txn: &Txn<'_>, changes: &[Change]) -> Result<(), StoreErr
             .transpose();
         pets.push(pet.map_err(|e| StoreError::Corrupt(format!("a pet is not UTF-8: {e}")))?);
         // A pet's event has no subject of its own: NULL, as in the events from before orders.
-        let is_pet = event.kind.subject() == Subject::Pet;
+        let is_pet = event.kind.subject() == Kind::Pet;
         subject_ids.push((!is_pet).then_some(event.subject_id));
         let subject = event
             .subject

@@ -605,7 +605,7 @@ fn check_events(
             }
         };
         // A category's event names no pet.
-        if event.kind.subject() != crate::event::Subject::Category && !given_out(event.pet_id) {
+        if event.kind.subject() != crate::subject::Kind::Category && !given_out(event.pet_id) {
             report.problem(format!(
                 "event {seq}: pet {} was never given out",
                 event.pet_id

@@ -280,7 +280,7 @@ pub(super) const EVENT_HEADER: usize = 25;
 const SUBJECT_HEADER: usize = 12;
 
 fn has_subject(kind: EventType) -> bool {
-    kind.subject() != crate::event::Subject::Pet
+    kind.subject() != crate::subject::Kind::Pet
 }
 
 /// Writes `event` as `EVENTS` keeps it into `value`, `event_length(event)` bytes long.
@@ -340,9 +340,9 @@ pub(super) fn read_event(seq: u64, value: &[u8]) -> Result<StoredEvent, StoreErr
         pet = &pet[SUBJECT_HEADER + length..];
     }
     let has_pet = match kind.subject() {
-        crate::event::Subject::Pet => kind != EventType::PetDeleted,
-        crate::event::Subject::Order => true,
-        crate::event::Subject::Category => false,
+        crate::subject::Kind::Pet => kind != EventType::PetDeleted,
+        crate::subject::Kind::Order => true,
+        crate::subject::Kind::Category => false,
     };
     Ok(StoredEvent {
         seq,
