@@ -58,13 +58,6 @@ pub fn run(path: &Path) -> anyhow::Result<()> {
         "orders: {} ({} placed); categories: {}",
         report.orders, report.placed_orders, report.categories
     );
-    if report.pending_log_batches > 0 {
-        println!(
-            "log: {} batch(es) in the write-ahead log beside the file are not in it yet (a \
-             crash) and not counted above; a server replays them when it starts on the file",
-            report.pending_log_batches
-        );
-    }
     for problem in &report.problems {
         println!("problem: {problem}");
     }

@@ -396,7 +396,7 @@ impl From<StoreError> for Error {
             | StoreError::Reopening => Error::Unavailable(e.to_string()),
             StoreError::InDoubt(_) => Error::OutcomeUnknown(e.to_string()),
             StoreError::Unsupported(_)
-            | StoreError::MissingLog(_)
+            | StoreError::OlderFile(_)
             | StoreError::Locked
             | StoreError::NewerSchema { .. }
             | StoreError::NotEmpty { .. }

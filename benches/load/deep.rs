@@ -13,8 +13,8 @@ use hyper::{Request, Uri};
 
 use crate::check::Expect;
 use crate::client::{BEARER, Conn};
+use crate::figures::Kind;
 use crate::process::Server;
-use crate::report::Kind;
 use crate::{Bench, Spec};
 
 /// The deep page starts past this id.

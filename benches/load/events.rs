@@ -35,9 +35,10 @@ use tokio::time::{Instant, sleep_until, timeout_at};
 
 use crate::check::{Expect, check};
 use crate::client::{BEARER, Conn, Tls};
+use crate::figures::{Feed, Kind, Memory};
 use crate::load::{Outcome, Sample};
 use crate::process::{CLK_TCK, Server, cpu_ticks, steal_ticks};
-use crate::report::{Kind, Report, Row, thousands};
+use crate::report::{Report, Row, thousands};
 use crate::settings::Settings;
 use crate::{Bench, CLIENTS, NEW_PET, pg};
 
@@ -73,33 +74,6 @@ const IDLE_REQUEST_EVERY: Duration = Duration::from_secs(4);
 /// A stream's count once its task has ended (an error, the server's end): the drain does not
 /// wait for it.
 const ENDED: u32 = u32::MAX;
-
-/// What the part measured on one store, for the goals.
-#[derive(Clone, Copy)]
-pub struct Feed {
-    pub kind: Kind,
-    pub streams: usize,
-    pub rate: f64,
-    /// The delay from a create's 201 reaching its client to its event reaching a stream, over
-    /// every stream and every create of the window, in microseconds: p50, p99, max. Negative
-    /// when the event came first. `None` when nothing was measured.
-    pub from_201_us: Option<[i64; 3]>,
-    /// The same from the create's request being sent: what the creating client waits, and
-    /// then the streams.
-    pub from_request_us: Option<[i64; 3]>,
-    /// Server memory at the end of the window: with the streams, without them, and (redb
-    /// only) with as many idle keep-alive TLS connections instead.
-    pub with: Memory,
-    pub without: Memory,
-    pub idle: Option<Memory>,
-}
-
-/// Server memory at the end of a run's window, in KiB: peak (VmHWM) and now (VmRSS).
-#[derive(Clone, Copy)]
-pub struct Memory {
-    pub peak_kib: u64,
-    pub rss_kib: u64,
-}
 
 /// What a run holds open on the server while its clients create.
 #[derive(Clone, Copy, PartialEq, Eq)]

@@ -4,8 +4,9 @@
 
 use std::time::Duration;
 
+use crate::figures::Kind;
 use crate::load::Outcome;
-use crate::report::{Kind, Report};
+use crate::report::Report;
 use crate::{
     KEYED_KEYED, KEYED_PLAIN, READ_STORE, SCALE_PAIR, SCALE_STEPS, deep, orders, pg, webhooks,
 };

@@ -9,6 +9,7 @@ mod check;
 mod client;
 mod deep;
 mod events;
+mod figures;
 mod fill;
 mod goals;
 mod load;
@@ -31,9 +32,10 @@ use std::time::Duration;
 
 use crate::check::{Expect, check};
 use crate::client::Tls;
+use crate::figures::Kind;
 use crate::load::{Protocol, Workload};
 use crate::process::Server;
-use crate::report::{Kind, Report, Row, thousands};
+use crate::report::{Report, Row, thousands};
 use crate::settings::Settings;
 
 /// The argument that makes this binary the baseline server instead of the benchmark.

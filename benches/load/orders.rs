@@ -31,9 +31,10 @@ use tokio::time::{Instant, timeout_at};
 
 use crate::check::Expect;
 use crate::client::{BEARER, Conn, Tls};
+use crate::figures::{Kind, Race};
 use crate::load::{Outcome, Protocol, Sample};
 use crate::process::{self, CLK_TCK, Server, cpu_ticks, steal_ticks};
-use crate::report::{Kind, Report, Row, thousands};
+use crate::report::{Report, Row, thousands};
 use crate::{Bench, CLIENTS, PAIR_WARMUP, Pick, Spec, WRITER_THREAD, fill, pg};
 
 /// The rows of orders against creates, paired by round.
@@ -57,19 +58,6 @@ const CALL_LIMIT: Duration = Duration::from_secs(30);
 const ORDERS_PATH: &str = "/v1/store/orders";
 pub const INVENTORY_PATH: &str = "/v1/store/inventory";
 const AVAILABLE_PET: &str = r#"{"name":"bench","categoryId":1,"status":"available"}"#;
-
-/// What a race measured, for the goals.
-#[derive(Clone, Copy)]
-pub struct Race {
-    pub kind: Kind,
-    /// petstore processes on the store.
-    pub instances: usize,
-    /// Pets with exactly one 201, completed and read back sold.
-    pub sold_once: u64,
-    /// Orders sent, answered 201 or 409.
-    pub attempts: u64,
-    pub attempts_per_second: f64,
-}
 
 /// The inventory's counts: available, pending, sold, unset, total.
 type Counts = [u64; 5];

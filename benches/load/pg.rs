@@ -10,10 +10,11 @@ use std::process::Command;
 use std::time::Duration;
 
 use crate::check::Expect;
+use crate::figures::Kind;
 use crate::load::Protocol;
 use crate::pg_cluster::Cluster;
 use crate::process::{self, Server};
-use crate::report::{Kind, thousands};
+use crate::report::thousands;
 use crate::{Bench, CLIENTS, LIST20, Pick, Spec};
 
 /// The create scenarios of the part, one row each.

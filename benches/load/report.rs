@@ -5,27 +5,8 @@
 
 use std::fmt::Write as _;
 
+use crate::figures::{Feed, Figures, Kind, Race};
 use crate::load::Outcome;
-
-/// Which server a row measured.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Kind {
-    /// petstore on a redb file.
-    Petstore,
-    Baseline,
-    /// petstore on a local PostgreSQL; its CPU figures include PostgreSQL's processes.
-    Postgres,
-}
-
-impl Kind {
-    fn name(self) -> &'static str {
-        match self {
-            Kind::Petstore => "petstore",
-            Kind::Baseline => "baseline",
-            Kind::Postgres => "postgres",
-        }
-    }
-}
 
 /// One measured run.
 pub struct Row {
@@ -55,11 +36,11 @@ pub struct Report {
     /// Problems beyond a row's check (a durability loss, a bad exit status).
     pub failures: Vec<String>,
     /// The event feed part's figures, one a store (`events.rs`).
-    pub feeds: Vec<crate::events::Feed>,
+    pub feeds: Vec<Feed>,
     /// The orders part's races, one a store (`orders.rs`).
-    pub races: Vec<crate::orders::Race>,
+    pub races: Vec<Race>,
     /// The webhooks part's figures (`webhooks.rs`).
-    pub webhooks: crate::webhooks::Figures,
+    pub webhooks: Figures,
     goals: Vec<Goal>,
 }
 

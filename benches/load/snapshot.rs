@@ -12,9 +12,10 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::figures::Kind;
 use crate::load::Outcome;
 use crate::process::Server;
-use crate::report::{Kind, Report, thousands};
+use crate::report::{Report, thousands};
 use crate::{Bench, CLIENTS, Spec};
 
 /// The two scenarios of a round, plain first.

@@ -26,9 +26,10 @@ use tokio::time::{Instant, sleep, sleep_until};
 
 use crate::check::{Expect, check};
 use crate::events::{self, Creates};
+use crate::figures::Kind;
 use crate::process::{self, CLK_TCK, Server, cert};
 use crate::receiver::{self, HookLog, Receivers};
-use crate::report::{Kind, Row, thousands};
+use crate::report::{Row, thousands};
 use crate::{Bench, CLIENTS, Spec, settings};
 
 /// The rows: the paced creates with the endpoints, and the full-speed pairs.
@@ -45,30 +46,6 @@ const DRAIN_LIMIT: Duration = Duration::from_secs(10);
 const POLL: Duration = Duration::from_millis(5);
 /// After the last event arrived everywhere: time for a duplicate to show.
 const SETTLE: Duration = Duration::from_millis(250);
-
-/// What the part measured, for the goals; `None` where a run did not happen or failed.
-#[derive(Default)]
-pub struct Figures {
-    /// The paced run's creates a second.
-    pub rate: f64,
-    /// From a create's 201 reaching its client to its delivery reaching a receiver, over
-    /// every receiver and the window's creates, in microseconds: p50, p99, max; negative when
-    /// the delivery came first. The same from the create's request.
-    pub from_201_us: Option<[i64; 3]>,
-    pub from_request_us: Option<[i64; 3]>,
-    /// The paced run's deliveries that were not once and in order: missing, duplicated, or
-    /// behind a later event.
-    pub wrong: Option<u64>,
-    /// The full-speed runs with endpoints, medians of rounds: deliveries a second over the
-    /// window (all receivers), and the events a receiver had yet to get at its end (the mean
-    /// of the receivers).
-    pub deliveries_per_second: Option<f64>,
-    pub behind: Option<f64>,
-    /// The server's CPU a create at full speed, microseconds, medians of rounds: with the
-    /// endpoints and without.
-    pub cpu_with_us: Option<f64>,
-    pub cpu_without_us: Option<f64>,
-}
 
 /// A full-speed run with the endpoints, as the receivers saw it.
 struct FullRun {

@@ -234,9 +234,9 @@ pub enum StoreError {
     InDoubt(String),
     /// This store has no such operation (a snapshot of PostgreSQL).
     Unsupported(String),
-    /// At start: the file expects the write-ahead log of an earlier petstore, which is gone;
+    /// At start and in `check`: a file of an earlier petstore that this one no longer opens;
     /// the text says what to do.
-    MissingLog(String),
+    OlderFile(String),
     /// Unavailable: a concurrent transaction got in the way (a serialization failure, a
     /// deadlock); nothing was changed, and the same write may succeed at once.
     Contended(String),
@@ -314,7 +314,7 @@ impl fmt::Display for StoreError {
                 write!(f, "the commit failed and its outcome is unknown: {e}")
             }
             StoreError::Unsupported(what) => write!(f, "not supported by this store: {what}"),
-            StoreError::MissingLog(what) => f.write_str(what),
+            StoreError::OlderFile(what) => f.write_str(what),
             StoreError::Contended(e) => write!(f, "a concurrent transaction got in the way: {e}"),
             StoreError::Refused(e) => write!(
                 f,

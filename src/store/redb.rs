@@ -1,9 +1,9 @@
 //! The embedded engine: one redb file. Its parts: `handle.rs` (the open file the writer and
 //! the reads share, and the reads), `tables.rs` (the one table list), `open.rs` (open,
-//! upgrade, repair), `writer.rs` (the engine under the write front), `idempotency.rs`
-//! (records and their index), `snapshot.rs` (the snapshot reads share), `file.rs` (the
-//! file's zero-filled growth), `old_log.rs` (an earlier version's log, replayed once), and
-//! `backup.rs`, `check.rs`, `copy.rs` for the subcommands. No redb type leaves this module.
+//! upgrade, repair, and the refusal of files it cannot open), `writer.rs` (the engine under
+//! the write front), `idempotency.rs` (records and their index), `snapshot.rs` (the snapshot
+//! reads share), `file.rs` (the file's zero-filled growth), and `backup.rs`, `check.rs`,
+//! `copy.rs` for the subcommands. No redb type leaves this module.
 
 pub(super) mod backup;
 pub(super) mod check;
@@ -11,7 +11,6 @@ pub(super) mod copy;
 mod file;
 mod handle;
 mod idempotency;
-mod old_log;
 mod open;
 mod sales;
 mod sessions;
@@ -58,7 +57,7 @@ mod tests {
     use std::sync::Arc;
 
     use bytes::Bytes;
-    use redb::{Database, ReadableDatabase, ReadableTableMetadata};
+    use redb::{Database, ReadableDatabase};
 
     use super::handle::Shared;
     use super::snapshot::Snapshot;
@@ -71,7 +70,7 @@ mod tests {
     use crate::pet::PetPatch;
     use crate::pet::PetStatus;
     use crate::store::model::StoreError;
-    use crate::store::suite::{add, ids, key, new_pet};
+    use crate::store::suite::{add, key, new_pet};
     use crate::store::{Backend, Created, Location, Precondition, Store, Tuning};
 
     const TEST_CACHE_BYTES: usize = 1 << 20;
@@ -589,134 +588,105 @@ mod tests {
         });
     }
 
-    #[test]
-    fn a_version_2_file_keeps_its_live_records_and_drops_the_expired_ones() {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let path = dir.path().join("pets.redb");
-        let now = unix_now();
+    /// A file of `version` as an earlier petstore left it: the meta keys given and two pets,
+    /// one sold in category 2 and one without a status in category 1, with their status
+    /// index and the tables versions 3 and 4 already had.
+    fn earlier_file(path: &Path, version: u64, more_meta: &[(&str, u64)]) {
+        let db = Database::create(path).expect("create");
+        let txn = db.begin_write().expect("write");
         {
-            let db = Database::create(&path).expect("create");
-            let txn = db.begin_write().expect("write");
-            {
-                let mut meta = txn.open_table(META).expect("meta");
-                meta.insert(META_SCHEMA_VERSION, 2).expect("insert");
-                meta.insert(META_NEXT_ID, 3).expect("insert");
-                let mut pets = txn.open_table(PETS).expect("pets");
-                let mut records = txn.open_table(tables::V2_RECORDS).expect("records");
-                let mut expiry = txn.open_table(tables::V2_EXPIRY).expect("expiry");
-                // Pet 1 under scope [1; 32], live; pet 2 under scope [2; 32], expired.
-                for (id, expires_at) in [(1i64, now + 3600), (2, now - 1)] {
-                    let json = format!(r#"{{"id":{id},"name":"a","categoryId":1}}"#);
-                    pets.insert(id, json.as_bytes()).expect("insert");
-                    let mut record = [1u8; 32].to_vec();
-                    record.extend_from_slice(&expires_at.to_be_bytes());
-                    record.extend_from_slice(&id.to_be_bytes());
-                    record.extend_from_slice(json.as_bytes());
-                    let scope = [id as u8; 32];
-                    records.insert(scope, record.as_slice()).expect("insert");
-                    expiry.insert((expires_at, scope), ()).expect("insert");
-                }
+            let mut meta = txn.open_table(META).expect("meta");
+            meta.insert(META_SCHEMA_VERSION, version).expect("insert");
+            meta.insert(META_NEXT_ID, 3).expect("insert");
+            for (key, value) in more_meta {
+                meta.insert(*key, *value).expect("insert");
             }
-            txn.open_table(PETS_BY_STATUS).expect("index");
-            txn.open_table(REVISIONS).expect("revisions");
-            txn.commit().expect("commit");
+            let mut pets = txn.open_table(PETS).expect("pets");
+            let mut by_status = txn.open_table(PETS_BY_STATUS).expect("index");
+            let sold = br#"{"id":1,"name":"old","categoryId":2,"status":"sold"}"#;
+            pets.insert(1, &sold[..]).expect("insert");
+            by_status.insert((2, 1), &sold[..]).expect("insert");
+            pets.insert(2, &br#"{"id":2,"name":"plain","categoryId":1}"#[..])
+                .expect("insert");
         }
-        runtime().block_on(async {
-            let (store, count) = open(&path, TUNING).await.expect("open");
-            assert_eq!(count, 2);
-            let live = keyed(&store, "a").await.expect("replay");
-            assert_eq!(
-                (live.replayed, &live.pet.json[..]),
-                (true, &br#"{"id":1,"name":"a","categoryId":1}"#[..])
-            );
-            assert!(matches!(
-                store
-                    .create(new_pet("b", None), Some(key(&store, 1, 2)))
-                    .await,
-                Err(StoreError::IdempotencyKeyReused)
-            ));
-            let expired = store
-                .create(new_pet("a", None), Some(key(&store, 2, 1)))
-                .await
-                .expect("create");
-            assert_eq!((expired.pet.id, expired.replayed), (3, false));
-            store.close().await;
-        });
-        let db = Database::open(&path).expect("open");
+        txn.open_table(REVISIONS).expect("revisions");
+        txn.open_table(tables::RECORDS).expect("records");
+        txn.commit().expect("commit");
+    }
+
+    /// The schema version recorded in the file at `path`, opened by redb alone.
+    fn version_in(path: &Path) -> Option<u64> {
+        let db = Database::open(path).expect("open");
         let txn = db.begin_read().expect("read");
-        let version = txn
-            .open_table(META)
-            .expect("meta")
-            .get(META_SCHEMA_VERSION)
+        let meta = txn.open_table(META).expect("meta");
+        meta.get(META_SCHEMA_VERSION)
             .expect("get")
-            .map(|v| v.value());
-        assert_eq!(version, Some(SCHEMA_VERSION));
-        let tables: Vec<String> = txn
-            .list_tables()
-            .expect("tables")
-            .map(|t| redb::TableHandle::name(&t).to_owned())
-            .collect();
-        assert!(
-            !tables
-                .iter()
-                .any(|t| t == "idempotency" || t == "idempotency_expiry"),
-            "{tables:?}"
-        );
-        // The expired record was dropped, not moved; the other two are the live ones.
-        let records = txn.open_table(tables::RECORDS).expect("records");
-        assert_eq!(records.len().expect("len"), 2);
+            .map(|v| v.value())
     }
 
     #[test]
-    fn a_version_1_file_gets_the_new_tables_and_keeps_its_pets_and_next_id() {
+    fn a_file_at_schema_version_1_or_2_is_refused_with_what_to_do_and_left_as_it_was() {
+        for version in [1, 2] {
+            let dir = tempfile::tempdir().expect("temp dir");
+            let path = dir.path().join("pets.redb");
+            earlier_file(&path, version, &[]);
+            let Err(StoreError::OlderFile(text)) = runtime().block_on(open(&path, TUNING)) else {
+                panic!("version {version} is refused");
+            };
+            assert_eq!(
+                text,
+                format!(
+                    "the file is at schema version {version}, which this petstore no longer \
+                     upgrades (it opens versions 3 to {SCHEMA_VERSION}): run a petstore built \
+                     from commit 4a29a84 on it once (it upgrades the file as it starts; stop it \
+                     once it serves), then this one opens it"
+                )
+            );
+            assert_eq!(version_in(&path), Some(version));
+        }
+    }
+
+    #[test]
+    fn a_file_that_still_expects_an_earlier_petstores_log_is_refused_with_what_to_do() {
         let dir = tempfile::tempdir().expect("temp dir");
         let path = dir.path().join("pets.redb");
-        {
-            let db = Database::create(&path).expect("create");
-            let txn = db.begin_write().expect("write");
-            {
-                let mut meta = txn.open_table(META).expect("meta");
-                meta.insert(META_SCHEMA_VERSION, 1).expect("insert");
-                meta.insert(META_NEXT_ID, 8).expect("insert");
-                let mut pets = txn.open_table(PETS).expect("pets");
-                pets.insert(
-                    7,
-                    &br#"{"id":7,"name":"old","categoryId":1,"status":"sold"}"#[..],
-                )
-                .expect("insert");
-                let mut index = txn.open_table(PETS_BY_STATUS).expect("index");
-                index
-                    .insert(
-                        (2, 7),
-                        &br#"{"id":7,"name":"old","categoryId":1,"status":"sold"}"#[..],
-                    )
-                    .expect("insert");
-            }
-            txn.commit().expect("commit");
-        }
+        earlier_file(&path, 3, &[(tables::META_LOG_EPOCH, 7)]);
+        let Err(StoreError::OlderFile(text)) = runtime().block_on(open(&path, TUNING)) else {
+            panic!("refused");
+        };
+        assert!(
+            text.starts_with(&format!(
+                "the file still expects the write-ahead log an earlier petstore kept beside it \
+                 ({}-wal), which this petstore no longer replays: run a petstore built from \
+                 commit 4a29a84",
+                path.display()
+            )),
+            "{text}"
+        );
+        assert_eq!(version_in(&path), Some(3), "not upgraded either");
+    }
+
+    #[test]
+    fn a_version_3_file_gets_the_tables_of_version_5_with_its_pets_indexed_and_counted() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("pets.redb");
+        earlier_file(&path, 3, &[]);
         runtime().block_on(async {
             let (store, count) = open(&path, TUNING).await.expect("open");
-            assert_eq!(count, 1);
+            assert_eq!(count, 2);
+            let inventory = store.inventory().await.expect("inventory");
+            assert_eq!((inventory.sold, inventory.unset), (1, 1));
+            let page = store.list(None, Some(2), None, 20).await.expect("list");
             assert_eq!(
-                store.get(7).await.expect("get").map(|p| p.revision),
-                Some(1)
+                &page.json[..],
+                br#"[{"id":1,"name":"old","categoryId":2,"status":"sold"}]"#
             );
-            store
-                .patch(
-                    7,
-                    PetPatch {
-                        status: Some(None),
-                        ..PetPatch::default()
-                    },
-                    Precondition::None,
-                )
-                .await
-                .expect("patch");
-            assert_eq!(ids(&store, Some(PetStatus::Sold)).await, Vec::<i64>::new());
-            let created = keyed(&store, "new").await.expect("create");
-            assert_eq!(created.pet.id, 8);
+            assert_eq!(keyed(&store, "new").await.expect("create").pet.id, 3);
             store.close().await;
         });
+        assert_eq!(version_in(&path), Some(SCHEMA_VERSION));
+        let report = check::check_file(&path).expect("checks");
+        assert_eq!(report.problems, Vec::<String>::new());
     }
 
     /// One sale through the engine: an order holds its pet, refuses a second order, a status

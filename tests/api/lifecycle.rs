@@ -1,5 +1,7 @@
 //! Start and stop: data survives a restart, every bad start-up input stops the server with a
-//! message naming the file and the fault, and `new-key` makes keys the server accepts.
+//! message naming the file and the fault (a redb file of a newer petstore, or of an earlier
+//! one this build no longer upgrades, the latter refused by `check` too), and `new-key` makes
+//! keys the server accepts.
 
 use std::ffi::OsStr;
 
@@ -118,25 +120,81 @@ fn a_database_in_use_by_another_server_stops_startup() {
     server.stop();
 }
 
+/// A redb file with only a `meta` table holding `entries`: what the start and `check` read
+/// first, made with redb directly, the way an earlier petstore would have left it.
+fn file_with_meta(path: &std::path::Path, entries: &[(&str, u64)]) {
+    let meta: redb::TableDefinition<&str, u64> = redb::TableDefinition::new("meta");
+    let db = redb::Database::create(path).expect("create");
+    let txn = db.begin_write().expect("write");
+    {
+        let mut table = txn.open_table(meta).expect("meta");
+        for (key, value) in entries {
+            table.insert(*key, *value).expect("insert");
+        }
+    }
+    txn.commit().expect("commit");
+}
+
 #[test]
 fn a_database_from_a_newer_schema_stops_startup() {
     let dir = tempfile::tempdir().expect("temp dir");
     let path = dir.path().join("pets.redb");
-    {
-        let meta: redb::TableDefinition<&str, u64> = redb::TableDefinition::new("meta");
-        let db = redb::Database::create(&path).expect("create");
-        let txn = db.begin_write().expect("write");
-        txn.open_table(meta)
-            .expect("meta")
-            .insert("schema_version", 99)
-            .expect("insert");
-        txn.commit().expect("commit");
-    }
+    file_with_meta(&path, &[("schema_version", 99)]);
     let stderr = start_failing(&path, &Options::default());
     assert!(
         stderr.contains("schema version 99, newer than the 5"),
         "{stderr}"
     );
+}
+
+#[test]
+fn a_file_needing_an_upgrade_or_log_this_build_lacks_is_refused_at_start_and_by_check_in_one_line()
+{
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("pets.redb");
+    let what_to_do = "run a petstore built from commit 4a29a84 on it once";
+    for (meta, why) in [
+        (
+            &[("schema_version", 2)][..],
+            "the file is at schema version 2, which this petstore no longer upgrades (it opens \
+             versions 3 to 5)"
+                .to_owned(),
+        ),
+        (
+            &[("schema_version", 5), ("log_epoch", 7)][..],
+            format!(
+                "the file still expects the write-ahead log an earlier petstore kept beside it \
+                 ({}-wal), which this petstore no longer replays",
+                path.display()
+            ),
+        ),
+    ] {
+        let _ = std::fs::remove_file(&path);
+        file_with_meta(&path, meta);
+        let stderr = start_failing(&path, &Options::default());
+        let line = stderr
+            .lines()
+            .find(|line| line.starts_with("error: "))
+            .expect("an error line");
+        assert!(
+            line.starts_with(&format!(
+                "error: opening database {}: {why}: {what_to_do}",
+                path.display()
+            )),
+            "{stderr}"
+        );
+        let (code, stdout, stderr) = run(&["check".as_ref(), "--db".as_ref(), path.as_os_str()]);
+        assert_eq!(code, Some(1), "{stderr}");
+        assert_eq!(stdout, "");
+        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+        assert!(
+            stderr.starts_with(&format!(
+                "error: checking {}: {why}: {what_to_do}",
+                path.display()
+            )),
+            "{stderr}"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]

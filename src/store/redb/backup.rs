@@ -16,9 +16,9 @@ use redb::{
 
 use super::handle::RedbStore;
 use super::tables::{
-    CATEGORIES, CATEGORY_NAMES, EVENTS, HOLD_ENDS, META, META_FEED, META_LOG_EPOCH, NAMES, ORDERS,
-    ORDERS_BY_PET, ORDERS_BY_STATUS, PETS, PETS_BY_CATEGORY, PETS_BY_STATUS, RECORDS, REVISIONS,
-    SESSIONS, WEBHOOKS,
+    CATEGORIES, CATEGORY_NAMES, EVENTS, HOLD_ENDS, META, META_FEED, NAMES, ORDERS, ORDERS_BY_PET,
+    ORDERS_BY_STATUS, PETS, PETS_BY_CATEGORY, PETS_BY_STATUS, RECORDS, REVISIONS, SESSIONS,
+    WEBHOOKS,
 };
 use crate::store::events::new_feed_id;
 use crate::store::model::StoreError;
@@ -144,9 +144,6 @@ fn write_copy(txn: &ReadTransaction, to: &Path, cancel: &AtomicBool) -> Result<u
     copy_table(txn, &write, SESSIONS, cancel)?;
     {
         let mut meta = write.open_table(META).map_err(StoreError::storage)?;
-        // A copy never expects a write-ahead log of an earlier petstore: restored beside one,
-        // it takes none of the live file's later writes from it.
-        meta.remove(META_LOG_EPOCH).map_err(StoreError::storage)?;
         // A copy keeps the events but is a feed of its own: restored, it will number new
         // events as the live file already did, so a client's cursor from the live server gets
         // 410 there, never a replay of other events under the same numbers.

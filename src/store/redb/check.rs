@@ -5,7 +5,8 @@
 //! records only name ids the counter has given out (revisions only for pets that exist), the
 //! counter is above every id, and orders, categories, the category index and the inventory
 //! agree with the pets (`check_sales`). A file that is no petstore store at all (empty, not redb,
-//! redb without our tables) is said to be so before anything else. It reports; it never fixes.
+//! redb without our tables) is said to be so before anything else, and one a server of this
+//! build refuses to open is refused with the server's words. It reports; it never fixes.
 
 use std::cell::Cell;
 use std::fs;
@@ -15,13 +16,12 @@ use std::rc::Rc;
 
 use redb::{Database, ReadTransaction, ReadableDatabase, ReadableTable, ReadableTableMetadata};
 
-use super::old_log;
+use super::open::require_openable;
 use super::tables::{
     CATEGORIES, CATEGORY_NAMES, EVENTS, HOLD_ENDS, META, META_EVENT_SEQ, META_EVENTS_TRIMMED,
-    META_FEED, META_INVENTORY, META_NEXT_CATEGORY_ID, META_NEXT_ID, META_NEXT_ORDER_ID,
-    META_SCHEMA_VERSION, ORDERS, ORDERS_BY_PET, ORDERS_BY_STATUS, PETS, PETS_BY_CATEGORY,
-    PETS_BY_STATUS, RECORDS, REVISIONS, SCHEMA_VERSION, category_status_code, holding_order,
-    meta_value, read_event, read_order,
+    META_FEED, META_INVENTORY, META_NEXT_CATEGORY_ID, META_NEXT_ID, META_NEXT_ORDER_ID, ORDERS,
+    ORDERS_BY_PET, ORDERS_BY_STATUS, PETS, PETS_BY_CATEGORY, PETS_BY_STATUS, RECORDS, REVISIONS,
+    SCHEMA_VERSION, category_status_code, holding_order, meta_value, read_event, read_order,
 };
 use crate::category::{self, Category};
 use crate::clock::unix_now;
@@ -69,9 +69,6 @@ pub struct CheckReport {
     /// A server had the file open: checked from one read transaction beside it, without
     /// redb's integrity check of every page.
     pub live: bool,
-    /// Batches in the write-ahead log beside the file that the file does not hold yet (a
-    /// crash): not counted above; a server replays them when it starts on the file.
-    pub pending_log_batches: usize,
 }
 
 /// The statuses in code order, for `CheckReport::by_status`.
@@ -96,7 +93,8 @@ impl Drop for Scratch {
 }
 
 /// Checks the redb file at `path`; `Err` only when it cannot be checked at all (missing,
-/// unreadable, in use by a running server, no room for the copy).
+/// unreadable, in use by a running server, no room for the copy) or is one a server of this
+/// build refuses to open (`open::require_openable`), with the same words.
 pub fn check_file(path: &Path) -> Result<CheckReport, StoreError> {
     // Whether a server has the file open: its redb handle holds a flock on it beside its
     // byte-range locks (shared for a server that shares the file with readers, exclusive for
@@ -128,8 +126,6 @@ pub fn check_file(path: &Path) -> Result<CheckReport, StoreError> {
         }
     }
     let scratch = scratch_copy(path)?;
-    // Read under the same lock as the file, so the two agree.
-    let log = old_log::read_beside(path)?;
     drop(file);
 
     let mut report = CheckReport::default();
@@ -160,10 +156,7 @@ pub fn check_file(path: &Path) -> Result<CheckReport, StoreError> {
         );
     }
     let txn = db.begin_read().map_err(StoreError::storage)?;
-    check_tables(&txn, &mut report)?;
-    if let Some(log) = log {
-        report.pending_log_batches = old_log::pending(&log, old_log::log_epoch(&txn)?);
-    }
+    check_tables(&txn, path, &mut report)?;
     drop(txn);
     if let Err(e) = db.close() {
         tracing::warn!(error = %e, "closing the checked copy failed");
@@ -194,7 +187,7 @@ fn check_live(path: &Path) -> Result<CheckReport, StoreError> {
         live: true,
         ..CheckReport::default()
     };
-    check_tables(&txn, &mut report)?;
+    check_tables(&txn, path, &mut report)?;
     Ok(report)
 }
 
@@ -221,8 +214,12 @@ fn scratch_copy(path: &Path) -> Result<Scratch, StoreError> {
     )))
 }
 
-/// The store's own invariants, on one read transaction.
-fn check_tables(txn: &ReadTransaction, report: &mut CheckReport) -> Result<(), StoreError> {
+/// The store's own invariants, on one read transaction of the file at `path`.
+fn check_tables(
+    txn: &ReadTransaction,
+    path: &Path,
+    report: &mut CheckReport,
+) -> Result<(), StoreError> {
     let meta = match txn.open_table(META) {
         Ok(meta) => meta,
         Err(redb::TableError::TableDoesNotExist(_)) => {
@@ -237,11 +234,11 @@ fn check_tables(txn: &ReadTransaction, report: &mut CheckReport) -> Result<(), S
             .map_err(StoreError::storage)?
             .map(|v| v.value()))
     };
-    report.schema_version = read(META_SCHEMA_VERSION)?.unwrap_or(0);
+    report.schema_version = require_openable(&meta, path)?.unwrap_or(0);
     if report.schema_version != SCHEMA_VERSION {
         report.problem(format!(
             "schema version {} where this build checks {SCHEMA_VERSION} (a server of this \
-             build upgrades an older file when it opens it)",
+             build upgrades the file when it opens it)",
             report.schema_version
         ));
         return Ok(());

@@ -14,7 +14,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use redb::{ReadableTable, Table, WriteTransaction};
 
-use super::tables::{RECORDS, V2_EXPIRY, V2_RECORDS};
+use super::tables::RECORDS;
 use crate::pet::PetId;
 use crate::store::claims::IdempotencyKey;
 use crate::store::model::{Record, SHORT_DIGEST, StoreError, short};
@@ -184,42 +184,5 @@ pub(super) fn purge(
 
 pub(super) fn create_tables(txn: &WriteTransaction) -> Result<(), StoreError> {
     txn.open_table(RECORDS).map_err(StoreError::storage)?;
-    Ok(())
-}
-
-const V2_HEAD: usize = 32 + 8 + 8;
-
-/// Moves version 2's live records into `RECORDS` and drops its two tables; expired records go
-/// with them. The pet's JSON is dropped too: a replay rebuilds it (`Entry::answer`).
-pub(super) fn upgrade_from_v2(txn: &WriteTransaction, now: u64) -> Result<(), StoreError> {
-    let mut live = Vec::new();
-    {
-        let old = txn.open_table(V2_RECORDS).map_err(StoreError::storage)?;
-        for entry in old.iter().map_err(StoreError::storage)? {
-            let (scope, bytes) = entry.map_err(StoreError::storage)?;
-            let bytes = bytes.value();
-            let corrupt = || StoreError::Corrupt("an idempotency record is too short".into());
-            let head: &[u8; V2_HEAD] = bytes
-                .get(..V2_HEAD)
-                .and_then(|head| head.try_into().ok())
-                .ok_or_else(corrupt)?;
-            let (fingerprint, rest) = head.split_at(32);
-            let (expires_at, id) = rest.split_at(8);
-            let expires_at = u64::from_be_bytes(expires_at.try_into().map_err(|_| corrupt())?);
-            let id = PetId::from_be_bytes(id.try_into().map_err(|_| corrupt())?);
-            if expires_at > now {
-                let mut value = [0; 2 * SHORT];
-                value[..SHORT].copy_from_slice(&scope.value()[..SHORT]);
-                value[SHORT..].copy_from_slice(&fingerprint[..SHORT]);
-                live.push(((expires_at, id), value));
-            }
-        }
-    }
-    let mut records = txn.open_table(RECORDS).map_err(StoreError::storage)?;
-    for (key, value) in live {
-        records.insert(key, value).map_err(StoreError::storage)?;
-    }
-    txn.delete_table(V2_RECORDS).map_err(StoreError::storage)?;
-    txn.delete_table(V2_EXPIRY).map_err(StoreError::storage)?;
     Ok(())
 }

@@ -1,22 +1,22 @@
 //! Opening the redb file: its page cache and sharing mode, redb's repair of a file left
-//! mid-commit, the layout's creation and upgrades, the old write-ahead log's one replay, and
-//! what the writer and the reads start from (pets, idempotency records, the last batch).
-//! After a write failed, the file is read from the disk, never from pages the page cache may
-//! hold without the disk having them.
+//! mid-commit, the layout's creation and its upgrade from versions 3 and 4, the refusal of a
+//! file this build cannot open (a newer layout, an older one, an earlier petstore's log still
+//! expected), and what the writer and the reads start from (pets, idempotency records, the
+//! last batch). After a write failed, the file is read from the disk, never from pages the
+//! page cache may hold without the disk having them.
 
 use std::fs::File;
 use std::os::fd::AsRawFd;
 use std::path::Path;
 
-use redb::{Database, ReadableDatabase, ReadableTableMetadata};
+use redb::{Database, ReadableDatabase, ReadableTable, ReadableTableMetadata};
 
 use super::file::Filled;
 use super::idempotency::{self, Index};
-use super::old_log;
 use super::tables::{
-    EVENTS, META, META_BATCH, META_FEED, META_INVENTORY, META_NEXT_ID, META_SCHEMA_VERSION, PETS,
-    PETS_BY_CATEGORY, PETS_BY_STATUS, RECORDS, REVISIONS, SCHEMA_VERSION, Sales, begin,
-    category_status_code, meta_value,
+    EVENTS, META, META_BATCH, META_FEED, META_INVENTORY, META_LOG_EPOCH, META_NEXT_ID,
+    META_SCHEMA_VERSION, OLDEST_UPGRADED, PETS, PETS_BY_CATEGORY, PETS_BY_STATUS, RECORDS,
+    REVISIONS, SCHEMA_VERSION, Sales, begin, category_status_code, meta_value,
 };
 use crate::clock::unix_now;
 use crate::pet::Pet;
@@ -73,8 +73,7 @@ pub(super) fn open_database(
         redb::DatabaseError::DatabaseAlreadyOpen => StoreError::Locked,
         e => StoreError::storage(e),
     })?;
-    prepare(&db)?;
-    old_log::replay_once(&db, path)?;
+    prepare(&db, path)?;
     let pets = count_pets(&db)?;
     let txn = db.begin_read().map_err(StoreError::storage)?;
     let records = txn.open_table(RECORDS).map_err(StoreError::storage)?;
@@ -109,29 +108,68 @@ fn forget_cached_pages(file: &File, path: &Path) {
     }
 }
 
-/// Creates the tables on a new file, adds those of this version to an older one and refuses a
-/// newer schema. A file that is already current is only read, so a start costs no commit and
-/// a full disk does not stop it.
-fn prepare(db: &Database) -> Result<(), StoreError> {
+/// The last commit whose build opens every earlier file: it upgrades layouts 1 and 2 and
+/// replays the old write-ahead log, which this build no longer does.
+const LAST_UPGRADING_BUILD: &str = "4a29a84";
+
+/// Creates the tables on a new file, adds those of this version to one of version 3 or 4, and
+/// refuses any other (`require_openable`). A file that is already current is only read, so a
+/// start costs no commit and a full disk does not stop it.
+fn prepare(db: &Database, path: &Path) -> Result<(), StoreError> {
     let txn = db.begin_read().map_err(StoreError::storage)?;
     let version = match txn.open_table(META) {
-        Ok(meta) => meta
-            .get(META_SCHEMA_VERSION)
-            .map_err(StoreError::storage)?
-            .map(|v| v.value()),
+        Ok(meta) => require_openable(&meta, path)?,
         Err(redb::TableError::TableDoesNotExist(_)) => None,
         Err(e) => return Err(StoreError::storage(e)),
+    };
+    if version == Some(SCHEMA_VERSION) {
+        return Ok(());
+    }
+    drop(txn);
+    create_tables(db, version)
+}
+
+/// The schema version of the file at `path`, whose `meta` table is `meta` (`None`: not
+/// recorded, a file being created); refused, with what to do, when this build cannot open the
+/// file as it is: a newer layout, one older than `OLDEST_UPGRADED`, or a file that still
+/// expects the write-ahead log an earlier petstore kept beside it. `petstore check` refuses
+/// the same files with the same words.
+pub(super) fn require_openable(
+    meta: &impl ReadableTable<&'static str, u64>,
+    path: &Path,
+) -> Result<Option<u64>, StoreError> {
+    let version = meta
+        .get(META_SCHEMA_VERSION)
+        .map_err(StoreError::storage)?
+        .map(|v| v.value());
+    let earlier = |what: String, done: &str| {
+        StoreError::OlderFile(format!(
+            "{what}: run a petstore built from commit {LAST_UPGRADING_BUILD} on it once (it \
+             {done} as it starts; stop it once it serves), then this one opens it"
+        ))
     };
     match version {
         Some(found) if found > SCHEMA_VERSION => Err(StoreError::NewerSchema {
             found,
             supported: SCHEMA_VERSION,
         }),
-        Some(SCHEMA_VERSION) => Ok(()),
-        Some(_) | None => {
-            drop(txn);
-            create_tables(db, version)
-        }
+        Some(found) if found < OLDEST_UPGRADED => Err(earlier(
+            format!(
+                "the file is at schema version {found}, which this petstore no longer upgrades \
+                 (it opens versions {OLDEST_UPGRADED} to {SCHEMA_VERSION})"
+            ),
+            "upgrades the file",
+        )),
+        // Set only by the builds that kept the log; 0 or absent in every file since.
+        _ if meta_value(meta, META_LOG_EPOCH)? != 0 => Err(earlier(
+            format!(
+                "the file still expects the write-ahead log an earlier petstore kept beside it \
+                 ({}-wal), which this petstore no longer replays",
+                path.display()
+            ),
+            "replays the log and removes it",
+        )),
+        _ => Ok(version),
     }
 }
 
@@ -142,13 +180,12 @@ fn count_pets(db: &Database) -> Result<u64, StoreError> {
         .map_err(StoreError::storage)
 }
 
-/// Creates every table that is missing and records this schema version; on a file of an older
-/// version (`found`) the tables it has are kept as they are, `next_id` included, except the
-/// idempotency records of version 2, which are moved to this version's table.
+/// Creates every table that is missing and records this schema version; on a file of version
+/// 3 or 4 (`found`) the tables it has are kept as they are, `next_id` included, and what
+/// version 5 keeps beside the pets is built from them.
 fn create_tables(db: &Database, found: Option<u64>) -> Result<(), StoreError> {
     let txn = begin(db, true)?;
     {
-        use redb::ReadableTable;
         let mut meta = txn.open_table(META).map_err(StoreError::storage)?;
         if meta
             .get(META_NEXT_ID)
@@ -170,9 +207,6 @@ fn create_tables(db: &Database, found: Option<u64>) -> Result<(), StoreError> {
         txn.open_table(PETS).map_err(StoreError::storage)?;
         txn.open_table(REVISIONS).map_err(StoreError::storage)?;
         idempotency::create_tables(&txn)?;
-        if found == Some(2) {
-            idempotency::upgrade_from_v2(&txn, unix_now())?;
-        }
         drop(meta);
         Sales::open(&txn)?;
         txn.open_table(PETS_BY_CATEGORY)
@@ -184,11 +218,10 @@ fn create_tables(db: &Database, found: Option<u64>) -> Result<(), StoreError> {
     txn.commit().map_err(StoreError::storage)
 }
 
-/// Builds what version 5 keeps beside the pets of an older file: each pet's entry in
-/// `PETS_BY_CATEGORY` and the inventory's counters. One pass over the pets, in the upgrade's
-/// transaction.
+/// Builds what version 5 keeps beside the pets of a file of version 3 or 4, or of an import:
+/// each pet's entry in `PETS_BY_CATEGORY` and the inventory's counters. One pass over the
+/// pets, in the upgrade's transaction.
 pub(super) fn index_categories_and_count(txn: &redb::WriteTransaction) -> Result<(), StoreError> {
-    use redb::ReadableTable;
     let pets = txn.open_table(PETS).map_err(StoreError::storage)?;
     let mut by_category = txn
         .open_table(PETS_BY_CATEGORY)

@@ -1,7 +1,7 @@
 //! The one list of the redb file's tables and `meta` keys, and the layout version they make:
 //! every other part of the engine (the writer, the open and its upgrades, snapshots, backup,
-//! check, copy, the old log's replay) names a table only through here. `Tables` opens every
-//! table a write transaction changes, so no write can reach one without the others.
+//! check, copy) names a table only through here. `Tables` opens every table a write
+//! transaction changes, so no write can reach one without the others.
 
 use redb::{Database, Table, TableDefinition, WriteTransaction};
 
@@ -120,9 +120,9 @@ pub(super) const META_NEXT_ID: &str = "next_id";
 /// The number of the last batch the writer committed: after a commit that failed, the file
 /// opened again says whether that batch is in it (`redb/writer.rs`).
 pub(super) const META_BATCH: &str = "batch";
-/// Set by petstore versions that kept a write-ahead log beside the file: the epoch of that
-/// log whose records the file still lacks. Absent (0) otherwise; a start replays such a log
-/// once and removes the key (`redb/old_log.rs`).
+/// Set by the petstore builds that kept a write-ahead log beside the file: the epoch of that
+/// log whose records the file still lacks. A file that names one is refused (`redb/open.rs`):
+/// this build has no replay of that log.
 pub(super) const META_LOG_EPOCH: &str = "log_epoch";
 
 /// The feed's identity (`store/events.rs`): random, made with the file, made anew in a backup.
@@ -141,20 +141,16 @@ pub(super) const META_NEXT_CATEGORY_ID: &str = "next_category_id";
 pub(super) const META_INVENTORY: [&str; 4] =
     ["pets_available", "pets_pending", "pets_sold", "pets_unset"];
 
-/// The layout of the tables; a file from a newer layout is refused, not misread. Version 1
-/// had no `REVISIONS` and no idempotency tables; opening one adds them. Version 2 kept
-/// idempotency records by scope, with a copy of the answer; opening one moves its live
-/// records to the table of version 3 (`redb/idempotency.rs`). Version 4 adds the event feed;
-/// an older petstore must not write to it, since its changes would have no events. Version 5
-/// adds orders, categories, the category index and the inventory counters, built from the
-/// pets when an older file is opened; an older petstore would leave them stale.
+/// The layout of the tables; a file from a newer layout is refused, not misread. Version 4
+/// added the event feed; an older petstore must not write to it, since its changes would have
+/// no events. Version 5 adds orders, categories, the category index and the inventory
+/// counters, built from the pets when a file of version 3 or 4 is opened; an older petstore
+/// would leave them stale.
 pub(super) const SCHEMA_VERSION: u64 = 5;
-
-/// Version 2's idempotency records: scope (32 bytes) to fingerprint (32 bytes), expiry (u64),
-/// pet id (i64) and the pet's JSON as first answered; and (expiry, scope) for the purge.
-pub(super) const V2_RECORDS: TableDefinition<[u8; 32], &[u8]> = TableDefinition::new("idempotency");
-pub(super) const V2_EXPIRY: TableDefinition<(u64, [u8; 32]), ()> =
-    TableDefinition::new("idempotency_expiry");
+/// The oldest layout this build upgrades: 3 and 4 differ from 5 only by tables a new file
+/// gets too, and by what `index_categories_and_count` builds from the pets. Versions 1 and 2
+/// kept idempotency records another way and are refused (`redb/open.rs`).
+pub(super) const OLDEST_UPGRADED: u64 = 3;
 
 /// Begins a write transaction of the engine: durable, in two phases always (the data is
 /// synced before the header that points at it, so a header the page cache holds but the disk
