@@ -10,7 +10,6 @@
 //! together or not at all.
 
 use std::path::PathBuf;
-use std::time::Duration;
 
 use crate::category::{Category, CategoryId, CategoryPatch, NewCategory};
 use crate::order::{NewOrder, Order, OrderAction, OrderId};
@@ -40,7 +39,7 @@ pub use model::{
 pub use postgres::connect::{PgTarget, parse as parse_postgres};
 pub use sessions::{SessionRecord, SessionsGone};
 pub use webhooks::WebhookState;
-pub use write::{DEFAULT_EVENTS_KEEP, DEFAULT_MAX_WRITE_BATCH, DEFAULT_ORDER_HOLD};
+pub use write::{DEFAULT_EVENTS_KEEP, DEFAULT_MAX_WRITE_BATCH, DEFAULT_ORDER_HOLD, Tuning};
 use write::{Front, Runs};
 
 /// What only the redb file has, for the `backup` and `check` subcommands: PostgreSQL has its
@@ -65,6 +64,13 @@ macro_rules! on_engine {
             Backend::Redb($store) => $read.await,
             Backend::Postgres($store) => Box::pin($read).await,
         }
+    };
+}
+
+/// `on_engine!`, with a failure after `close` told as `Closed` (`Store::closed_or`).
+macro_rules! read {
+    ($self:ident, $store:ident => $read:expr) => {
+        on_engine!($self, $store => $read).map_err(|e| $self.closed_or(e))
     };
 }
 
@@ -96,19 +102,6 @@ pub enum Location {
     Postgres(Box<PgTarget>),
 }
 
-/// How a store behaves, whatever its backend.
-#[derive(Clone, Copy, Debug)]
-pub struct Tuning {
-    /// How long an idempotency record answers its key.
-    pub idempotency_ttl: Duration,
-    /// Most queued writes one transaction takes (1: group commit off, for measurements).
-    pub max_write_batch: usize,
-    /// How long the event feed keeps an event.
-    pub events_keep: Duration,
-    /// How long a placed order holds its pet (`None`: until completed or cancelled).
-    pub order_hold: Option<Duration>,
-}
-
 /// Runs the same future on whichever backend the store has.
 macro_rules! on_backend {
     ($store:expr, $backend:ident => $call:expr) => {
@@ -126,12 +119,6 @@ impl Store {
     /// Opens (or creates) the store at `location` and starts its write front. Returns the
     /// store and the number of pets it holds.
     pub async fn open(location: Location, tuning: Tuning) -> Result<(Store, u64), StoreError> {
-        let Tuning {
-            idempotency_ttl,
-            max_write_batch,
-            events_keep,
-            order_hold,
-        } = tuning;
         match location {
             Location::Redb {
                 path,
@@ -141,29 +128,14 @@ impl Store {
                 let (store, writer, pets) = redb::open(&path, cache_bytes, shared)?;
                 // redb blocks on the disk: its batches run on a thread of their own, and a
                 // write waits for its answer however long the disk takes.
-                let front = Front::start(
-                    writer,
-                    max_write_batch,
-                    idempotency_ttl,
-                    events_keep,
-                    order_hold,
-                    None,
-                    Runs::OnThread("petstore-writer"),
-                )?;
+                let front = Front::start(writer, tuning, None, Runs::OnThread("petstore-writer"))?;
                 let backend = Backend::Redb(store);
                 Ok((Store { front, backend }, pets))
             }
             Location::Postgres(target) => {
                 let (store, writer, pets) = postgres::PgStore::open(*target).await?;
-                let front = Front::start(
-                    writer,
-                    max_write_batch,
-                    idempotency_ttl,
-                    events_keep,
-                    order_hold,
-                    Some(postgres::ANSWER_WITHIN),
-                    Runs::OnRuntime,
-                )?;
+                let within = Some(postgres::ANSWER_WITHIN);
+                let front = Front::start(writer, tuning, within, Runs::OnRuntime)?;
                 let backend = Backend::Postgres(store);
                 Ok((Store { front, backend }, pets))
             }
@@ -260,20 +232,17 @@ impl Store {
     }
 
     pub async fn get_order(&self, id: OrderId) -> Result<Option<Order>, StoreError> {
-        let got = on_engine!(self, store => store.get_order(id));
-        got.map_err(|e| self.closed_or(e))
+        read!(self, store => store.get_order(id))
     }
 
     /// A page of orders as the API sends it (`Page::json` holds their JSON objects).
     pub async fn list_orders(&self, query: OrderQuery) -> Result<Page, StoreError> {
-        let listed = on_engine!(self, store => store.list_orders(query));
-        listed.map_err(|e| self.closed_or(e))
+        read!(self, store => store.list_orders(query))
     }
 
     /// Pets by status, exact at one read snapshot, read from counters the writes keep.
     pub async fn inventory(&self) -> Result<Inventory, StoreError> {
-        let read = on_engine!(self, store => store.inventory());
-        read.map_err(|e| self.closed_or(e))
+        read!(self, store => store.inventory())
     }
 
     /// Removes the events from before `before_ms`, as the purge does when they are older than
@@ -308,8 +277,7 @@ impl Store {
     }
 
     pub async fn get_category(&self, id: CategoryId) -> Result<Option<Category>, StoreError> {
-        let got = on_engine!(self, store => store.get_category(id));
-        got.map_err(|e| self.closed_or(e))
+        read!(self, store => store.get_category(id))
     }
 
     /// Up to `limit` categories with ids above `after`, in ascending id order.
@@ -318,8 +286,7 @@ impl Store {
         after: Option<CategoryId>,
         limit: usize,
     ) -> Result<Page, StoreError> {
-        let listed = on_engine!(self, store => store.list_categories(after, limit));
-        listed.map_err(|e| self.closed_or(e))
+        read!(self, store => store.list_categories(after, limit))
     }
 
     /// Every batch this process commits from now on, in commit order, with each pet's
@@ -337,8 +304,7 @@ impl Store {
 
     /// The pet with this id.
     pub async fn get(&self, id: PetId) -> Result<Option<StoredPet>, StoreError> {
-        let got = on_engine!(self, store => store.get(id));
-        got.map_err(|e| self.closed_or(e))
+        read!(self, store => store.get(id))
     }
 
     /// Up to `limit` pets with ids above `after`, in ascending id order, only those with
@@ -356,8 +322,7 @@ impl Store {
             after,
             limit,
         };
-        let listed = on_engine!(self, store => store.list(query));
-        listed.map_err(|e| self.closed_or(e))
+        read!(self, store => store.list(query))
     }
 
     /// Up to `query.limit` events of the feed after `query.after`, as one read snapshot sees
@@ -373,8 +338,7 @@ impl Store {
     /// Every webhook endpoint's delivery state the store keeps, by endpoint id (`petstore
     /// webhooks list` reads a redb file directly: `redb_file::webhook_states`).
     pub async fn webhook_states(&self) -> Result<Vec<(String, WebhookState)>, StoreError> {
-        let read = on_engine!(self, store => store.webhook_states());
-        read.map_err(|e| self.closed_or(e))
+        read!(self, store => store.webhook_states())
     }
 
     /// Takes (or keeps) the right of this process, named `holder`, to deliver to endpoint
@@ -425,8 +389,7 @@ impl Store {
 
     /// The console session whose token hashes to `token`, if the store has it.
     pub async fn session(&self, token: [u8; 32]) -> Result<Option<SessionRecord>, StoreError> {
-        let read = on_engine!(self, store => store.session(token));
-        read.map_err(|e| self.closed_or(e))
+        read!(self, store => store.session(token))
     }
 
     /// Keeps a console session, durably, under its token's hash.

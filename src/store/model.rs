@@ -562,7 +562,11 @@ pub enum Chunk {
 
 /// The status a stored pet's JSON gives it, for the index an import writes beside it.
 pub(crate) fn pet_status(pet: &StoredPet) -> Result<Option<PetStatus>, StoreError> {
-    crate::pet::Pet::from_json(&pet.json)
-        .map(|read| read.status)
-        .map_err(|e| StoreError::Corrupt(format!("pet {} does not read back: {e}", pet.id)))
+    read_pet(pet.id, &pet.json).map(|read| read.status)
+}
+
+/// Pet `id` from the JSON a store keeps of it; `Corrupt` if it does not read back.
+pub(crate) fn read_pet(id: PetId, json: &[u8]) -> Result<crate::pet::Pet, StoreError> {
+    crate::pet::Pet::from_json(json)
+        .map_err(|e| StoreError::Corrupt(format!("pet {id} does not read back: {e}")))
 }

@@ -29,18 +29,36 @@ pub(crate) enum Counter {
     Categories,
 }
 
+/// What every engine's transaction keeps alike: the batch's time and the changes its rules
+/// pushed, in order.
+#[derive(Debug, Default)]
+pub(crate) struct Ledger {
+    /// The Unix time the batch runs at, in seconds and in milliseconds.
+    pub(crate) now: u64,
+    pub(crate) now_ms: u64,
+    pub(crate) changes: Vec<Change>,
+}
+
 /// One batch's transaction, as the rules see it. Every method may fail the batch (`Err`) on a
 /// fault; none refuses a write by itself: refusing is the rules' part.
 pub(crate) trait Txn: Send {
+    fn ledger(&mut self) -> &mut Ledger;
+
     /// Appends `change` to the batch's changes: its event, in the batch's transaction, and
     /// what the batch publishes once committed. A rule pushes each change it made, in order.
-    fn push(&mut self, change: Change);
+    fn push(&mut self, change: Change) {
+        self.ledger().changes.push(change);
+    }
 
     /// The Unix time the batch runs at, in seconds: what idempotency records expire by.
-    fn now(&self) -> u64;
+    fn now(&mut self) -> u64 {
+        self.ledger().now
+    }
 
     /// The same in milliseconds: one time for every order the batch places or moves.
-    fn now_ms(&self) -> u64;
+    fn now_ms(&mut self) -> u64 {
+        self.ledger().now_ms
+    }
 
     /// The pet `id` and its revision (1 at creation).
     fn pet(
@@ -48,13 +66,12 @@ pub(crate) trait Txn: Send {
         id: PetId,
     ) -> impl Future<Output = Result<Option<(Pet, u64)>, StoreError>> + Send;
 
-    /// Stores `new` at `revision`, in place of `old` (`None`: it is created); its indexes and
-    /// the inventory follow. Answers the pet as stored.
+    /// Stores `new` in place of `old` at its revision (`None`: it is created, at revision 1),
+    /// one revision up; its indexes and the inventory follow. Answers the pet as stored.
     fn put_pet(
         &mut self,
-        old: Option<&Pet>,
+        old: Option<(&Pet, u64)>,
         new: &Pet,
-        revision: u64,
     ) -> impl Future<Output = Result<StoredPet, StoreError>> + Send;
 
     /// Removes pet `old`, with its index entries; the inventory follows.
@@ -138,4 +155,10 @@ pub(crate) trait Txn: Send {
         keyed: &Keyed,
         id: i64,
     ) -> impl Future<Output = Result<Option<Record>, StoreError>> + Send;
+}
+
+/// The revision a pet is stored at in place of `old` (with its revision): one up, or 1 for a
+/// new pet.
+pub(crate) fn next_revision(old: Option<(&Pet, u64)>) -> u64 {
+    old.map_or(1, |(_, revision)| revision + 1)
 }

@@ -44,6 +44,19 @@ const PURGE_INTERVAL: Duration = Duration::from_secs(60);
 /// missed (`broadcast`'s `Lagged`), never slows the writer.
 const SETTLED_BACKLOG: usize = 1024;
 
+/// How a store behaves, whatever its backend.
+#[derive(Clone, Copy, Debug)]
+pub struct Tuning {
+    /// How long an idempotency record answers its key.
+    pub idempotency_ttl: Duration,
+    /// Most queued writes one transaction takes (1: group commit off, for measurements).
+    pub max_write_batch: usize,
+    /// How long the event feed keeps an event.
+    pub events_keep: Duration,
+    /// How long a placed order holds its pet (`None`: until completed or cancelled).
+    pub order_hold: Option<Duration>,
+}
+
 /// What the engine's loop takes from its queue.
 pub(super) enum Command {
     Write(Write),
@@ -253,13 +266,16 @@ impl Front {
     /// idempotency records.
     pub(super) fn start<E: Engine>(
         engine: E,
-        max_write_batch: usize,
-        idempotency_ttl: Duration,
-        events_keep: Duration,
-        order_hold: Option<Duration>,
+        tuning: Tuning,
         answer_within: Option<Duration>,
         runs: Runs,
     ) -> Result<Front, StoreError> {
+        let Tuning {
+            idempotency_ttl,
+            max_write_batch,
+            events_keep,
+            order_hold,
+        } = tuning;
         let (queue, commands) = mpsc::channel(WRITE_QUEUE);
         let (settled, _) = broadcast::channel(SETTLED_BACKLOG);
         let appended = watch::Sender::new(0);
@@ -822,16 +838,14 @@ mod tests {
             .expect("a current-thread runtime builds");
         runtime.block_on(async {
             let recorder = Recorder::default();
-            let front = Front::start(
-                recorder.clone(),
-                16,
-                Duration::from_secs(60),
-                Duration::from_secs(60),
-                None,
-                None,
-                Runs::OnRuntime,
-            )
-            .expect("starts");
+            let tuning = Tuning {
+                idempotency_ttl: Duration::from_secs(60),
+                max_write_batch: 16,
+                events_keep: Duration::from_secs(60),
+                order_hold: None,
+            };
+            let front =
+                Front::start(recorder.clone(), tuning, None, Runs::OnRuntime).expect("starts");
             // Queued by one poll, then given up: the loop's task has not run meanwhile.
             let mut gone = Box::pin(front.delete(1, Precondition::None));
             let mut polled = std::task::Context::from_waker(std::task::Waker::noop());

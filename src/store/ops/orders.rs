@@ -56,7 +56,7 @@ pub(super) async fn place<T: Txn>(txn: &mut T, place: &PlaceOrder) -> Outcome<Pl
         status: Some(PetStatus::Pending),
         ..pet.clone()
     };
-    let pet = txn.put_pet(Some(&pet), &pending, revision + 1).await?;
+    let pet = txn.put_pet(Some((&pet, revision)), &pending).await?;
     txn.push(Change::order(&order, &pet));
     Ok(Ok(Placed {
         order,
@@ -151,7 +151,7 @@ async fn move_order<T: Txn>(
         status: Some(action.pet_status()),
         ..pet.clone()
     };
-    let pet = txn.put_pet(Some(&pet), &new, revision + 1).await?;
+    let pet = txn.put_pet(Some((&pet, revision)), &new).await?;
     txn.put_order(Some(order), &moved).await?;
     txn.push(Change::order(&moved, &pet));
     Ok(Ok(Moved { order: moved, pet }))

@@ -30,7 +30,7 @@ pub(super) async fn create<T: Txn>(
         }));
     }
     txn.take_id(Counter::Pets);
-    let pet = txn.put_pet(None, &new.clone().into_pet(id), 1).await?;
+    let pet = txn.put_pet(None, &new.clone().into_pet(id)).await?;
     txn.push(Change::pet(id, 1, Some(pet.json.clone())));
     Ok(Ok(Created {
         pet,
@@ -56,7 +56,7 @@ pub(super) async fn patch<T: Txn>(
         return Ok(Err(StoreError::PetReserved { pet: id, order }));
     }
     let new = patch.clone().apply(old.clone());
-    let pet = txn.put_pet(Some(&old), &new, revision + 1).await?;
+    let pet = txn.put_pet(Some((&old, revision)), &new).await?;
     txn.push(Change::pet(id, pet.revision, Some(pet.json.clone())));
     Ok(Ok(pet))
 }

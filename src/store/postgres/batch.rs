@@ -123,7 +123,7 @@ async fn run_batch(
         }
     }
     rules.flush().await?;
-    let (tally, changes) = (rules.tally, rules.pushed);
+    let (tally, changes) = (rules.tally, rules.ledger.changes);
     if !batch.iter().any(Write::changed) {
         txn.rollback().await.map_err(pg_error)?;
         return Ok(changes);

@@ -22,7 +22,7 @@ use super::rows::{
 };
 use crate::category::{Category, name_key};
 use crate::order::Order;
-use crate::pet::Pet;
+use crate::store::model::read_pet;
 use crate::store::model::{
     Chunk, Exporting, IdempotencyRecord, NextIds, SHORT_DIGEST, StoreError, StoredPet,
 };
@@ -149,9 +149,7 @@ impl PgImport {
                     let writer = BinaryCopyInWriter::new(sink, &PET_TYPES);
                     let mut writer = std::pin::pin!(writer);
                     for pet in &pets {
-                        let read = Pet::from_json(&pet.json).map_err(|e| {
-                            StoreError::Corrupt(format!("pet {} does not read back: {e}", pet.id))
-                        })?;
+                        let read = read_pet(pet.id, &pet.json)?;
                         let status = status_code(read.status);
                         let revision = i64::try_from(pet.revision).map_err(|_| {
                             StoreError::Corrupt(format!(
@@ -274,35 +272,18 @@ async fn stream(
     now: u64,
     sender: &mpsc::Sender<Result<Chunk, StoreError>>,
 ) -> Result<(), StoreError> {
-    let limit = i64::try_from(chunk).unwrap_or(i64::MAX);
-    let statement = within(async { client.prepare(SELECT_PETS).await.map_err(pg_error) }).await?;
-    let mut after = i64::MIN;
-    loop {
-        let rows = within(async {
-            client
-                .query(&statement, &[&after, &limit])
-                .await
-                .map_err(pg_error)
-        })
-        .await?;
-        let Some(last) = rows.last() else { break };
-        after = last.get(0);
-        let full = rows.len() == chunk;
-        let pets = rows
-            .into_iter()
-            .map(|row| StoredPet {
-                id: row.get(0),
-                revision: counter(row.get(1)),
-                json: Bytes::from(row.get::<_, String>(2)),
-            })
-            .collect();
-        if sender.send(Ok(Chunk::Pets(pets))).await.is_err() {
-            return Ok(());
-        }
-        if !full {
-            break;
-        }
+    let pets = by_id(client, SELECT_PETS, chunk, sender, |rows| {
+        let pets = rows.iter().map(|row| StoredPet {
+            id: row.get(0),
+            revision: counter(row.get(1)),
+            json: Bytes::from(row.get::<_, String>(2)),
+        });
+        Ok(Chunk::Pets(pets.collect()))
+    });
+    if !pets.await? {
+        return Ok(());
     }
+    let limit = i64::try_from(chunk).unwrap_or(i64::MAX);
     let statement =
         within(async { client.prepare(SELECT_RECORDS).await.map_err(pg_error) }).await?;
     let now = i64::try_from(now).unwrap_or(i64::MAX);

@@ -17,8 +17,8 @@ use crate::category::{Category, CategoryId, name_key};
 use crate::order::{Order, OrderId};
 use crate::pet::{Pet, PetId};
 use crate::store::claims::IdempotencyKey;
-use crate::store::model::{Change, Record, StoreError, StoredPet, short};
-use crate::store::txn::{Counter, Txn};
+use crate::store::model::{Record, StoreError, StoredPet, read_pet, short};
+use crate::store::txn::{Counter, Ledger, Txn, next_revision};
 use crate::store::write::Keyed;
 
 /// A batch's transaction as the rules see it.
@@ -31,10 +31,7 @@ pub(super) struct PgTxn<'t, 'c> {
     next_pet_id: PetId,
     /// The orders each `Expire` of the batch took in `lock_rows`, in batch order.
     expiring: std::vec::IntoIter<Vec<OrderId>>,
-    /// The batch's changes, in order: its events.
-    pub(super) pushed: Vec<Change>,
-    now: u64,
-    now_ms: u64,
+    pub(super) ledger: Ledger,
 }
 
 /// The pets a batch creates, inserted with one statement.
@@ -61,9 +58,11 @@ impl<'t, 'c> PgTxn<'t, 'c> {
             new_pets: NewRows::default(),
             next_pet_id,
             expiring: expiring.into_iter(),
-            pushed: Vec::new(),
-            now,
-            now_ms,
+            ledger: Ledger {
+                now,
+                now_ms,
+                changes: Vec::new(),
+            },
         }
     }
 
@@ -95,6 +94,30 @@ impl<'t, 'c> PgTxn<'t, 'c> {
         Ok(())
     }
 
+    /// The row `sql` finds, if any, through the connection's cache of prepared statements.
+    async fn row(
+        &self,
+        sql: &str,
+        params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+    ) -> Result<Option<tokio_postgres::Row>, StoreError> {
+        let statement = self.txn.prepare_cached(sql).await.map_err(pg_error)?;
+        self.txn
+            .query_opt(&statement, params)
+            .await
+            .map_err(pg_error)
+    }
+
+    /// Runs `sql`, through the connection's cache of prepared statements; answers the rows
+    /// it changed.
+    async fn exec(
+        &self,
+        sql: &str,
+        params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+    ) -> Result<u64, StoreError> {
+        let statement = self.txn.prepare_cached(sql).await.map_err(pg_error)?;
+        self.txn.execute(&statement, params).await.map_err(pg_error)
+    }
+
     fn counter(&mut self, counter: Counter) -> Result<&mut super::batch::Counter, StoreError> {
         let locked = match counter {
             Counter::Orders => self.tally.next_order.as_mut(),
@@ -116,45 +139,29 @@ fn json_text(pet: &Pet) -> Result<String, StoreError> {
 }
 
 impl Txn for PgTxn<'_, '_> {
-    fn push(&mut self, change: Change) {
-        self.pushed.push(change);
-    }
-
-    fn now(&self) -> u64 {
-        self.now
-    }
-
-    fn now_ms(&self) -> u64 {
-        self.now_ms
+    fn ledger(&mut self) -> &mut Ledger {
+        &mut self.ledger
     }
 
     async fn pet(&mut self, id: PetId) -> Result<Option<(Pet, u64)>, StoreError> {
         self.flush_for(id).await?;
-        let statement = self
-            .txn
-            .prepare_cached("SELECT revision, json FROM pets WHERE id = $1")
-            .await
-            .map_err(pg_error)?;
         let Some(row) = self
-            .txn
-            .query_opt(&statement, &[&id])
-            .await
-            .map_err(pg_error)?
+            .row("SELECT revision, json FROM pets WHERE id = $1", &[&id])
+            .await?
         else {
             return Ok(None);
         };
-        let pet = Pet::from_json(row.get::<_, &str>(1).as_bytes())
-            .map_err(|e| StoreError::Corrupt(format!("pet {id} does not read back: {e}")))?;
+        let pet = read_pet(id, row.get::<_, &str>(1).as_bytes())?;
         Ok(Some((pet, revision(row.get(0)))))
     }
 
     async fn put_pet(
         &mut self,
-        old: Option<&Pet>,
+        old: Option<(&Pet, u64)>,
         new: &Pet,
-        revision: u64,
     ) -> Result<StoredPet, StoreError> {
         let json = json_text(new)?;
+        let (old, revision) = (old.map(|(old, _)| old), next_revision(old));
         self.tally
             .inventory
             .moved(old.map(|old| old.status), Some(new.status));
@@ -171,27 +178,18 @@ impl Txn for PgTxn<'_, '_> {
             });
         };
         self.flush_for(new.id).await?;
-        let statement = self
-            .txn
-            .prepare_cached(
-                "UPDATE pets SET status = $2, category_id = $3, revision = $4, json = $5
+        self.exec(
+            "UPDATE pets SET status = $2, category_id = $3, revision = $4, json = $5
                  WHERE id = $1",
-            )
-            .await
-            .map_err(pg_error)?;
-        self.txn
-            .execute(
-                &statement,
-                &[
-                    &new.id,
-                    &status_code(new.status),
-                    &new.category_id,
-                    &i64::try_from(revision).unwrap_or(i64::MAX),
-                    &json,
-                ],
-            )
-            .await
-            .map_err(pg_error)?;
+            &[
+                &new.id,
+                &status_code(new.status),
+                &new.category_id,
+                &i64::try_from(revision).unwrap_or(i64::MAX),
+                &json,
+            ],
+        )
+        .await?;
         Ok(StoredPet {
             id: new.id,
             revision,
@@ -212,72 +210,45 @@ impl Txn for PgTxn<'_, '_> {
     async fn holding_order(&mut self, pet: PetId) -> Result<Option<OrderId>, StoreError> {
         // The pet's row is locked, and every write that places or ends an order locks its pet
         // too, so the answer stays true to the commit.
-        let statement = self
-            .txn
-            .prepare_cached("SELECT id FROM orders WHERE pet_id = $1 AND status = 1")
-            .await
-            .map_err(pg_error)?;
         let row = self
-            .txn
-            .query_opt(&statement, &[&pet])
-            .await
-            .map_err(pg_error)?;
+            .row(
+                "SELECT id FROM orders WHERE pet_id = $1 AND status = 1",
+                &[&pet],
+            )
+            .await?;
         Ok(row.map(|row| row.get(0)))
     }
 
     async fn order(&mut self, id: OrderId) -> Result<Option<Order>, StoreError> {
-        let statement = self
-            .txn
-            .prepare_cached("SELECT record FROM orders WHERE id = $1")
-            .await
-            .map_err(pg_error)?;
         let row = self
-            .txn
-            .query_opt(&statement, &[&id])
-            .await
-            .map_err(pg_error)?;
+            .row("SELECT record FROM orders WHERE id = $1", &[&id])
+            .await?;
         row.map(|row| order_of(row.get(0))).transpose()
     }
 
     async fn put_order(&mut self, old: Option<&Order>, new: &Order) -> Result<(), StoreError> {
         match old {
             None => {
-                let statement = self
-                    .txn
-                    .prepare_cached(
-                        "INSERT INTO orders (id, pet_id, status, expires_at_ms, record)
+                self.exec(
+                    "INSERT INTO orders (id, pet_id, status, expires_at_ms, record)
                          VALUES ($1, $2, $3, $4, $5)",
-                    )
-                    .await
-                    .map_err(pg_error)?;
-                self.txn
-                    .execute(
-                        &statement,
-                        &[
-                            &new.id,
-                            &new.pet_id,
-                            &order_status_code(new.status),
-                            &expires_at_ms(new),
-                            &order_record(new),
-                        ],
-                    )
-                    .await
-                    .map_err(pg_error)?;
+                    &[
+                        &new.id,
+                        &new.pet_id,
+                        &order_status_code(new.status),
+                        &expires_at_ms(new),
+                        &order_record(new),
+                    ],
+                )
+                .await?;
             }
             // A move: its pet and its hold's end never change.
             Some(_) => {
-                let statement = self
-                    .txn
-                    .prepare_cached("UPDATE orders SET status = $2, record = $3 WHERE id = $1")
-                    .await
-                    .map_err(pg_error)?;
-                self.txn
-                    .execute(
-                        &statement,
-                        &[&new.id, &order_status_code(new.status), &order_record(new)],
-                    )
-                    .await
-                    .map_err(pg_error)?;
+                self.exec(
+                    "UPDATE orders SET status = $2, record = $3 WHERE id = $1",
+                    &[&new.id, &order_status_code(new.status), &order_record(new)],
+                )
+                .await?;
             }
         }
         Ok(())
@@ -290,10 +261,8 @@ impl Txn for PgTxn<'_, '_> {
 
     async fn category(&mut self, id: CategoryId) -> Result<Option<Category>, StoreError> {
         let row = self
-            .txn
-            .query_opt("SELECT id, name FROM categories WHERE id = $1", &[&id])
-            .await
-            .map_err(pg_error)?;
+            .row("SELECT id, name FROM categories WHERE id = $1", &[&id])
+            .await?;
         Ok(row.map(|row| category_of(&row)))
     }
 
@@ -301,10 +270,8 @@ impl Txn for PgTxn<'_, '_> {
         // Every category write holds `next_category_id` (`lock_rows`): names change one
         // transaction at a time, so the answer cannot race a concurrent rename.
         let row = self
-            .txn
-            .query_opt("SELECT id FROM categories WHERE name_key = $1", &[&key])
-            .await
-            .map_err(pg_error)?;
+            .row("SELECT id FROM categories WHERE name_key = $1", &[&key])
+            .await?;
         Ok(row.map(|row| row.get(0)))
     }
 
@@ -362,11 +329,7 @@ impl Txn for PgTxn<'_, '_> {
 
     async fn record(&mut self, key: &IdempotencyKey) -> Result<Option<Record>, StoreError> {
         let scope = short(key.scope());
-        let row = self
-            .txn
-            .query_opt(READ_RECORD, &[&scope.as_slice()])
-            .await
-            .map_err(pg_error)?;
+        let row = self.row(READ_RECORD, &[&scope.as_slice()]).await?;
         row.map(|row| record_of(&row)).transpose()
     }
 
@@ -389,7 +352,7 @@ impl Txn for PgTxn<'_, '_> {
                     &short(keyed.key.fingerprint()).as_slice(),
                     &expires_at,
                     &id,
-                    &i64::try_from(self.now).unwrap_or(i64::MAX),
+                    &i64::try_from(self.ledger.now).unwrap_or(i64::MAX),
                 ],
             )
             .await

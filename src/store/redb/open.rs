@@ -19,8 +19,8 @@ use super::tables::{
     REVISIONS, SCHEMA_VERSION, Sales, begin, category_status_code, meta_value,
 };
 use crate::clock::unix_now;
-use crate::pet::Pet;
 use crate::store::events::new_feed_id;
+use crate::store::model::read_pet;
 use crate::store::model::{Inventory, StoreError};
 
 /// Why the file is being opened.
@@ -230,8 +230,7 @@ pub(super) fn index_categories_and_count(txn: &redb::WriteTransaction) -> Result
     for entry in pets.iter().map_err(StoreError::storage)? {
         let (id, json) = entry.map_err(StoreError::storage)?;
         let id = id.value();
-        let pet = Pet::from_json(json.value())
-            .map_err(|e| StoreError::Corrupt(format!("pet {id} does not read back: {e}")))?;
+        let pet = read_pet(id, json.value())?;
         by_category
             .insert((pet.category_id, category_status_code(pet.status), id), ())
             .map_err(StoreError::storage)?;

@@ -39,15 +39,9 @@ pub(super) const EVENTS: TableDefinition<u64, &[u8]> = TableDefinition::new("eve
 /// is one lookup. Not covering: a page reads each pet from `PETS`, a bounded cost per page.
 pub(super) const PETS_BY_CATEGORY: TableDefinition<(i64, u8, i64), ()> =
     TableDefinition::new("pets_by_category");
-/// The tables of orders and categories (`Sales`), by name.
-pub(super) const SALES_NAMES: [&str; 6] = [
-    "categories",
-    "category_names",
-    "orders",
-    "orders_by_status",
-    "orders_by_pet",
-    "hold_ends",
-];
+/// The tables of orders and categories (`Sales`), by name: `NAMES` from `categories` to
+/// `hold_ends`.
+pub(super) const SALES_NAMES: &[&str] = NAMES.split_at(7).1.split_at(6).0;
 /// The placed order among `orders_by_pet`'s entries of pet `pet`: the one that holds it.
 pub(super) fn holding_order(
     orders_by_pet: &impl redb::ReadableTable<(i64, i64), u8>,
@@ -422,5 +416,22 @@ mod tests {
                 (subject_id, &event.subject)
             );
         }
+    }
+
+    #[test]
+    fn the_sales_tables_are_the_six_of_orders_and_categories() {
+        assert_eq!(
+            SALES_NAMES,
+            [
+                "categories",
+                "category_names",
+                "orders",
+                "orders_by_status",
+                "orders_by_pet",
+                "hold_ends"
+            ]
+        );
+        assert_eq!(SALES_NAMES[0], CATEGORIES.name());
+        assert_eq!(SALES_NAMES[5], HOLD_ENDS.name());
     }
 }

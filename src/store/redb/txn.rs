@@ -18,21 +18,13 @@ use crate::category::{self, Category, CategoryId};
 use crate::order::{Order, OrderId, OrderStatus};
 use crate::pet::{Pet, PetId};
 use crate::store::claims::IdempotencyKey;
-use crate::store::model::{Change, Record, StoreError, StoredPet};
-use crate::store::txn::{Counter, Txn};
+use crate::store::model::{Record, StoreError, StoredPet, read_pet};
+use crate::store::txn::{Counter, Ledger, Txn, next_revision};
 use crate::store::write::{Keyed, PURGE_BATCH};
 
 impl Txn for Run<'_> {
-    fn push(&mut self, change: Change) {
-        self.pushed.push(change);
-    }
-
-    fn now(&self) -> u64 {
-        self.now
-    }
-
-    fn now_ms(&self) -> u64 {
-        self.now_ms
+    fn ledger(&mut self) -> &mut Ledger {
+        &mut self.ledger
     }
 
     async fn pet(&mut self, id: PetId) -> Result<Option<(Pet, u64)>, StoreError> {
@@ -46,17 +38,15 @@ impl Txn for Run<'_> {
             .get(id)
             .map_err(StoreError::storage)?
             .map_or(1, |r| r.value());
-        let pet = Pet::from_json(json.value())
-            .map_err(|e| StoreError::Corrupt(format!("pet {id} does not read back: {e}")))?;
-        Ok(Some((pet, revision)))
+        Ok(Some((read_pet(id, json.value())?, revision)))
     }
 
     async fn put_pet(
         &mut self,
-        old: Option<&Pet>,
+        old: Option<(&Pet, u64)>,
         new: &Pet,
-        revision: u64,
     ) -> Result<StoredPet, StoreError> {
+        let (old, revision) = (old.map(|(old, _)| old), next_revision(old));
         let id = new.id;
         let json = Bytes::from(new.to_json());
         let tables = &mut self.tables;
@@ -282,7 +272,7 @@ impl Txn for Run<'_> {
     async fn claim_record(&mut self, keyed: &Keyed, id: i64) -> Result<Option<Record>, StoreError> {
         let held = idempotency::record(self.index, self.changes, &keyed.key);
         if let Some(held) = held
-            && held.expires_at > self.now
+            && held.expires_at > self.ledger.now
         {
             return Ok(Some(held));
         }

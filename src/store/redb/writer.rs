@@ -25,6 +25,7 @@ use crate::clock::unix_now;
 use crate::store::events::{StoredEvent, now_ms};
 use crate::store::model::{Change, InventoryDelta, StoreError};
 use crate::store::ops;
+use crate::store::txn::Ledger;
 use crate::store::write::{Engine, PURGE_BATCH, Write};
 
 /// The longest wait between two reopens. A disk that stays full fails every batch, and each
@@ -264,13 +265,17 @@ fn write_batch(
             sales: None,
             index,
             changes,
-            pushed,
+            // Taken back before the commit: if the commit fails and the batch is found in the
+            // file after all, the writer still has its changes to publish.
+            ledger: Ledger {
+                now: unix_now(),
+                now_ms: now_ms(),
+                changes: std::mem::take(pushed),
+            },
             next_id,
             next_order_id: None,
             next_category_id: None,
             inventory: InventoryDelta::default(),
-            now: unix_now(),
-            now_ms: now_ms(),
         };
         for write in batch.iter_mut() {
             at_once(run.run(write))?;
@@ -282,8 +287,9 @@ fn write_batch(
                 .meta
                 .insert(META_BATCH, number)
                 .map_err(StoreError::storage)?;
-            append_events(&mut run.tables, run.pushed)?;
+            append_events(&mut run.tables, &run.ledger.changes)?;
         }
+        *pushed = std::mem::take(&mut run.ledger.changes);
         changed
     };
     if !changed {
@@ -347,8 +353,8 @@ pub(super) struct Run<'txn> {
     /// The committed idempotency records, and what this batch changes in them.
     pub(super) index: &'txn Index,
     pub(super) changes: &'txn mut Changes,
-    /// The batch's changes so far, in order (`Txn::push`).
-    pub(super) pushed: &'txn mut Vec<Change>,
+    /// The batch's time, and its changes so far (`Txn::push`).
+    pub(super) ledger: Ledger,
     /// The id the next create gets; written back to `META` when the batch created any.
     pub(super) next_id: u64,
     /// The ids the next order and category get, once read; written back with the batch.
@@ -356,10 +362,6 @@ pub(super) struct Run<'txn> {
     pub(super) next_category_id: Option<u64>,
     /// How the batch moves the inventory's counters.
     pub(super) inventory: InventoryDelta,
-    /// The Unix time the batch runs at, for idempotency records.
-    pub(super) now: u64,
-    /// The same in milliseconds, for orders.
-    pub(super) now_ms: u64,
 }
 
 impl<'txn> Run<'txn> {
