@@ -39,8 +39,8 @@ pub async fn place_order(
     }
     let order = NewOrder::from_json(&body).map_err(Error::InvalidBody)?;
     // As for pets: the same order (pet and note) is the same request, however its JSON was
-    // written. `for_pet` takes any fingerprint; the canonical form is marked as an order's.
-    let key = claim.map(|claim| claim.for_pet(Sha256::digest(order.canonical_json()).into()));
+    // written; the canonical form is marked as an order's.
+    let key = claim.map(|claim| claim.for_body(Sha256::digest(order.canonical_json()).into()));
     let placed = store.place_order(order, key).await?;
     let id = placed.order.id;
     Ok(reply(StatusCode::CREATED, &placed.order)

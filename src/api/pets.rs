@@ -55,7 +55,7 @@ pub async fn create_pet(
     }
     let pet = NewPet::from_json(&body).map_err(|e| Error::InvalidBody(e.0))?;
     // Decision: the same pet is the same request, however its JSON was written.
-    let key = claim.map(|claim| claim.for_pet(Sha256::digest(pet.canonical_json()).into()));
+    let key = claim.map(|claim| claim.for_body(Sha256::digest(pet.canonical_json()).into()));
     let created = store.create(pet, key).await?;
     let id = created.pet.id;
     Ok(reply(StatusCode::CREATED, created.pet)

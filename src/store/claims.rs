@@ -38,8 +38,9 @@ pub struct KeyClaim {
 }
 
 impl KeyClaim {
-    /// The key for a create of the pet whose digest is `fingerprint`.
-    pub fn for_pet(self, fingerprint: [u8; 32]) -> IdempotencyKey {
+    /// The key for a request whose body digests to `fingerprint` (its canonical form, marked
+    /// with its kind, so a pet's and an order's never match).
+    pub fn for_body(self, fingerprint: [u8; 32]) -> IdempotencyKey {
         IdempotencyKey {
             claim: self,
             fingerprint,

@@ -13,7 +13,7 @@ use crate::clock::{self, Precision};
 use crate::event::{EventType, Position};
 use crate::order::{Order, OrderAction, OrderId, OrderStatus, Refused};
 use crate::pet::{NewPet, PetId, PetStatus};
-use crate::subject::Subject;
+use crate::subject::{Kind, Subject};
 
 /// A pet as the store keeps it: its id, its revision (1 at creation, one more with every
 /// change) and its JSON object.
@@ -37,7 +37,8 @@ pub struct Created {
 #[derive(Clone, Debug)]
 pub struct Page {
     pub json: Bytes,
-    pub last_id: Option<PetId>,
+    /// The id of the page's last record, whatever the list's kind.
+    pub last_id: Option<i64>,
     pub more: bool,
     /// The event feed's newest position in the same read snapshot: following the feed from
     /// here sees every change the page does not.
@@ -410,7 +411,7 @@ pub(crate) struct PageBuilder {
     array: BytesMut,
     limit: usize,
     count: usize,
-    last_id: Option<PetId>,
+    last_id: Option<i64>,
     more: bool,
 }
 
@@ -515,8 +516,7 @@ impl Record {
 impl Record {
     /// The order a live record names for a place of an order under `key` at `now`: none once
     /// it has expired, `IdempotencyKeyReused` when the key was sent with another body (or for
-    /// a pet). Order records keep the order's id negated: pet ids are positive, so one table
-    /// keeps both apart (`model::order_record_id`).
+    /// a pet).
     pub(crate) fn order_answer(
         &self,
         key: &IdempotencyKey,
@@ -525,16 +525,36 @@ impl Record {
         if self.expires_at <= now {
             return None;
         }
-        if self.fingerprint != short(key.fingerprint()) || self.id >= 0 {
-            return Some(Err(StoreError::IdempotencyKeyReused));
+        match self.subject() {
+            Subject {
+                kind: Kind::Order,
+                id,
+            } if self.fingerprint == short(key.fingerprint()) => Some(Ok(id)),
+            _ => Some(Err(StoreError::IdempotencyKeyReused)),
         }
-        Some(Ok(-self.id))
+    }
+
+    /// What the record answers with: a pet or an order (`record_id`).
+    pub(crate) fn subject(&self) -> Subject {
+        if self.id < 0 {
+            Subject::order(-self.id)
+        } else {
+            Subject::pet(self.id)
+        }
     }
 }
 
-/// The id an idempotency record keeps for order `id`: negated, apart from every pet id.
-pub(crate) fn order_record_id(id: OrderId) -> i64 {
-    -id
+/// The id an idempotency record keeps for `subject`, in the one table of records of every
+/// kind: a pet's id as it is, an order's negated (ids are positive, so the two never meet).
+/// Categories keep no records.
+pub(crate) fn record_id(subject: Subject) -> Result<i64, StoreError> {
+    match subject.kind {
+        Kind::Pet => Ok(subject.id),
+        Kind::Order => Ok(-subject.id),
+        Kind::Category => Err(StoreError::Corrupt(format!(
+            "{subject} was given an idempotency record"
+        ))),
+    }
 }
 
 /// An idempotency record as a copy carries it from one store to another, whatever either

@@ -41,7 +41,7 @@ pub(super) fn key(store: &Store, scope: u8, fingerprint: u8) -> IdempotencyKey {
     store
         .claim_key([scope; 32])
         .expect("no other request holds the key")
-        .for_pet([fingerprint; 32])
+        .for_body([fingerprint; 32])
 }
 
 fn sold() -> PetPatch {

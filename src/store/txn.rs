@@ -15,6 +15,7 @@ use crate::pet::{Pet, PetId};
 use crate::store::claims::IdempotencyKey;
 use crate::store::model::{Change, Record, StoreError, StoredPet};
 use crate::store::write::Keyed;
+use crate::subject::Subject;
 
 /// What a write answers its caller (the inner result), or the error that fails its whole
 /// batch (the outer one): a rule refuses one write with the inner `Err`, and only a fault of
@@ -147,13 +148,13 @@ pub(crate) trait Txn: Send {
         key: &IdempotencyKey,
     ) -> impl Future<Output = Result<Option<Record>, StoreError>> + Send;
 
-    /// Keeps `keyed`'s record for `id` (a pet's, or `order_record_id` of an order's), unless a
+    /// Keeps `keyed`'s record for `subject` (a pet or an order), unless a
     /// live record holds its scope: then that record, and nothing is kept. On PostgreSQL a
     /// write of another instance under the same key makes this wait for its commit.
     fn claim_record(
         &mut self,
         keyed: &Keyed,
-        id: i64,
+        subject: Subject,
     ) -> impl Future<Output = Result<Option<Record>, StoreError>> + Send;
 }
 

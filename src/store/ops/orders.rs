@@ -5,7 +5,7 @@
 
 use crate::order::{Order, OrderAction, OrderId};
 use crate::pet::{Pet, PetStatus};
-use crate::store::model::{Change, Moved, Placed, Precondition, StoreError, order_record_id};
+use crate::store::model::{Change, Moved, Placed, Precondition, StoreError};
 use crate::store::txn::{Counter, Outcome, Txn};
 use crate::store::write::PlaceOrder;
 use crate::subject::Subject;
@@ -38,7 +38,7 @@ pub(super) async fn place<T: Txn>(txn: &mut T, place: &PlaceOrder) -> Outcome<Pl
         Err(e) => return Ok(Err(e)),
     };
     if let Some(keyed) = &place.keyed
-        && let Some(held) = txn.claim_record(keyed, order_record_id(id)).await?
+        && let Some(held) = txn.claim_record(keyed, Subject::order(id)).await?
     {
         // Another instance placed an order under the same key and committed while this one
         // waited for its record: that order answers, and this one is not placed.

@@ -21,7 +21,7 @@ pub(super) async fn create<T: Txn>(
         Err(e) => return Ok(Err(e)),
     };
     if let Some(keyed) = keyed
-        && let Some(held) = txn.claim_record(keyed, id).await?
+        && let Some(held) = txn.claim_record(keyed, Subject::pet(id)).await?
     {
         return Ok(held.answer(&keyed.key, new, txn.now()).unwrap_or_else(|| {
             Err(StoreError::Corrupt(

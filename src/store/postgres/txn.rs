@@ -17,9 +17,10 @@ use crate::category::{Category, CategoryId, name_key};
 use crate::order::{Order, OrderId};
 use crate::pet::{Pet, PetId};
 use crate::store::claims::IdempotencyKey;
-use crate::store::model::{Record, StoreError, StoredPet, read_pet, short};
+use crate::store::model::{Record, StoreError, StoredPet, read_pet, record_id, short};
 use crate::store::txn::{Counter, Ledger, Txn, next_revision};
 use crate::store::write::Keyed;
+use crate::subject::Subject;
 
 /// A batch's transaction as the rules see it.
 pub(super) struct PgTxn<'t, 'c> {
@@ -333,7 +334,12 @@ impl Txn for PgTxn<'_, '_> {
         row.map(|row| record_of(&row)).transpose()
     }
 
-    async fn claim_record(&mut self, keyed: &Keyed, id: i64) -> Result<Option<Record>, StoreError> {
+    async fn claim_record(
+        &mut self,
+        keyed: &Keyed,
+        subject: Subject,
+    ) -> Result<Option<Record>, StoreError> {
+        let id = record_id(subject)?;
         let expires_at = i64::try_from(keyed.expires_at).unwrap_or(i64::MAX);
         // Another instance's write with the same key makes this wait for its commit, and then
         // its record answers; an id taken for this write is then left unused, a gap that

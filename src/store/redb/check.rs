@@ -344,7 +344,7 @@ fn check_tables(
         if expires_at > now {
             report.live_records += 1;
         }
-        // An order's record keeps the order's id negated (`model::order_record_id`).
+        // An order's record keeps the order's id negated (`model::record_id`).
         if id < 0 {
             let next_order = meta_value(&meta, META_NEXT_ORDER_ID)?;
             if id.unsigned_abs() >= next_order {

@@ -18,9 +18,10 @@ use crate::category::{self, Category, CategoryId};
 use crate::order::{Order, OrderId, OrderStatus};
 use crate::pet::{Pet, PetId};
 use crate::store::claims::IdempotencyKey;
-use crate::store::model::{Record, StoreError, StoredPet, read_pet};
+use crate::store::model::{Record, StoreError, StoredPet, read_pet, record_id};
 use crate::store::txn::{Counter, Ledger, Txn, next_revision};
 use crate::store::write::{Keyed, PURGE_BATCH};
+use crate::subject::Subject;
 
 impl Txn for Run<'_> {
     fn ledger(&mut self) -> &mut Ledger {
@@ -269,13 +270,18 @@ impl Txn for Run<'_> {
         Ok(idempotency::record(self.index, self.changes, key))
     }
 
-    async fn claim_record(&mut self, keyed: &Keyed, id: i64) -> Result<Option<Record>, StoreError> {
+    async fn claim_record(
+        &mut self,
+        keyed: &Keyed,
+        subject: Subject,
+    ) -> Result<Option<Record>, StoreError> {
         let held = idempotency::record(self.index, self.changes, &keyed.key);
         if let Some(held) = held
             && held.expires_at > self.ledger.now
         {
             return Ok(Some(held));
         }
+        let id = record_id(subject)?;
         idempotency::insert(&mut self.tables.records, self.changes, keyed, id)?;
         Ok(None)
     }
