@@ -11,6 +11,7 @@ use bytes::{Bytes, BytesMut};
 use super::model::{Change, StoreError};
 use crate::event::{Event, EventType, Position, Types};
 use crate::pet::PetId;
+use crate::subject::Kind;
 
 /// What the feed holds now, as one read snapshot sees it: its identity, the newest sequence
 /// number, and the highest one purged (every event at or below it is gone).
@@ -81,11 +82,16 @@ impl StoredEvent {
             seq,
             kind: change.kind,
             at_ms,
-            pet_id: change.pet_id,
-            revision: change.revision,
-            pet: change.pet.clone(),
-            subject_id: change.subject_id,
-            subject: change.subject.clone(),
+            // As the feed keeps them: a category's event has no pet (0, 0), and a pet's no
+            // subject of its own beside the pet (0).
+            pet_id: change.pet.as_ref().map_or(0, |pet| pet.id),
+            revision: change.pet.as_ref().map_or(0, |pet| pet.revision),
+            pet: change.pet.as_ref().and_then(|pet| pet.json.clone()),
+            subject_id: match change.subject.kind {
+                Kind::Pet => 0,
+                Kind::Order | Kind::Category => change.subject.id,
+            },
+            subject: change.json.clone(),
         }
     }
 

@@ -344,18 +344,27 @@ impl fmt::Display for StoreError {
 impl std::error::Error for StoreError {}
 
 /// One change as a batch committed it, what its event tells, for whoever listens to the store
-/// (`Store::subscribe`): what happened; the pet's id, revision after the change and JSON
-/// object, or `None` once deleted (then `revision` is the one it was deleted at); and for an
-/// order or a category, its id and JSON after the change (`None` once a category is deleted).
-/// A category's change has no pet: `pet_id` and `revision` are 0.
+/// (`Store::subscribe`): what happened, to which record, that record's JSON after it, and the
+/// pet as it left it where the event carries one (a pet's change, an order's).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Change {
     pub kind: EventType,
-    pub pet_id: PetId,
+    /// The record changed: a pet, an order or a category.
+    pub subject: Subject,
+    /// The pet after the change, for a pet's change and an order's.
+    pub pet: Option<PetState>,
+    /// An order's or a category's JSON after the change: `None` once a category is deleted,
+    /// and for a pet's change (its JSON is `pet`'s).
+    pub json: Option<Bytes>,
+}
+
+/// A pet as a change left it: its revision after the change (or the one it was deleted at)
+/// and its JSON (`None` once deleted).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PetState {
+    pub id: PetId,
     pub revision: u64,
-    pub pet: Option<Bytes>,
-    pub subject_id: i64,
-    pub subject: Option<Bytes>,
+    pub json: Option<Bytes>,
 }
 
 impl Change {
@@ -368,11 +377,13 @@ impl Change {
         };
         Change {
             kind,
-            pet_id: id,
-            revision,
-            pet,
-            subject_id: 0,
-            subject: None,
+            subject: Subject::pet(id),
+            pet: Some(PetState {
+                id,
+                revision,
+                json: pet,
+            }),
+            json: None,
         }
     }
 
@@ -380,11 +391,13 @@ impl Change {
     pub fn order(order: &Order, pet: &StoredPet) -> Change {
         Change {
             kind: EventType::of_order(order.status),
-            pet_id: pet.id,
-            revision: pet.revision,
-            pet: Some(pet.json.clone()),
-            subject_id: order.id,
-            subject: Some(Bytes::from(order.to_json())),
+            subject: Subject::order(order.id),
+            pet: Some(PetState {
+                id: pet.id,
+                revision: pet.revision,
+                json: Some(pet.json.clone()),
+            }),
+            json: Some(Bytes::from(order.to_json())),
         }
     }
 
@@ -392,11 +405,9 @@ impl Change {
     pub fn category(kind: EventType, id: CategoryId, category: Option<&Category>) -> Change {
         Change {
             kind,
-            pet_id: 0,
-            revision: 0,
+            subject: Subject::category(id),
             pet: None,
-            subject_id: id,
-            subject: category.map(|c| Bytes::from(c.to_json())),
+            json: category.map(|c| Bytes::from(c.to_json())),
         }
     }
 }

@@ -1384,7 +1384,10 @@ pub(super) async fn every_order_and_category_change_appends_its_event_with_its_s
     // What listeners heard is what the feed keeps, change for change, in the same order.
     let mut heard = Vec::new();
     while let Ok(batch) = settled.try_recv() {
-        heard.extend(batch.iter().map(|c| (c.kind, c.pet_id, c.subject_id)));
+        heard.extend(batch.iter().map(|c| {
+            let kept = StoredEvent::of(0, c, 0);
+            (kept.kind, kept.pet_id, kept.subject_id)
+        }));
     }
     let page = store
         .events(EventQuery {
