@@ -2,7 +2,8 @@
 //! listCategories, listEvents) with their cursors, path ids, the media type of a request body
 //! and the Idempotency-Key. Pure functions over text, no HTTP types and no I/O, so property
 //! tests and the fuzz target can drive them alone. A rule broken here is a sentence naming the
-//! parameter, for the caller's own error.
+//! parameter, for the caller's own error. Every list's query is read, and linked on to its next
+//! page, by the one `Query`; a list only declares its filters and its cursor (`Filters`).
 
 use std::borrow::Cow;
 use std::fmt;
@@ -11,10 +12,6 @@ use crate::cursor::{Cursor, List};
 use crate::event::{EventType, Position, Types};
 use crate::order::OrderStatus;
 use crate::pet::{PetId, PetStatus};
-
-/// spec 4.1: limit defaults to 20 and ranges over 1..=100.
-const DEFAULT_LIMIT: usize = 20;
-const MAX_LIMIT: usize = 100;
 
 /// Why a query or path parameter is refused, in words meant for the client.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -41,194 +38,431 @@ impl From<InvalidParameter> for InvalidQuery {
     }
 }
 
-/// listPets's query after its rules: limit 1..=100 (default 20), an optional status and
-/// category, and the id after which the page starts (from the cursor).
+/// A list's query after its rules: how many items, which ones (`F`, the list's filters), and
+/// where the page starts (from the cursor).
 #[derive(Debug, PartialEq, Eq)]
-pub struct ListQuery {
+pub struct Query<F: Filters> {
     pub limit: usize,
-    pub status: Option<PetStatus>,
-    pub category: Option<i64>,
-    pub after: Option<PetId>,
+    pub filters: F,
+    pub after: Option<F::After>,
 }
 
-impl ListQuery {
-    /// Reads a query string. A bad `limit`, `status` or `categoryId` is reported before a bad
-    /// cursor, since whether a cursor fits depends on the filters.
-    pub fn parse(query: &str) -> Result<ListQuery, InvalidQuery> {
-        let mut limit = None;
-        let mut status = None;
-        let mut category = None;
-        let mut cursor = None;
-        for (name, value) in pairs(query) {
-            match &*name {
-                "limit" => set_once(&mut limit, "limit", parse_limit(&decode_component(value)))?,
-                "status" => set_once(
-                    &mut status,
-                    "status",
-                    parse_status(&decode_component(value)),
-                )?,
-                "categoryId" => set_once(
-                    &mut category,
-                    "categoryId",
-                    parse_id("categoryId", &decode_component(value)),
-                )?,
-                "cursor" => read_cursor(&mut cursor, value),
-                // Decision: unknown parameters are ignored, so clients can add tracing tags.
-                _ => {}
+/// listPets's query: limit 1..=100 (default 20), an optional status and category, and the id
+/// after which the page starts.
+pub type ListQuery = Query<PetFilters>;
+/// listOrders's query: limit as listPets's, an optional status and pet.
+pub type OrdersQuery = Query<OrderFilters>;
+/// listCategories's query: a limit and where the page starts.
+pub type CategoriesQuery = Query<CategoryFilters>;
+/// listEvents's query: where to start (a feed position, kept as sent for the 410 check), how
+/// many, which types.
+pub type EventsQuery = Query<EventFilters>;
+
+/// A list's declaration: the filters its query takes besides `limit` and the cursor (their
+/// `Default` is a query that names none), its page size, and what its pages start after.
+/// `Query::parse` and `Query::next_into` follow it, so a new list is a declaration and not
+/// another parser.
+pub trait Filters: Default + 'static {
+    /// spec 4.1: limit defaults to 20 and ranges over 1..=100.
+    const LIMIT: Limit = Limit {
+        default: 20,
+        max: 100,
+    };
+    /// The filter parameters, in the order the next link names them after `limit`.
+    const PARAMS: &'static [Param<Self>];
+    /// What a page starts after, and the cursor parameter that carries it.
+    type After: Start<Self>;
+}
+
+/// One filter of a list's query: its name, as the spec spells it, and where its value sits in
+/// the list's filters (one accessor to write it into the next link, one to read it from the
+/// query). It may be given at most once, which `Query` checks before reading it.
+pub struct Param<F> {
+    name: &'static str,
+    get: fn(&F) -> &dyn Slot,
+    set: fn(&mut F) -> &mut dyn Slot,
+}
+
+impl<F> Param<F> {
+    /// The parameter `name`, whose value `get` and `set` find in the filters.
+    pub const fn of(
+        name: &'static str,
+        get: fn(&F) -> &dyn Slot,
+        set: fn(&mut F) -> &mut dyn Slot,
+    ) -> Param<F> {
+        Param { name, get, set }
+    }
+}
+
+/// A filter's place in a list's filters: empty until its parameter is read.
+pub trait Slot {
+    /// Reads the decoded value of the parameter `name`, or says why it is refused.
+    fn read(&mut self, name: &str, text: &str) -> Result<(), InvalidParameter>;
+    /// Appends the value as the next link carries it, in characters a URL takes as they are;
+    /// `false`, with nothing appended, when the filter was not given.
+    fn write(&self, out: &mut String) -> bool;
+}
+
+impl<V: Value> Slot for Option<V> {
+    fn read(&mut self, name: &str, text: &str) -> Result<(), InvalidParameter> {
+        *self = Some(V::parse(name, text)?);
+        Ok(())
+    }
+
+    fn write(&self, out: &mut String) -> bool {
+        self.as_ref().map(|value| value.write(out)).is_some()
+    }
+}
+
+/// What a filter holds, as the query spells it.
+pub trait Value: Sized {
+    /// The value of the parameter `name` in `text`.
+    fn parse(name: &str, text: &str) -> Result<Self, InvalidParameter>;
+    /// Appends the value as `parse` reads it back.
+    fn write(&self, out: &mut String);
+}
+
+/// An id filter (`categoryId`, `petId`): a decimal int64.
+impl Value for i64 {
+    fn parse(name: &str, text: &str) -> Result<i64, InvalidParameter> {
+        parse_id(name, text)
+    }
+
+    fn write(&self, out: &mut String) {
+        out.push_str(itoa::Buffer::new().format(*self));
+    }
+}
+
+impl Value for PetStatus {
+    fn parse(_: &str, text: &str) -> Result<PetStatus, InvalidParameter> {
+        PetStatus::parse(text).ok_or_else(|| {
+            InvalidParameter("status must be one of available, pending, sold".into())
+        })
+    }
+
+    fn write(&self, out: &mut String) {
+        out.push_str(self.as_str());
+    }
+}
+
+impl Value for OrderStatus {
+    fn parse(_: &str, text: &str) -> Result<OrderStatus, InvalidParameter> {
+        OrderStatus::parse(text).ok_or_else(|| {
+            InvalidParameter("status must be one of placed, completed, cancelled, expired".into())
+        })
+    }
+
+    fn write(&self, out: &mut String) {
+        out.push_str(self.as_str());
+    }
+}
+
+/// listEvents's `type`: a comma-separated list of event types, each known, at least one;
+/// kept in the order asked, without repeats.
+impl Value for Vec<EventType> {
+    fn parse(_: &str, text: &str) -> Result<Vec<EventType>, InvalidParameter> {
+        let known: Vec<&str> = EventType::ALL.iter().map(|t| t.name()).collect();
+        let invalid = || {
+            InvalidParameter(format!(
+                "type must be a comma-separated list of event types: {}",
+                known.join(", ")
+            ))
+        };
+        let mut types = Vec::new();
+        for name in text.split(',') {
+            let kind = EventType::from_name(name).ok_or_else(invalid)?;
+            if !types.contains(&kind) {
+                types.push(kind);
             }
         }
-        let after = after_in(cursor, List::Pets { status, category })?;
-        Ok(ListQuery {
-            limit: limit.unwrap_or(DEFAULT_LIMIT),
-            status,
-            category,
-            after,
-        })
+        Ok(types)
+    }
+
+    fn write(&self, out: &mut String) {
+        for (n, kind) in self.iter().enumerate() {
+            if n > 0 {
+                out.push(',');
+            }
+            out.push_str(kind.name());
+        }
+    }
+}
+
+/// How many items a list's page holds: `default` when `limit` is not given, at most `max`.
+pub struct Limit {
+    pub default: usize,
+    pub max: usize,
+}
+
+impl Limit {
+    fn parse(&self, text: &str) -> Result<usize, InvalidParameter> {
+        let invalid =
+            || InvalidParameter(format!("limit must be an integer from 1 to {}", self.max));
+        if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(invalid());
+        }
+        text.parse::<usize>()
+            .ok()
+            .filter(|n| (1..=self.max).contains(n))
+            .ok_or_else(invalid)
+    }
+}
+
+/// What a list's pages start after, as its cursor parameter carries it. The cursor is read
+/// after every filter, since whether it fits may depend on them.
+pub trait Start<F>: Copy + fmt::Debug + Eq {
+    /// The cursor parameter's name.
+    const NAME: &'static str;
+    /// Why a second cursor is refused, whatever either says.
+    const REPEATED: &'static str;
+    /// Whether the next link names the cursor first rather than last.
+    const LEADS: bool = false;
+    /// Where a decoded cursor says a page of the list with `filters` starts, or why it says
+    /// nothing of the kind.
+    fn read(text: &str, filters: &F) -> Result<Self, &'static str>;
+    /// Appends the cursor, in characters a URL takes as they are.
+    fn write(self, filters: &F, out: &mut String);
+}
+
+/// The opaque cursor of cursor.rs: the id a page starts after, good only for the list and the
+/// filters it was made for.
+impl<F: Copy + Into<List>> Start<F> for i64 {
+    const NAME: &'static str = "cursor";
+    const REPEATED: &'static str = "cursor must be given at most once";
+
+    fn read(text: &str, filters: &F) -> Result<i64, &'static str> {
+        let cursor = Cursor::decode(text)
+            .ok_or("cursor is not valid: pass the cursor of a next link unchanged")?;
+        let list = (*filters).into();
+        match cursor.list == list {
+            true => Ok(cursor.after),
+            false => Err(foreign(cursor.list, list)),
+        }
+    }
+
+    fn write(self, filters: &F, out: &mut String) {
+        Cursor {
+            list: (*filters).into(),
+            after: self,
+        }
+        .encode_into(out);
+    }
+}
+
+/// listEvents's `after`: a position in the feed, whatever the types asked.
+impl Start<EventFilters> for Position {
+    const NAME: &'static str = "after";
+    const REPEATED: &'static str = "after must be given at most once";
+    const LEADS: bool = true;
+
+    fn read(text: &str, _: &EventFilters) -> Result<Position, &'static str> {
+        Position::parse(text).ok_or("after is not a cursor of this feed: pass a cursor unchanged")
+    }
+
+    fn write(self, _: &EventFilters, out: &mut String) {
+        out.push_str(&self.cursor());
+    }
+}
+
+/// A cursor parameter as sent (not yet decoded), or why a second one is refused.
+type SentCursor<'a> = Option<Result<&'a str, &'static str>>;
+
+impl<F: Filters> Query<F> {
+    /// Reads a query string. A bad `limit` or filter is reported before a bad cursor, since
+    /// whether a cursor fits depends on the filters; of those, the first in the query wins.
+    pub fn parse(query: &str) -> Result<Query<F>, InvalidQuery> {
+        let (mut parsed, cursor) = Query::read(query)?;
+        if let Some(sent) = cursor {
+            let text = sent.map_err(InvalidQuery::Cursor)?;
+            let after = F::After::read(&decode_component(text), &parsed.filters)
+                .map_err(InvalidQuery::Cursor)?;
+            parsed.after = Some(after);
+        }
+        Ok(parsed)
+    }
+
+    /// Reads `limit` and the filters, each at most once, and returns the cursor as sent.
+    fn read(query: &str) -> Result<(Query<F>, SentCursor<'_>), InvalidParameter> {
+        // One bit a filter marks it given, with no allocation per request.
+        const { assert!(F::PARAMS.len() <= 32, "a list takes at most 32 filters") };
+        let mut given = 0u32;
+        let mut limit = None;
+        let mut filters = F::default();
+        let mut cursor: SentCursor<'_> = None;
+        for (name, value) in pairs(query) {
+            if name == "limit" {
+                if limit.is_some() {
+                    return Err(repeated("limit"));
+                }
+                limit = Some(F::LIMIT.parse(&decode_component(value))?);
+            } else if name == F::After::NAME {
+                cursor = Some(match cursor {
+                    Some(_) => Err(F::After::REPEATED),
+                    None => Ok(value),
+                });
+            } else if let Some(n) = F::PARAMS.iter().position(|param| param.name == name) {
+                let param = &F::PARAMS[n];
+                if given & 1 << n != 0 {
+                    return Err(repeated(param.name));
+                }
+                given |= 1 << n;
+                (param.set)(&mut filters).read(param.name, &decode_component(value))?;
+            }
+            // Decision: unknown parameters are ignored, so clients can add tracing tags.
+        }
+        let parsed = Query {
+            limit: limit.unwrap_or(F::LIMIT.default),
+            filters,
+            after: None,
+        };
+        Ok((parsed, cursor))
     }
 
     #[cfg(test)]
-    pub fn next(&self, last_id: PetId) -> String {
+    pub fn next(&self, last: F::After) -> String {
         let mut next = String::with_capacity(48);
-        self.next_into(last_id, &mut next);
+        self.next_into(last, &mut next);
         next
     }
 
-    /// Appends the query of the page after this one, which ends at `last_id`: the same limit
+    /// Appends the query of the page after this one, which ends at `last`: the same limit
     /// and filters, and a cursor. Its characters need no escaping in a URL. Every page with
     /// more after it builds one, so it is written piece by piece, without `core::fmt`.
-    pub fn next_into(&self, last_id: PetId, out: &mut String) {
+    pub fn next_into(&self, last: F::After, out: &mut String) {
+        let cursor = |out: &mut String| {
+            out.push_str(F::After::NAME);
+            out.push('=');
+            last.write(&self.filters, out);
+        };
+        if F::After::LEADS {
+            cursor(out);
+            out.push('&');
+        }
         out.push_str("limit=");
         out.push_str(itoa::Buffer::new().format(self.limit));
-        if let Some(status) = self.status {
-            out.push_str("&status=");
-            out.push_str(status.as_str());
+        for param in F::PARAMS {
+            let unfiltered = out.len();
+            out.push('&');
+            out.push_str(param.name);
+            out.push('=');
+            if !(param.get)(&self.filters).write(out) {
+                out.truncate(unfiltered);
+            }
         }
-        if let Some(category) = self.category {
-            out.push_str("&categoryId=");
-            out.push_str(itoa::Buffer::new().format(category));
+        if !F::After::LEADS {
+            out.push('&');
+            cursor(out);
         }
-        out.push_str("&cursor=");
-        Cursor {
-            list: List::Pets {
-                status: self.status,
-                category: self.category,
-            },
-            after: last_id,
-        }
-        .encode_into(out);
     }
 }
 
-/// listOrders's query after its rules: limit as listPets's, an optional status and pet, and
-/// the id after which the page starts.
-#[derive(Debug, PartialEq, Eq)]
-pub struct OrdersQuery {
-    pub limit: usize,
+impl EventsQuery {
+    /// Reads listEvents's query string; `last_event_id`, a stream's Last-Event-ID, wins over
+    /// `after` (which is then not even checked).
+    pub fn parse_with_last_event_id(
+        query: &str,
+        last_event_id: Option<&str>,
+    ) -> Result<EventsQuery, InvalidQuery> {
+        let Some(id) = last_event_id.filter(|id| !id.is_empty()) else {
+            return EventsQuery::parse(query);
+        };
+        let (mut parsed, _) = EventsQuery::read(query)?;
+        let after = Position::parse(id).ok_or(InvalidQuery::Cursor(
+            "Last-Event-ID is not a cursor of this feed: pass the id of an event unchanged",
+        ))?;
+        parsed.after = Some(after);
+        Ok(parsed)
+    }
+}
+
+/// listPets's filters: by status and by category.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PetFilters {
+    pub status: Option<PetStatus>,
+    pub category: Option<i64>,
+}
+
+impl Filters for PetFilters {
+    const PARAMS: &'static [Param<PetFilters>] = &[
+        Param::of("status", |f| &f.status, |f| &mut f.status),
+        Param::of("categoryId", |f| &f.category, |f| &mut f.category),
+    ];
+    type After = PetId;
+}
+
+impl From<PetFilters> for List {
+    fn from(f: PetFilters) -> List {
+        List::Pets {
+            status: f.status,
+            category: f.category,
+        }
+    }
+}
+
+/// listOrders's filters: by status and by pet.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct OrderFilters {
     pub status: Option<OrderStatus>,
     pub pet_id: Option<PetId>,
-    pub after: Option<i64>,
 }
 
-impl OrdersQuery {
-    /// Reads a query string; as listPets, the filters are checked before the cursor.
-    pub fn parse(query: &str) -> Result<OrdersQuery, InvalidQuery> {
-        let mut limit = None;
-        let mut status = None;
-        let mut pet_id = None;
-        let mut cursor = None;
-        for (name, value) in pairs(query) {
-            match &*name {
-                "limit" => set_once(&mut limit, "limit", parse_limit(&decode_component(value)))?,
-                "status" => set_once(
-                    &mut status,
-                    "status",
-                    parse_order_status(&decode_component(value)),
-                )?,
-                "petId" => set_once(
-                    &mut pet_id,
-                    "petId",
-                    parse_id("petId", &decode_component(value)),
-                )?,
-                "cursor" => read_cursor(&mut cursor, value),
-                _ => {}
-            }
-        }
-        let after = after_in(
-            cursor,
-            List::Orders {
-                status,
-                pet: pet_id,
-            },
-        )?;
-        Ok(OrdersQuery {
-            limit: limit.unwrap_or(DEFAULT_LIMIT),
-            status,
-            pet_id,
-            after,
-        })
-    }
+impl Filters for OrderFilters {
+    const PARAMS: &'static [Param<OrderFilters>] = &[
+        Param::of("status", |f| &f.status, |f| &mut f.status),
+        Param::of("petId", |f| &f.pet_id, |f| &mut f.pet_id),
+    ];
+    type After = i64;
+}
 
-    /// Appends the query of the page after the one ending at `last_id`: `limit`, then
-    /// `status` and `petId` when filtered, then `cursor`.
-    pub fn next_into(&self, last_id: i64, out: &mut String) {
-        out.push_str("limit=");
-        out.push_str(itoa::Buffer::new().format(self.limit));
-        if let Some(status) = self.status {
-            out.push_str("&status=");
-            out.push_str(status.as_str());
+impl From<OrderFilters> for List {
+    fn from(f: OrderFilters) -> List {
+        List::Orders {
+            status: f.status,
+            pet: f.pet_id,
         }
-        if let Some(pet_id) = self.pet_id {
-            out.push_str("&petId=");
-            out.push_str(itoa::Buffer::new().format(pet_id));
-        }
-        out.push_str("&cursor=");
-        Cursor {
-            list: List::Orders {
-                status: self.status,
-                pet: self.pet_id,
-            },
-            after: last_id,
-        }
-        .encode_into(out);
     }
 }
 
-/// listCategories's query after its rules: a limit and where the page starts.
-#[derive(Debug, PartialEq, Eq)]
-pub struct CategoriesQuery {
-    pub limit: usize,
-    pub after: Option<i64>,
+/// listCategories has no filter.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CategoryFilters;
+
+impl Filters for CategoryFilters {
+    const PARAMS: &'static [Param<CategoryFilters>] = &[];
+    type After = i64;
 }
 
-impl CategoriesQuery {
-    pub fn parse(query: &str) -> Result<CategoriesQuery, InvalidQuery> {
-        let mut limit = None;
-        let mut cursor = None;
-        for (name, value) in pairs(query) {
-            match &*name {
-                "limit" => set_once(&mut limit, "limit", parse_limit(&decode_component(value)))?,
-                "cursor" => read_cursor(&mut cursor, value),
-                _ => {}
-            }
-        }
-        let after = after_in(cursor, List::Categories)?;
-        Ok(CategoriesQuery {
-            limit: limit.unwrap_or(DEFAULT_LIMIT),
-            after,
-        })
+impl From<CategoryFilters> for List {
+    fn from(_: CategoryFilters) -> List {
+        List::Categories
     }
+}
 
-    /// Appends the query of the page after the one ending at `last_id`.
-    pub fn next_into(&self, last_id: i64, out: &mut String) {
-        out.push_str("limit=");
-        out.push_str(itoa::Buffer::new().format(self.limit));
-        out.push_str("&cursor=");
-        Cursor {
-            list: List::Categories,
-            after: last_id,
-        }
-        .encode_into(out);
+/// listEvents's filter: which types of event, all unless `type` is given.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct EventFilters {
+    /// The types as asked, for the next link: `None` for all.
+    pub type_names: Option<Vec<EventType>>,
+}
+
+impl EventFilters {
+    /// The types asked, as the store filters by them.
+    pub fn types(&self) -> Types {
+        self.type_names
+            .as_ref()
+            .map_or(Types::ALL, |types| Types::only(types.iter().copied()))
     }
+}
+
+impl Filters for EventFilters {
+    /// listEvents: limit defaults to 100 and ranges over 1..=1000.
+    const LIMIT: Limit = Limit {
+        default: 100,
+        max: 1000,
+    };
+    const PARAMS: &'static [Param<EventFilters>] =
+        &[Param::of("type", |f| &f.type_names, |f| &mut f.type_names)];
+    type After = Position;
 }
 
 /// A query's `name=value` pairs, the name decoded and the value as sent (each parameter
@@ -241,30 +475,6 @@ fn pairs(query: &str) -> impl Iterator<Item = (Cow<'_, str>, &str)> {
             let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
             (decode_component(name), value)
         })
-}
-
-/// Notes a `cursor` value: the cursor it holds, or why it is none. A second one is refused
-/// whatever either says.
-fn read_cursor(slot: &mut Option<Result<Cursor, &'static str>>, value: &str) {
-    *slot = Some(match slot {
-        Some(_) => Err("cursor must be given at most once"),
-        None => Cursor::decode(&decode_component(value))
-            .ok_or("cursor is not valid: pass the cursor of a next link unchanged"),
-    });
-}
-
-/// The id a list's page starts after: the cursor's, if it was made for this list with these
-/// filters.
-fn after_in(
-    cursor: Option<Result<Cursor, &'static str>>,
-    list: List,
-) -> Result<Option<i64>, InvalidQuery> {
-    match cursor {
-        None => Ok(None),
-        Some(Err(problem)) => Err(InvalidQuery::Cursor(problem)),
-        Some(Ok(cursor)) if cursor.list == list => Ok(Some(cursor.after)),
-        Some(Ok(cursor)) => Err(InvalidQuery::Cursor(foreign(cursor.list, list))),
-    }
 }
 
 /// Why a cursor made for the list `made` does not fit the list `used`: the first filter that
@@ -284,142 +494,9 @@ fn foreign(made: List, used: List) -> &'static str {
     }
 }
 
-fn set_once<T>(
-    slot: &mut Option<T>,
-    name: &str,
-    value: Result<T, InvalidParameter>,
-) -> Result<(), InvalidParameter> {
-    if slot.is_some() {
-        return Err(InvalidParameter(format!(
-            "{name} must be given at most once"
-        )));
-    }
-    *slot = Some(value?);
-    Ok(())
-}
-
-fn parse_limit(text: &str) -> Result<usize, InvalidParameter> {
-    parse_limit_up_to(text, MAX_LIMIT)
-}
-
-fn parse_limit_up_to(text: &str, max: usize) -> Result<usize, InvalidParameter> {
-    let invalid = || InvalidParameter(format!("limit must be an integer from 1 to {max}"));
-    if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
-        return Err(invalid());
-    }
-    text.parse::<usize>()
-        .ok()
-        .filter(|n| (1..=max).contains(n))
-        .ok_or_else(invalid)
-}
-
-/// listEvents: limit defaults to 100 and ranges over 1..=1000.
-const DEFAULT_EVENTS_LIMIT: usize = 100;
-const MAX_EVENTS_LIMIT: usize = 1000;
-
-/// listEvents's query after its rules: where to start (a cursor, kept as sent for the 410
-/// check), how many, which types.
-#[derive(Debug, PartialEq, Eq)]
-pub struct EventsQuery {
-    pub after: Option<Position>,
-    pub limit: usize,
-    pub types: Types,
-    /// The types as asked, for the next link: `None` for all.
-    pub type_names: Option<Vec<EventType>>,
-}
-
-impl EventsQuery {
-    /// Reads a query string; `last_event_id`, a stream's Last-Event-ID, wins over `after`.
-    pub fn parse(query: &str, last_event_id: Option<&str>) -> Result<EventsQuery, InvalidQuery> {
-        let mut limit = None;
-        let mut types: Option<Vec<EventType>> = None;
-        let mut after: Option<Result<Position, &'static str>> = None;
-        for pair in query.split('&').filter(|pair| !pair.is_empty()) {
-            let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
-            match &*decode_component(name) {
-                "limit" => set_once(
-                    &mut limit,
-                    "limit",
-                    parse_limit_up_to(&decode_component(value), MAX_EVENTS_LIMIT),
-                )?,
-                "type" => set_once(&mut types, "type", parse_types(&decode_component(value)))?,
-                "after" => {
-                    after = Some(match after {
-                        Some(_) => Err("after must be given at most once"),
-                        None => parse_event_cursor(&decode_component(value)),
-                    });
-                }
-                _ => {}
-            }
-        }
-        let after = match last_event_id.filter(|id| !id.is_empty()) {
-            Some(id) => Some(parse_event_cursor(id).map_err(|_| {
-                InvalidQuery::Cursor(
-                    "Last-Event-ID is not a cursor of this feed: pass the id of an event unchanged",
-                )
-            })?),
-            None => after.transpose().map_err(InvalidQuery::Cursor)?,
-        };
-        Ok(EventsQuery {
-            after,
-            limit: limit.unwrap_or(DEFAULT_EVENTS_LIMIT),
-            types: types
-                .as_ref()
-                .map_or(Types::ALL, |types| Types::only(types.iter().copied())),
-            type_names: types,
-        })
-    }
-
-    /// Appends the query of the page from `position` on: the same limit and types.
-    pub fn next_into(&self, position: Position, out: &mut String) {
-        out.push_str("after=");
-        out.push_str(&position.cursor());
-        out.push_str("&limit=");
-        out.push_str(itoa::Buffer::new().format(self.limit));
-        if let Some(types) = &self.type_names {
-            out.push_str("&type=");
-            for (n, kind) in types.iter().enumerate() {
-                if n > 0 {
-                    out.push(',');
-                }
-                out.push_str(kind.name());
-            }
-        }
-    }
-}
-
-fn parse_event_cursor(text: &str) -> Result<Position, &'static str> {
-    Position::parse(text).ok_or("after is not a cursor of this feed: pass a cursor unchanged")
-}
-
-/// A comma-separated list of event types, each known, at least one.
-fn parse_types(text: &str) -> Result<Vec<EventType>, InvalidParameter> {
-    let known: Vec<&str> = EventType::ALL.iter().map(|t| t.name()).collect();
-    let invalid = || {
-        InvalidParameter(format!(
-            "type must be a comma-separated list of event types: {}",
-            known.join(", ")
-        ))
-    };
-    let mut types = Vec::new();
-    for name in text.split(',') {
-        let kind = EventType::from_name(name).ok_or_else(invalid)?;
-        if !types.contains(&kind) {
-            types.push(kind);
-        }
-    }
-    Ok(types)
-}
-
-fn parse_status(text: &str) -> Result<PetStatus, InvalidParameter> {
-    PetStatus::parse(text)
-        .ok_or_else(|| InvalidParameter("status must be one of available, pending, sold".into()))
-}
-
-fn parse_order_status(text: &str) -> Result<OrderStatus, InvalidParameter> {
-    OrderStatus::parse(text).ok_or_else(|| {
-        InvalidParameter("status must be one of placed, completed, cancelled, expired".into())
-    })
+/// The answer to a second `limit` or filter, whatever either says.
+fn repeated(name: &str) -> InvalidParameter {
+    InvalidParameter(format!("{name} must be given at most once"))
 }
 
 /// A pet's id in a path: see `parse_id`.
@@ -552,8 +629,10 @@ mod tests {
             ListQuery::parse("").ok(),
             Some(ListQuery {
                 limit: 20,
-                status: None,
-                category: None,
+                filters: PetFilters {
+                    status: None,
+                    category: None
+                },
                 after: None
             })
         );
@@ -601,7 +680,9 @@ mod tests {
     #[test]
     fn status_must_be_one_of_the_three_values_once() {
         assert_eq!(
-            ListQuery::parse("status=sold").map(|q| q.status).ok(),
+            ListQuery::parse("status=sold")
+                .map(|q| q.filters.status)
+                .ok(),
             Some(Some(PetStatus::Sold))
         );
         for query in ["status=SOLD", "status=", "status=gone", "status=sold+"] {
@@ -821,8 +902,7 @@ mod tests {
         }
         Ok(ListQuery {
             limit: limit.unwrap_or(20),
-            status,
-            category,
+            filters: PetFilters { status, category },
             after: None,
         })
     }
@@ -834,7 +914,7 @@ mod tests {
         assert!(next.starts_with("limit=5&status=sold&cursor="), "{next}");
         let again = ListQuery::parse(&next).expect("a next query is valid");
         assert_eq!(
-            (again.limit, again.status, again.after),
+            (again.limit, again.filters.status, again.after),
             (5, Some(PetStatus::Sold), Some(41))
         );
         let unfiltered = ListQuery::parse("").expect("valid").next(7);
@@ -883,7 +963,7 @@ mod tests {
     fn a_category_filter_is_an_int64_given_once_and_comes_back_in_the_next_query() {
         let query = ListQuery::parse("categoryId=-4&status=sold&limit=3").expect("valid");
         assert_eq!(
-            (query.status, query.category),
+            (query.filters.status, query.filters.category),
             (Some(PetStatus::Sold), Some(-4))
         );
         let next = query.next(9);
@@ -896,13 +976,15 @@ mod tests {
             again,
             ListQuery {
                 limit: 3,
-                status: Some(PetStatus::Sold),
-                category: Some(-4),
+                filters: PetFilters {
+                    status: Some(PetStatus::Sold),
+                    category: Some(-4)
+                },
                 after: Some(9)
             }
         );
         assert_eq!(
-            ListQuery::parse("categoryId=%37").map(|q| q.category),
+            ListQuery::parse("categoryId=%37").map(|q| q.filters.category),
             Ok(Some(7))
         );
         for (text, expected) in [
@@ -969,8 +1051,10 @@ mod tests {
             OrdersQuery::parse(""),
             Ok(OrdersQuery {
                 limit: 20,
-                status: None,
-                pet_id: None,
+                filters: OrderFilters {
+                    status: None,
+                    pet_id: None
+                },
                 after: None
             })
         );
@@ -985,8 +1069,10 @@ mod tests {
             OrdersQuery::parse(&next),
             Ok(OrdersQuery {
                 limit: 2,
-                status: Some(OrderStatus::Placed),
-                pet_id: Some(5),
+                filters: OrderFilters {
+                    status: Some(OrderStatus::Placed),
+                    pet_id: Some(5)
+                },
                 after: Some(11)
             })
         );
@@ -1055,6 +1141,7 @@ mod tests {
             CategoriesQuery::parse(&format!("limit=7&{categories}")),
             Ok(CategoriesQuery {
                 limit: 7,
+                filters: CategoryFilters,
                 after: Some(1)
             })
         );
@@ -1140,24 +1227,32 @@ mod tests {
             filter in proptest::option::of(any::<i64>()),
             last in any::<i64>(),
         ) {
-            let pets = ListQuery { limit, status, category: filter, after: None };
+            let pets = ListQuery {
+                limit,
+                filters: PetFilters { status, category: filter },
+                after: None,
+            };
             prop_assert_eq!(
                 ListQuery::parse(&pets.next(last)),
                 Ok(ListQuery { after: Some(last), ..pets })
             );
-            let orders = OrdersQuery { limit, status: order_status, pet_id: filter, after: None };
+            let orders = OrdersQuery {
+                limit,
+                filters: OrderFilters { status: order_status, pet_id: filter },
+                after: None,
+            };
             let mut next = String::new();
             orders.next_into(last, &mut next);
             prop_assert_eq!(
                 OrdersQuery::parse(&next),
                 Ok(OrdersQuery { after: Some(last), ..orders })
             );
-            let categories = CategoriesQuery { limit, after: None };
+            let categories = CategoriesQuery { limit, filters: CategoryFilters, after: None };
             let mut next = String::new();
             categories.next_into(last, &mut next);
             prop_assert_eq!(
                 CategoriesQuery::parse(&next),
-                Ok(CategoriesQuery { limit, after: Some(last) })
+                Ok(CategoriesQuery { limit, filters: CategoryFilters, after: Some(last) })
             );
         }
 

@@ -35,8 +35,8 @@ pub async fn list_events(
     let last_event_id = streaming
         .then(|| headers.get(LAST_EVENT_ID).and_then(|v| v.to_str().ok()))
         .flatten();
-    let query =
-        EventsQuery::parse(query.unwrap_or_default(), last_event_id).map_err(query_error)?;
+    let query = EventsQuery::parse_with_last_event_id(query.unwrap_or_default(), last_event_id)
+        .map_err(query_error)?;
     let place = match streaming {
         true => Some(feed.place().ok_or(Error::SubscribersFull {
             max: feed.max_subscribers(),
@@ -45,7 +45,7 @@ pub async fn list_events(
     };
     let read = EventQuery {
         after: query.after,
-        types: query.types,
+        types: query.filters.types(),
         limit: query.limit,
         // A filtered page looks at this many events at most, so that a rare type never makes
         // one request scan the whole feed; its next link goes on from where it stopped.
@@ -63,7 +63,7 @@ pub async fn list_events(
         reply
             .headers
             .push((X_ACCEL_BUFFERING, HeaderValue::from_static("no")));
-        reply.stream = Some(feed.stream(place, page, query.types, allowed()));
+        reply.stream = Some(feed.stream(place, page, query.filters.types(), allowed()));
         return Ok(reply);
     }
     let mut array = BytesMut::with_capacity(

@@ -54,8 +54,8 @@ pub async fn list_orders(store: &Store, query: Option<&str>) -> Result<Reply, Er
     let query = OrdersQuery::parse(query.unwrap_or_default()).map_err(query_error)?;
     let page = store
         .list_orders(OrderQuery {
-            status: query.status,
-            pet_id: query.pet_id,
+            status: query.filters.status,
+            pet_id: query.filters.pet_id,
             after: query.after,
             limit: query.limit,
         })

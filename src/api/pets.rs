@@ -27,7 +27,12 @@ const EVENTS_CURSOR: HeaderName = HeaderName::from_static("events-cursor");
 pub async fn list_pets(store: &Store, query: Option<&str>) -> Result<Reply, Error> {
     let query = ListQuery::parse(query.unwrap_or_default()).map_err(query_error)?;
     let page = store
-        .list(query.status, query.category, query.after, query.limit)
+        .list(
+            query.filters.status,
+            query.filters.category,
+            query.after,
+            query.limit,
+        )
         .await?;
     let events = HeaderValue::try_from(page.events.cursor())
         .expect("a cursor of hex digits is a valid header value");

@@ -49,8 +49,8 @@ fuzz_target!(|data: &[u8]| {
         list.next_into(i64::MAX, &mut link);
         let next = ListQuery::parse(&link).expect("a next query parses");
         assert_eq!(
-            (next.limit, next.status, next.category, next.after),
-            (list.limit, list.status, list.category, Some(i64::MAX))
+            (next.limit, next.filters, next.after),
+            (list.limit, list.filters, Some(i64::MAX))
         );
     }
 
