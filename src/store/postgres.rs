@@ -9,8 +9,8 @@
 //!
 //! Its parts: `handle.rs` (the pool, the open, the reads of pets and events), `sales.rs` (the
 //! reads of orders, categories and the inventory), `batch.rs` (the engine under the write
-//! front, its lock order and the pets' writes), `sale_writes.rs` (the writes of orders and
-//! categories), `schema.rs` (migrations), `webhooks.rs` (webhook endpoints' state and leases), `sessions.rs` (console sessions), `rows.rs` (values in rows), `errors.rs` (errors by
+//! front and its lock order), `txn.rs` (the transaction interface the rules run against, the
+//! counters and the inventory a batch moves), `schema.rs` (migrations), `webhooks.rs` (webhook endpoints' state and leases), `sessions.rs` (console sessions), `rows.rs` (values in rows), `errors.rs` (errors by
 //! meaning), `connect` (the URL and TLS), `pool.rs`, `copy.rs`.
 
 mod batch;

@@ -1,5 +1,5 @@
 //! The PostgreSQL engine under the write front: each batch is one transaction on a pooled
-//! connection, its pets' writes here and its orders' and categories' in `sale_writes.rs`.
+//! connection, its writes run by their rules (`store/ops`) through `txn.rs`.
 //! Every transaction of every instance takes its locks in one order (`lock_rows`: order rows,
 //! pet rows, then the counter rows, the event counter last), so no two wait on each other in
 //! a cycle, and ids and event numbers increase in commit order; the inventory's counters move
@@ -13,19 +13,16 @@ use tokio_postgres::error::SqlState;
 
 use super::errors::pg_error;
 use super::pool::Connections;
-use super::rows::INVENTORY_COUNTERS;
-use super::txn::PgTxn;
+
+use super::txn::{CounterRow, PgTxn, Tally, Transaction};
 use crate::clock::unix_now;
 use crate::order::OrderId;
 use crate::pet::PetId;
 use crate::store::events::{StoredEvent, now_ms};
-use crate::store::model::{Change, InventoryDelta, StoreError};
+use crate::store::model::{Change, StoreError};
 use crate::store::ops::{self, Touches};
 use crate::store::write::{Engine, PURGE_BATCH, Write};
 use crate::subject::Kind;
-
-/// The transaction a batch runs in.
-pub(super) type Txn<'a> = deadpool_postgres::Transaction<'a>;
 
 /// How many times a batch that a concurrent transaction got in the way of (a serialization
 /// failure, a deadlock: nothing of it committed) runs again before its callers get 503.
@@ -159,7 +156,7 @@ struct Locked {
 /// 4. at the end of the batch (`Tally::write`, `append_events`): the inventory's counters in
 ///    name order, and `event_seq` last.
 async fn lock_rows(
-    txn: &Txn<'_>,
+    txn: &Transaction<'_>,
     batch: &[Write],
     tally: &mut Tally,
 ) -> Result<Locked, StoreError> {
@@ -204,10 +201,10 @@ async fn lock_rows(
     };
     // The order counter before the category counter, as every transaction takes them.
     if counters.contains(&ops::Counter::Orders) {
-        tally.next_order = Some(Counter::lock(txn, "next_order_id").await?);
+        tally.next_order = Some(CounterRow::lock(txn, "next_order_id").await?);
     }
     if counters.contains(&ops::Counter::Categories) {
-        tally.next_category = Some(Counter::lock(txn, "next_category_id").await?);
+        tally.next_category = Some(CounterRow::lock(txn, "next_category_id").await?);
     }
     Ok(Locked { next_id, expiring })
 }
@@ -217,7 +214,7 @@ async fn lock_rows(
 /// or a client completing or cancelling one. Each is then expired by one transaction only, and
 /// one expired already is no longer placed. Returns the orders and their pets, to lock next.
 pub(super) async fn take_ended_holds(
-    txn: &Txn<'_>,
+    txn: &Transaction<'_>,
     at_ms: u64,
 ) -> Result<(Vec<OrderId>, Vec<PetId>), StoreError> {
     let statement = txn
@@ -243,123 +240,13 @@ pub(super) async fn take_ended_holds(
         .unzip())
 }
 
-/// What a batch's writes gather as they run, written once at its end: how the inventory moves
-/// (by each pet's real status before and after), and the order and category ids given out.
-#[derive(Default)]
-pub(super) struct Tally {
-    pub(super) inventory: InventoryDelta,
-    pub(super) next_order: Option<Counter>,
-    pub(super) next_category: Option<Counter>,
-}
-
-impl Tally {
-    /// Writes the counters the batch moved: the id counters it advanced (their rows locked
-    /// since `lock_rows`), then the inventory's.
-    async fn write(&self, txn: &Txn<'_>) -> Result<(), StoreError> {
-        let (mut names, mut values) = (Vec::new(), Vec::new());
-        for counter in [&self.next_order, &self.next_category]
-            .into_iter()
-            .flatten()
-        {
-            if counter.next != counter.read {
-                names.push(counter.name);
-                values.push(counter.next);
-            }
-        }
-        if !names.is_empty() {
-            txn.execute(
-                "UPDATE petstore_meta SET value = new.value
-                 FROM UNNEST($1::text[], $2::bigint[]) AS new(name, value)
-                 WHERE petstore_meta.name = new.name",
-                &[&names, &values],
-            )
-            .await
-            .map_err(pg_error)?;
-        }
-        move_inventory(txn, &self.inventory).await
-    }
-}
-
-/// An id counter row of `petstore_meta`, locked for the rest of the transaction, and the ids
-/// the batch gives from it: only the ids of writes that went ahead, so none is skipped.
-pub(super) struct Counter {
-    name: &'static str,
-    read: i64,
-    next: i64,
-}
-
-impl Counter {
-    /// Locks the counter row `name` to the commit: every other transaction giving ids from it,
-    /// in any instance, waits, so ids increase in commit order.
-    async fn lock(txn: &Txn<'_>, name: &'static str) -> Result<Counter, StoreError> {
-        let row = txn
-            .query_one(
-                "SELECT value FROM petstore_meta WHERE name = $1 FOR UPDATE",
-                &[&name],
-            )
-            .await
-            .map_err(pg_error)?;
-        let read = row.get(0);
-        Ok(Counter {
-            name,
-            read,
-            next: read,
-        })
-    }
-
-    /// The id the next write that goes ahead gets; `IdsExhausted` once the counter cannot
-    /// move past it.
-    pub(super) fn next(&self) -> Result<i64, StoreError> {
-        match self.next.checked_add(1) {
-            Some(_) => Ok(self.next),
-            None => Err(StoreError::IdsExhausted),
-        }
-    }
-
-    /// Gives out the id `next` answered: its write went ahead.
-    pub(super) fn take(&mut self) {
-        self.next = self.next.saturating_add(1);
-    }
-}
-
-/// Moves the inventory's counters by `delta`, in one statement. The counter rows are locked in
-/// name order first (every batch that moves them does so), since an UPDATE alone locks rows in
-/// whatever order its scan finds them and two batches could then wait on each other.
-async fn move_inventory(txn: &Txn<'_>, delta: &InventoryDelta) -> Result<(), StoreError> {
-    let (mut names, mut changes) = (Vec::new(), Vec::new());
-    for ((name, _), (_, change)) in INVENTORY_COUNTERS.iter().zip(delta.each()) {
-        if change != 0 {
-            names.push(*name);
-            changes.push(change);
-        }
-    }
-    if names.is_empty() {
-        return Ok(());
-    }
-    let statement = txn
-        .prepare_cached(
-            "WITH locked AS MATERIALIZED (
-                 SELECT name FROM petstore_meta WHERE name = ANY($1) ORDER BY name FOR UPDATE)
-             UPDATE petstore_meta SET value = value + change.delta
-             FROM locked JOIN UNNEST($1::text[], $2::bigint[]) AS change(name, delta)
-                 USING (name)
-             WHERE petstore_meta.name = locked.name",
-        )
-        .await
-        .map_err(pg_error)?;
-    txn.execute(&statement, &[&names, &changes])
-        .await
-        .map_err(pg_error)?;
-    Ok(())
-}
-
 /// Appends the batch's events, last before the commit. Their numbers come from the counter row,
 /// which stays locked to the commit: every other writing transaction, of any instance, waits
 /// for it here, so events become visible in the order of their numbers and a reader that
 /// reads past a number never finds a smaller one committed later (the trap of a bare sequence).
 /// Taken last, after the pet rows and the id counter, so no two transactions wait on each
 /// other in a cycle, and the lock is held for the least time.
-async fn append_events(txn: &Txn<'_>, changes: &[Change]) -> Result<(), StoreError> {
+async fn append_events(txn: &Transaction<'_>, changes: &[Change]) -> Result<(), StoreError> {
     let (mut types, mut ids, mut revisions, mut pets) = (vec![], vec![], vec![], vec![]);
     let (mut subject_ids, mut subjects) = (vec![], vec![]);
     for change in changes {
@@ -422,7 +309,7 @@ async fn append_events(txn: &Txn<'_>, changes: &[Change]) -> Result<(), StoreErr
 /// Removes up to `PURGE_BATCH` of the oldest events, those from before `before_ms`: only from
 /// the front, so what is left is whole from the first kept event on, and records the last one
 /// removed (a cursor before it is gone). Instances trimming at once remove each row once.
-async fn trim_events(txn: &Txn<'_>, before_ms: u64) -> Result<usize, StoreError> {
+async fn trim_events(txn: &Transaction<'_>, before_ms: u64) -> Result<usize, StoreError> {
     let before_ms = i64::try_from(before_ms).unwrap_or(i64::MAX);
     let oldest = txn
         .query(
@@ -454,7 +341,7 @@ async fn trim_events(txn: &Txn<'_>, before_ms: u64) -> Result<usize, StoreError>
 
 /// Takes `count` ids from the counter. The row stays locked to the commit, so every other
 /// creating transaction, in this instance or another, waits: ids increase in commit order.
-async fn allocate_ids(txn: &Txn<'_>, count: usize) -> Result<i64, StoreError> {
+async fn allocate_ids(txn: &Transaction<'_>, count: usize) -> Result<i64, StoreError> {
     let count = i64::try_from(count).unwrap_or(i64::MAX);
     let row = txn
         .query_one(

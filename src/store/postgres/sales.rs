@@ -1,5 +1,5 @@
 //! The PostgreSQL store's reads of orders, categories and the inventory (issue 29); their
-//! writes are `sale_writes.rs`. Each read is one statement, so one snapshot: a page comes with
+//! writes are their rules' (`store/ops`, through `txn.rs`). Each read is one statement, so one snapshot: a page comes with
 //! the feed's newest position as that snapshot saw it (as a page of pets does), and the
 //! inventory's four counters agree with each other.
 

@@ -7,24 +7,141 @@
 
 use bytes::Bytes;
 
-use super::batch::{Tally, Txn as PgTransaction};
 use super::errors::pg_error;
 use super::rows::{
-    READ_RECORD, category_of, expires_at_ms, order_of, order_record, order_status_code, record_of,
-    revision, status_code,
+    INVENTORY_COUNTERS, READ_RECORD, category_of, expires_at_ms, order_of, order_record,
+    order_status_code, record_of, revision, status_code,
 };
 use crate::category::{Category, CategoryId, name_key};
 use crate::order::{Order, OrderId};
 use crate::pet::{Pet, PetId};
 use crate::store::claims::IdempotencyKey;
-use crate::store::model::{Record, StoreError, StoredPet, read_pet, record_id, short};
+use crate::store::model::{
+    InventoryDelta, Record, StoreError, StoredPet, read_pet, record_id, short,
+};
 use crate::store::txn::{Counter, Ledger, Txn, next_revision};
 use crate::store::write::Keyed;
 use crate::subject::Subject;
 
+/// The transaction a batch runs in.
+pub(super) type Transaction<'a> = deadpool_postgres::Transaction<'a>;
+
+/// What a batch's writes gather as they run, written once at its end: how the inventory moves
+/// (by each pet's real status before and after), and the order and category ids given out.
+#[derive(Default)]
+pub(super) struct Tally {
+    pub(super) inventory: InventoryDelta,
+    pub(super) next_order: Option<CounterRow>,
+    pub(super) next_category: Option<CounterRow>,
+}
+
+impl Tally {
+    /// Writes the counters the batch moved: the id counters it advanced (their rows locked
+    /// since `lock_rows`), then the inventory's.
+    pub(super) async fn write(&self, txn: &Transaction<'_>) -> Result<(), StoreError> {
+        let (mut names, mut values) = (Vec::new(), Vec::new());
+        for counter in [&self.next_order, &self.next_category]
+            .into_iter()
+            .flatten()
+        {
+            if counter.next != counter.read {
+                names.push(counter.name);
+                values.push(counter.next);
+            }
+        }
+        if !names.is_empty() {
+            txn.execute(
+                "UPDATE petstore_meta SET value = new.value
+                 FROM UNNEST($1::text[], $2::bigint[]) AS new(name, value)
+                 WHERE petstore_meta.name = new.name",
+                &[&names, &values],
+            )
+            .await
+            .map_err(pg_error)?;
+        }
+        move_inventory(txn, &self.inventory).await
+    }
+}
+
+/// An id counter row of `petstore_meta`, locked for the rest of the transaction, and the ids
+/// the batch gives from it: only the ids of writes that went ahead, so none is skipped.
+pub(super) struct CounterRow {
+    name: &'static str,
+    read: i64,
+    next: i64,
+}
+
+impl CounterRow {
+    /// Locks the counter row `name` to the commit: every other transaction giving ids from it,
+    /// in any instance, waits, so ids increase in commit order.
+    pub(super) async fn lock(
+        txn: &Transaction<'_>,
+        name: &'static str,
+    ) -> Result<CounterRow, StoreError> {
+        let row = txn
+            .query_one(
+                "SELECT value FROM petstore_meta WHERE name = $1 FOR UPDATE",
+                &[&name],
+            )
+            .await
+            .map_err(pg_error)?;
+        let read = row.get(0);
+        Ok(CounterRow {
+            name,
+            read,
+            next: read,
+        })
+    }
+
+    /// The id the next write that goes ahead gets; `IdsExhausted` once the counter cannot
+    /// move past it.
+    pub(super) fn next(&self) -> Result<i64, StoreError> {
+        match self.next.checked_add(1) {
+            Some(_) => Ok(self.next),
+            None => Err(StoreError::IdsExhausted),
+        }
+    }
+
+    /// Gives out the id `next` answered: its write went ahead.
+    pub(super) fn take(&mut self) {
+        self.next = self.next.saturating_add(1);
+    }
+}
+
+/// Moves the inventory's counters by `delta`, in one statement. The counter rows are locked in
+/// name order first (every batch that moves them does so), since an UPDATE alone locks rows in
+/// whatever order its scan finds them and two batches could then wait on each other.
+async fn move_inventory(txn: &Transaction<'_>, delta: &InventoryDelta) -> Result<(), StoreError> {
+    let (mut names, mut changes) = (Vec::new(), Vec::new());
+    for ((name, _), (_, change)) in INVENTORY_COUNTERS.iter().zip(delta.each()) {
+        if change != 0 {
+            names.push(*name);
+            changes.push(change);
+        }
+    }
+    if names.is_empty() {
+        return Ok(());
+    }
+    let statement = txn
+        .prepare_cached(
+            "WITH locked AS MATERIALIZED (
+                 SELECT name FROM petstore_meta WHERE name = ANY($1) ORDER BY name FOR UPDATE)
+             UPDATE petstore_meta SET value = value + change.delta
+             FROM locked JOIN UNNEST($1::text[], $2::bigint[]) AS change(name, delta)
+                 USING (name)
+             WHERE petstore_meta.name = locked.name",
+        )
+        .await
+        .map_err(pg_error)?;
+    txn.execute(&statement, &[&names, &changes])
+        .await
+        .map_err(pg_error)?;
+    Ok(())
+}
+
 /// A batch's transaction as the rules see it.
 pub(super) struct PgTxn<'t, 'c> {
-    txn: &'t PgTransaction<'c>,
+    txn: &'t Transaction<'c>,
     pub(super) tally: Tally,
     /// Pets created and not inserted yet.
     new_pets: NewRows,
@@ -46,7 +163,7 @@ struct NewRows {
 
 impl<'t, 'c> PgTxn<'t, 'c> {
     pub(super) fn new(
-        txn: &'t PgTransaction<'c>,
+        txn: &'t Transaction<'c>,
         tally: Tally,
         next_pet_id: PetId,
         expiring: Vec<Vec<OrderId>>,
@@ -119,7 +236,7 @@ impl<'t, 'c> PgTxn<'t, 'c> {
         self.txn.execute(&statement, params).await.map_err(pg_error)
     }
 
-    fn counter(&mut self, counter: Counter) -> Result<&mut super::batch::Counter, StoreError> {
+    fn counter(&mut self, counter: Counter) -> Result<&mut CounterRow, StoreError> {
         let locked = match counter {
             Counter::Orders => self.tally.next_order.as_mut(),
             Counter::Categories => self.tally.next_category.as_mut(),

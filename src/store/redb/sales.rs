@@ -1,7 +1,5 @@
-//! Orders and categories in the redb file (issue 29): their writes inside a batch (`Run`, the
-//! writer's batch, in `writer.rs`) and their reads. An order and its pet change in one
-//! transaction with their indexes (`ORDERS_BY_*`, `HOLD_ENDS`) and the inventory; a category
-//! with its unique name. Invariants: a pet has at most one placed order in `ORDERS_BY_PET`
+//! The reads of orders and categories in the redb file (issue 29), through their indexes; their
+//! writes are their rules' (`store/ops`), kept with their index entries by `txn.rs`. Invariants: a pet has at most one placed order in `ORDERS_BY_PET`
 //! (the one that holds it), and a held pet is `pending`; `HOLD_ENDS` holds exactly the placed
 //! orders that have an end; `CATEGORY_NAMES` holds exactly each category's name key.
 
