@@ -1,6 +1,6 @@
 //! The redb engine under the write front: the only code that writes the file. It runs a
-//! batch in one transaction, each write by its rule (`store/ops`, through `txn.rs`), and commits it with redb's own durability (two
-//! phases, quick-repair), then lets readers see it. After a write fails on I/O it reopens the
+//! batch in one transaction, each write by its rule (`store/ops`, through `txn.rs`), and
+//! commits it with redb's own durability (two phases, quick-repair), then lets readers see it. After a write fails on I/O it reopens the
 //! file from what the disk holds, not from the page cache, and, for a commit that failed,
 //! reads there whether the batch is in the file. Invariants: a batch is answered with success
 //! only once a durable commit holding it has returned; readers never see a batch before that;
