@@ -1,13 +1,13 @@
 //! `petstore check` of a redb file: redb's own integrity check (every page's checksum, the
 //! allocator state), run on a private copy so the file itself is never repaired or written,
-//! then the store's invariants on that copy: every pet is in the status index under its
-//! status with the same JSON and the index holds nothing else, revisions and idempotency
-//! records only name ids the counter has given out (revisions only for pets that exist), the
-//! counter is above every id, and orders, categories, the category index and the inventory
-//! agree with the pets (`check_sales`). A file that is no petstore store at all (empty, not redb,
-//! redb without our tables) is said to be so before anything else, and one a server of this
-//! build refuses to open is refused with the server's words. It reports; it never fixes.
-
+//! then the store's invariants on that copy: every record has the index entries
+//! `redb/entries.rs` declares for it, with their values, and each index holds as many as its
+//! records declare (so exactly those; the strays are named); revisions and idempotency records
+//! only name ids the counter has given out (revisions only for pets that exist), the counter is
+//! above every id, and orders hold their pets and the inventory counts the pets
+//! (`check_sales`). A file that is no petstore store at all (empty, not redb, redb without our
+//! tables) is said to be so before anything else, and one a server of this build refuses to
+//! open is refused with the server's words. It reports; it never fixes.
 use std::cell::Cell;
 use std::fs;
 use std::io::Read;
