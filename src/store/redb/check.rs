@@ -8,6 +8,7 @@
 //! (`check_sales`). A file that is no petstore store at all (empty, not redb, redb without our
 //! tables) is said to be so before anything else, and one a server of this build refuses to
 //! open is refused with the server's words. It reports; it never fixes.
+
 use std::cell::Cell;
 use std::fs;
 use std::io::Read;
