@@ -591,11 +591,6 @@ pub enum Chunk {
     Orders(Vec<Order>),
 }
 
-/// The status a stored pet's JSON gives it, for the index an import writes beside it.
-pub(crate) fn pet_status(pet: &StoredPet) -> Result<Option<PetStatus>, StoreError> {
-    read_pet(pet.id, &pet.json).map(|read| read.status)
-}
-
 /// Pet `id` from the JSON a store keeps of it; `Corrupt` if it does not read back.
 pub(crate) fn read_pet(id: PetId, json: &[u8]) -> Result<crate::pet::Pet, StoreError> {
     crate::pet::Pet::from_json(json)

@@ -8,6 +8,7 @@
 pub(super) mod backup;
 pub(super) mod check;
 pub(super) mod copy;
+mod entries;
 mod file;
 mod handle;
 mod idempotency;

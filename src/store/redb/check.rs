@@ -1,12 +1,13 @@
 //! `petstore check` of a redb file: redb's own integrity check (every page's checksum, the
 //! allocator state), run on a private copy so the file itself is never repaired or written,
-//! then the store's invariants on that copy: every pet is in the status index under its
-//! status with the same JSON and the index holds nothing else, revisions and idempotency
-//! records only name ids the counter has given out (revisions only for pets that exist), the
-//! counter is above every id, and orders, categories, the category index and the inventory
-//! agree with the pets (`check_sales`). A file that is no petstore store at all (empty, not redb,
-//! redb without our tables) is said to be so before anything else, and one a server of this
-//! build refuses to open is refused with the server's words. It reports; it never fixes.
+//! then the store's invariants on that copy: every record has the index entries
+//! `redb/entries.rs` declares for it, with their values, and each index holds as many as its
+//! records declare (so exactly those; the strays are named); revisions and idempotency records
+//! only name ids the counter has given out (revisions only for pets that exist), the counter is
+//! above every id, and orders hold their pets and the inventory counts the pets
+//! (`check_sales`). A file that is no petstore store at all (empty, not redb, redb without our
+//! tables) is said to be so before anything else, and one a server of this build refuses to
+//! open is refused with the server's words. It reports; it never fixes.
 
 use std::cell::Cell;
 use std::fs;
@@ -16,14 +17,14 @@ use std::rc::Rc;
 
 use redb::{Database, ReadTransaction, ReadableDatabase, ReadableTable, ReadableTableMetadata};
 
+use super::entries::{self, Entry, Index};
 use super::open::require_openable;
 use super::tables::{
-    CATEGORIES, CATEGORY_NAMES, EVENTS, HOLD_ENDS, META, META_EVENT_SEQ, META_EVENTS_TRIMMED,
-    META_FEED, META_INVENTORY, META_NEXT_CATEGORY_ID, META_NEXT_ID, META_NEXT_ORDER_ID, ORDERS,
-    ORDERS_BY_PET, ORDERS_BY_STATUS, PETS, PETS_BY_CATEGORY, PETS_BY_STATUS, RECORDS, REVISIONS,
-    SCHEMA_VERSION, category_status_code, holding_order, meta_value, read_event, read_order,
+    CATEGORIES, EVENTS, META, META_EVENT_SEQ, META_EVENTS_TRIMMED, META_FEED, META_INVENTORY,
+    META_NEXT_CATEGORY_ID, META_NEXT_ID, META_NEXT_ORDER_ID, ORDERS, ORDERS_BY_PET, PETS, RECORDS,
+    REVISIONS, SCHEMA_VERSION, holding_order, meta_value, read_event, read_order,
 };
-use crate::category::{self, Category};
+use crate::category::Category;
 use crate::clock::unix_now;
 use crate::order::OrderStatus;
 use crate::pet::{Pet, PetStatus};
@@ -252,12 +253,12 @@ fn check_tables(
 
     let open = |e| StoreError::storage(e);
     let pets = txn.open_table(PETS).map_err(open)?;
-    let by_status = txn.open_table(PETS_BY_STATUS).map_err(open)?;
+    let mut declared = Declared::new(entries::Read::open(txn)?);
     let revisions = txn.open_table(REVISIONS).map_err(open)?;
     let records = txn.open_table(RECORDS).map_err(open)?;
 
-    // Pets to the index: each pet reads back, carries its own id, is below the counter and
-    // sits in the index under its status with the same bytes.
+    // Each pet reads back, carries its own id, is below the counter and has its declared
+    // index entries.
     for entry in pets.iter().map_err(StoreError::storage)? {
         let (id, json) = entry.map_err(StoreError::storage)?;
         let (id, json) = (id.value(), json.value());
@@ -277,48 +278,13 @@ fn check_tables(
         if pet.id != id {
             report.problem(format!("pet {id}: its JSON says id {}", pet.id));
         }
-        let Some(status) = pet.status else {
-            report.without_status += 1;
-            continue;
-        };
-        report.by_status[usize::from(status.to_code())] += 1;
-        match by_status
-            .get((status.to_code(), id))
-            .map_err(StoreError::storage)?
-        {
-            None => report.problem(format!(
-                "pet {id} ({}): missing from the status index",
-                status.as_str()
-            )),
-            Some(indexed) if indexed.value() != json => report.problem(format!(
-                "pet {id} ({}): the status index holds other JSON than the pet",
-                status.as_str()
-            )),
-            Some(_) => {}
+        declared.expect("pet", id, &entries::pet(&pet, json), report)?;
+        match pet.status {
+            Some(status) => report.by_status[usize::from(status.to_code())] += 1,
+            None => report.without_status += 1,
         }
     }
-
-    // The index to pets: every entry names a pet that exists and has that status. With the
-    // pass above (every pet with a status has its entry), the index holds exactly the pets.
-    for entry in by_status.iter().map_err(StoreError::storage)? {
-        let (key, _) = entry.map_err(StoreError::storage)?;
-        let (code, id) = key.value();
-        report.index_entries += 1;
-        let name = STATUSES
-            .get(usize::from(code))
-            .map_or("an unknown status", |s| s.as_str());
-        let Some(json) = pets.get(id).map_err(StoreError::storage)? else {
-            report.problem(format!("status index: entry ({name}, {id}) names no pet"));
-            continue;
-        };
-        let status = Pet::from_json(json.value()).ok().and_then(|pet| pet.status);
-        if status.map(PetStatus::to_code) != Some(code) {
-            report.problem(format!(
-                "status index: entry ({name}, {id}) but pet {id} is {}",
-                status.map_or("without a status", PetStatus::as_str)
-            ));
-        }
-    }
+    report.index_entries = declared.read.len(Index::PetsByStatus)?;
 
     // A pet without an entry is at revision 1, so an entry is only for a pet changed since.
     for entry in revisions.iter().map_err(StoreError::storage)? {
@@ -359,7 +325,8 @@ fn check_tables(
             ));
         }
     }
-    check_sales(txn, &meta, &pets, report)?;
+    check_sales(txn, &meta, &pets, &mut declared, report)?;
+    declared.check_lengths(txn, &pets, report)?;
     check_events(txn, &meta, report, &given_out)?;
     let counted = pets.len().map_err(StoreError::storage)?;
     if counted != report.pets {
@@ -378,34 +345,9 @@ fn check_sales(
     txn: &ReadTransaction,
     meta: &redb::ReadOnlyTable<&'static str, u64>,
     pets: &redb::ReadOnlyTable<i64, &'static [u8]>,
+    declared: &mut Declared,
     report: &mut CheckReport,
 ) -> Result<(), StoreError> {
-    let by_category = txn
-        .open_table(PETS_BY_CATEGORY)
-        .map_err(StoreError::storage)?;
-    let mut entries = 0;
-    for entry in by_category.iter().map_err(StoreError::storage)? {
-        let (key, _) = entry.map_err(StoreError::storage)?;
-        let (category, code, id) = key.value();
-        entries += 1;
-        let pet = pets
-            .get(id)
-            .map_err(StoreError::storage)?
-            .and_then(|json| Pet::from_json(json.value()).ok());
-        match pet {
-            Some(pet)
-                if pet.category_id == category && category_status_code(pet.status) == code => {}
-            _ => report.problem(format!(
-                "category index: entry ({category}, {code}, {id}) does not match pet {id}"
-            )),
-        }
-    }
-    if entries != report.pets {
-        report.problem(format!(
-            "category index: {entries} entries for {} pets",
-            report.pets
-        ));
-    }
     let counted = [
         report.by_status[0],
         report.by_status[1],
@@ -423,9 +365,6 @@ fn check_sales(
 
     let next_category = meta_value(meta, META_NEXT_CATEGORY_ID)?.max(1);
     let categories = txn.open_table(CATEGORIES).map_err(StoreError::storage)?;
-    let names = txn
-        .open_table(CATEGORY_NAMES)
-        .map_err(StoreError::storage)?;
     for entry in categories.iter().map_err(StoreError::storage)? {
         let (id, json) = entry.map_err(StoreError::storage)?;
         let id = id.value();
@@ -437,17 +376,7 @@ fn check_sales(
         }
         match Category::from_json(json.value()) {
             Ok(category) if category.id == id => {
-                let key = category::name_key(&category.name);
-                let named = names
-                    .get(key.as_str())
-                    .map_err(StoreError::storage)?
-                    .map(|v| v.value());
-                if named != Some(id) {
-                    report.problem(format!(
-                        "category {id}: its name {:?} is not kept for it",
-                        category.name
-                    ));
-                }
+                declared.expect("category", id, &entries::category(&category), report)?
             }
             Ok(category) => {
                 report.problem(format!("category {id}: its JSON says id {}", category.id))
@@ -455,22 +384,9 @@ fn check_sales(
             Err(err) => report.problem(format!("category {id}: does not read back: {err}")),
         }
     }
-    let named = names.len().map_err(StoreError::storage)?;
-    if named != report.categories {
-        report.problem(format!(
-            "category names: {named} names for {} categories",
-            report.categories
-        ));
-    }
-
     let next_order = meta_value(meta, META_NEXT_ORDER_ID)?.max(1);
     let orders = txn.open_table(ORDERS).map_err(StoreError::storage)?;
-    let by_status = txn
-        .open_table(ORDERS_BY_STATUS)
-        .map_err(StoreError::storage)?;
     let by_pet = txn.open_table(ORDERS_BY_PET).map_err(StoreError::storage)?;
-    let hold_ends = txn.open_table(HOLD_ENDS).map_err(StoreError::storage)?;
-    let mut ends = 0;
     for entry in orders.iter().map_err(StoreError::storage)? {
         let (id, record) = entry.map_err(StoreError::storage)?;
         let id = id.value();
@@ -491,25 +407,7 @@ fn check_sales(
                 continue;
             }
         };
-        if by_status
-            .get((order.status.code(), id))
-            .map_err(StoreError::storage)?
-            .is_none()
-        {
-            report.problem(format!("order {id}: missing from the status index"));
-        }
-        match by_pet
-            .get((order.pet_id, id))
-            .map_err(StoreError::storage)?
-            .map(|v| v.value())
-        {
-            None => report.problem(format!("order {id}: missing from the pet index")),
-            Some(code) if code != order.status.code() => report.problem(format!(
-                "order {id} is {} but the pet index says status {code}",
-                order.status.as_str()
-            )),
-            Some(_) => {}
-        }
+        declared.expect("order", id, &entries::order(&order), report)?;
         if order.status != OrderStatus::Placed {
             continue;
         }
@@ -532,39 +430,127 @@ fn check_sales(
                 order.pet_id
             ));
         }
-        if let Some(end) = order.expires_at_ms {
-            ends += 1;
-            if hold_ends
-                .get((end, id))
-                .map_err(StoreError::storage)?
-                .is_none()
-            {
-                report.problem(format!("order {id}: the end of its hold is not kept"));
-            }
-        }
-    }
-    for (table, count, expected) in [
-        (
-            "orders_by_status",
-            by_status.len().map_err(StoreError::storage)?,
-            report.orders,
-        ),
-        (
-            "orders_by_pet",
-            by_pet.len().map_err(StoreError::storage)?,
-            report.orders,
-        ),
-        (
-            "hold_ends",
-            hold_ends.len().map_err(StoreError::storage)?,
-            ends,
-        ),
-    ] {
-        if count != expected {
-            report.problem(format!("{table}: {count} entries where {expected} belong"));
-        }
     }
     Ok(())
+}
+
+/// The index tables and the number of entries the records checked so far declare in each:
+/// each record's entries are looked up as it is read (`expect`), and at the end each table
+/// must hold as many as were declared (`check_lengths`), so exactly those.
+struct Declared {
+    read: entries::Read,
+    counts: [u64; Index::ALL.len()],
+}
+
+impl Declared {
+    fn new(read: entries::Read) -> Declared {
+        Declared {
+            read,
+            counts: [0; Index::ALL.len()],
+        }
+    }
+
+    /// Counts the entries of record `id` (a `kind`) and names each one missing or kept with
+    /// another value.
+    fn expect(
+        &mut self,
+        kind: &str,
+        id: i64,
+        entries: &[Option<Entry>],
+        report: &mut CheckReport,
+    ) -> Result<(), StoreError> {
+        for entry in entries.iter().flatten() {
+            let index = entry.index();
+            self.counts[index as usize] += 1;
+            let filed = entry.filed_as();
+            match self.read.holds(entry)? {
+                Some(true) => {}
+                None => report.problem(format!(
+                    "{kind} {id} ({filed}): missing from the {}",
+                    index.words()
+                )),
+                Some(false) => report.problem(format!(
+                    "{kind} {id} ({filed}): the {} holds {}",
+                    index.words(),
+                    index.other_value()
+                )),
+            }
+        }
+        Ok(())
+    }
+
+    /// Each index table against the count of entries declared for it. One that holds more
+    /// than its records declare (or as many, with some missing) is read through to name the
+    /// entries no record declares; a difference none of them explains is named by its count.
+    fn check_lengths(
+        &self,
+        txn: &ReadTransaction,
+        pets: &redb::ReadOnlyTable<i64, &'static [u8]>,
+        report: &mut CheckReport,
+    ) -> Result<(), StoreError> {
+        let orders = txn.open_table(ORDERS).map_err(StoreError::storage)?;
+        let categories = txn.open_table(CATEGORIES).map_err(StoreError::storage)?;
+        for index in Index::ALL {
+            let (held, belong) = (self.read.len(index)?, self.counts[index as usize]);
+            if held == belong {
+                continue;
+            }
+            let mut named = 0;
+            self.read.each(index, &mut |entry| {
+                if let Some(problem) = stray(entry, pets, &orders, &categories)? {
+                    named += 1;
+                    report.problem(problem);
+                }
+                Ok(())
+            })?;
+            if named == 0 {
+                report.problem(format!(
+                    "{}: {held} entries where {belong} belong",
+                    index.table()
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Why `entry` is not one its record declares (no such record, or the record files itself
+/// under another key or not at all), or `None` when it is.
+fn stray(
+    entry: &Entry,
+    pets: &redb::ReadOnlyTable<i64, &'static [u8]>,
+    orders: &redb::ReadOnlyTable<i64, &'static [u8]>,
+    categories: &redb::ReadOnlyTable<i64, &'static [u8]>,
+) -> Result<Option<String>, StoreError> {
+    let (index, id) = (entry.index(), entry.owner());
+    let kind = index.owner_kind();
+    // The record's own entry in this index: `None` when there is no record that reads back.
+    let own = |declared: &[Option<Entry>]| {
+        let own = declared.iter().flatten().find(|own| own.index() == index);
+        own.map(|own| (own.same_key(entry), own.filed_as()))
+    };
+    let e = StoreError::storage;
+    let found = match kind {
+        "pet" => pets.get(id).map_err(e)?.and_then(|json| {
+            let pet = Pet::from_json(json.value()).ok()?;
+            Some(own(&entries::pet(&pet, json.value())))
+        }),
+        "order" => orders.get(id).map_err(e)?.and_then(|record| {
+            let order = read_order(id, record.value()).ok()?;
+            Some(own(&entries::order(&order)))
+        }),
+        _ => categories.get(id).map_err(e)?.and_then(|json| {
+            let category = Category::from_json(json.value()).ok()?;
+            Some(own(&entries::category(&category)))
+        }),
+    };
+    let at = format!("{}: entry ({})", index.words(), entry.key_text());
+    Ok(match found {
+        None => Some(format!("{at} names no {kind}")),
+        Some(Some((true, _))) => None,
+        Some(Some((false, filed))) => Some(format!("{at} but {kind} {id} is {filed}")),
+        Some(None) => Some(format!("{at} but {kind} {id} is {}", index.none())),
+    })
 }
 
 /// The feed: numbers in a row from just above the last purged to the newest, each event of a
@@ -632,6 +618,9 @@ fn check_events(
 mod tests {
     use super::*;
     use crate::pet::NewPet;
+    use crate::store::redb::tables::{
+        CATEGORY_NAMES, HOLD_ENDS, ORDERS_BY_STATUS, PETS_BY_CATEGORY, PETS_BY_STATUS,
+    };
     use crate::store::{Location, Precondition, Store, Tuning};
     use std::time::Duration;
 
@@ -759,6 +748,135 @@ mod tests {
             assert!(all.contains(expected), "{expected:?} not in:\n{all}");
         }
         assert_eq!(report.problem_count, 6, "{all}");
+    }
+
+    /// A closed store file with a category, a pet in it and an order placed on the pet with a
+    /// hold's end: one entry in each index.
+    fn sample_with_sales(path: &Path) {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        runtime.block_on(async {
+            let location = Location::Redb {
+                path: path.to_owned(),
+                cache_bytes: 1 << 20,
+                shared: false,
+            };
+            let held = Tuning {
+                order_hold: Some(Duration::from_secs(600)),
+                ..tuning()
+            };
+            let store = Store::open(location, held).await.expect("opens").0;
+            let category = crate::category::NewCategory {
+                name: "Dogs".into(),
+            };
+            let category = store.create_category(category).await.expect("created");
+            let pet = NewPet {
+                name: "Rex".into(),
+                category_id: category.id,
+                status: Some(PetStatus::Available),
+            };
+            let pet = store.create(pet, None).await.expect("created");
+            let order = crate::order::NewOrder {
+                pet_id: pet.pet.id,
+                note: None,
+            };
+            store.place_order(order, None).await.expect("placed");
+            store.close().await;
+        });
+    }
+
+    #[test]
+    fn each_index_missing_an_entry_holding_a_stray_or_another_value_is_named() {
+        type Damage = fn(&redb::WriteTransaction);
+        let damages: [(Damage, &str); 14] = [
+            (
+                |txn| drop(open(txn, PETS_BY_STATUS).remove((1, 1)).expect("removes")),
+                "pet 1 (pending): missing from the status index",
+            ),
+            (
+                |txn| drop(open(txn, PETS_BY_STATUS).insert((0, 9), b"{}".as_slice())),
+                "status index: entry (available, 9) names no pet",
+            ),
+            (
+                |txn| drop(open(txn, PETS_BY_STATUS).insert((1, 1), b"{}".as_slice())),
+                "pet 1 (pending): the status index holds other JSON than the pet",
+            ),
+            (
+                |txn| {
+                    drop(
+                        open(txn, PETS_BY_CATEGORY)
+                            .remove((1, 1, 1))
+                            .expect("removes"),
+                    )
+                },
+                "pet 1 (1, 1, 1): missing from the category index",
+            ),
+            (
+                |txn| drop(open(txn, PETS_BY_CATEGORY).insert((2, 1, 1), ())),
+                "category index: entry (2, 1, 1) but pet 1 is 1, 1, 1",
+            ),
+            (
+                |txn| drop(open(txn, ORDERS_BY_STATUS).remove((1, 1)).expect("removes")),
+                "order 1 (placed, 1): missing from the order status index",
+            ),
+            (
+                |txn| drop(open(txn, ORDERS_BY_STATUS).insert((2, 7), ())),
+                "order status index: entry (completed, 7) names no order",
+            ),
+            (
+                |txn| drop(open(txn, ORDERS_BY_PET).remove((1, 1)).expect("removes")),
+                "order 1 (1, 1): missing from the order pet index",
+            ),
+            (
+                |txn| drop(open(txn, ORDERS_BY_PET).insert((3, 1), 0)),
+                "order pet index: entry (3, 1) but order 1 is 1, 1",
+            ),
+            (
+                |txn| drop(open(txn, ORDERS_BY_PET).insert((1, 1), 2)),
+                "order 1 (1, 1): the order pet index holds another status",
+            ),
+            (
+                |txn| {
+                    let mut ends = open(txn, HOLD_ENDS);
+                    let end = ends.first().expect("reads").expect("one").0.value();
+                    ends.remove(end).expect("removes");
+                },
+                "missing from the hold ends",
+            ),
+            (
+                |txn| drop(open(txn, HOLD_ENDS).insert((5, 4), ())),
+                "hold ends: entry (5, 4) names no order",
+            ),
+            (
+                |txn| drop(open(txn, CATEGORY_NAMES).insert("cats", 1)),
+                "category names: entry (\"cats\") but category 1 is \"dogs\"",
+            ),
+            (
+                |txn| drop(open(txn, CATEGORY_NAMES).insert("dogs", 2)),
+                "category 1 (\"dogs\"): the category names holds another id",
+            ),
+        ];
+        fn open<'t, K: redb::Key + 'static, V: redb::Value + 'static>(
+            txn: &'t redb::WriteTransaction,
+            table: redb::TableDefinition<'_, K, V>,
+        ) -> redb::Table<'t, K, V> {
+            txn.open_table(table).expect("opens")
+        }
+        let dir = tempfile::tempdir().expect("tempdir");
+        let sound = dir.path().join("sound.redb");
+        sample_with_sales(&sound);
+        let report = check_file(&sound).expect("checks");
+        assert_eq!(report.problems, Vec::<String>::new());
+        for (damage, expected) in damages {
+            let path = dir.path().join("damaged.redb");
+            fs::copy(&sound, &path).expect("copies");
+            tamper(&path, damage);
+            let report = check_file(&path).expect("checks");
+            let all = report.problems.join("\n");
+            assert!(all.contains(expected), "{expected:?} not in:\n{all}");
+        }
     }
 
     #[test]

@@ -2,7 +2,8 @@
 //! streamed in chunks from a blocking thread. The import writes each chunk in its own large
 //! transaction that is not made durable (redb's `Durability::None`) and makes everything
 //! durable with the last one, which sets the id counter: a crash before it leaves the file as
-//! empty as it was, and `abort` empties it again after a failure. Only this module turns
+//! empty as it was, and `abort` empties it again after a failure. Each record comes with its
+//! index entries as `redb/entries.rs` declares them. Only this module turns
 //! redb's idempotency record into the store's `IdempotencyRecord` and back.
 
 use std::sync::Arc;
@@ -12,18 +13,19 @@ use redb::{
 };
 use tokio::sync::{mpsc, oneshot};
 
+use super::entries::{self, rewrite};
 use super::handle::{RedbStore, Shared};
 use super::idempotency::{self, Index};
-use super::open::index_categories_and_count;
+use super::open::count_inventory;
 use super::tables::{
     CATEGORIES, META, META_INVENTORY, META_NEXT_CATEGORY_ID, META_NEXT_ID, META_NEXT_ORDER_ID,
-    ORDERS, PETS, PETS_BY_CATEGORY, PETS_BY_STATUS, RECORDS, REVISIONS, Sales, meta_value,
-    read_order,
+    ORDERS, PETS, PETS_BY_CATEGORY, PETS_BY_STATUS, PetIndexes, RECORDS, REVISIONS, Sales,
+    meta_value, read_order,
 };
-use crate::category::{self, Category};
+use crate::category::Category;
 use crate::clock::unix_now;
 use crate::store::model::{
-    Chunk, Exporting, IdempotencyRecord, NextIds, StoreError, StoredPet, pet_status,
+    Chunk, Exporting, IdempotencyRecord, NextIds, StoreError, StoredPet, read_pet,
 };
 
 impl RedbStore {
@@ -104,23 +106,16 @@ impl RedbImport {
         self.transaction(Durability::None, move |txn| match chunk {
             Chunk::Pets(pets) => {
                 let mut table = txn.open_table(PETS).map_err(StoreError::storage)?;
-                let mut by_status = txn
-                    .open_table(PETS_BY_STATUS)
-                    .map_err(StoreError::storage)?;
+                let mut indexes = PetIndexes::open(txn)?;
                 let mut revisions = txn.open_table(REVISIONS).map_err(StoreError::storage)?;
-                for pet in &pets {
-                    table
-                        .insert(pet.id, pet.json.as_ref())
-                        .map_err(StoreError::storage)?;
-                    if let Some(status) = pet_status(pet)? {
-                        by_status
-                            .insert((status.to_code(), pet.id), pet.json.as_ref())
-                            .map_err(StoreError::storage)?;
-                    }
+                for stored in &pets {
+                    let (id, json) = (stored.id, stored.json.as_ref());
+                    table.insert(id, json).map_err(StoreError::storage)?;
+                    rewrite(&mut indexes, &[], &entries::pet(&read_pet(id, json)?, json))?;
                     // A pet not listed is at revision 1: see `REVISIONS`.
-                    if pet.revision != 1 {
+                    if stored.revision != 1 {
                         revisions
-                            .insert(pet.id, pet.revision)
+                            .insert(id, stored.revision)
                             .map_err(StoreError::storage)?;
                     }
                 }
@@ -143,17 +138,18 @@ impl RedbImport {
                         .categories
                         .insert(category.id, category.to_json().as_slice())
                         .map_err(StoreError::storage)?;
-                    sales
-                        .category_names
-                        .insert(category::name_key(&category.name).as_str(), category.id)
-                        .map_err(StoreError::storage)?;
+                    rewrite(&mut sales, &[], &entries::category(category))?;
                 }
                 Ok(())
             }
             Chunk::Orders(orders) => {
                 let mut sales = Sales::open(txn)?;
                 for order in &orders {
-                    sales.insert_order(order)?;
+                    sales
+                        .orders
+                        .insert(order.id, order.to_record().as_slice())
+                        .map_err(StoreError::storage)?;
+                    rewrite(&mut sales, &[], &entries::order(order))?;
                 }
                 Ok(())
             }
@@ -175,8 +171,8 @@ impl RedbImport {
                     meta.insert(key, value).map_err(StoreError::storage)?;
                 }
             }
-            // The pets came without their category entries and counts: one pass makes both.
-            index_categories_and_count(txn)
+            // The chunks wrote every record's entries; the counts are made once, of all pets.
+            count_inventory(txn)
         })
         .await?;
         let shared = Arc::clone(&self.shared);

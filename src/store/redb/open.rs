@@ -1,5 +1,6 @@
 //! Opening the redb file: its page cache and sharing mode, redb's repair of a file left
-//! mid-commit, the layout's creation and its upgrade from versions 3 and 4, the refusal of a
+//! mid-commit, the layout's creation and its upgrade from versions 3 and 4 (every pet's
+//! declared index entries, `redb/entries.rs`, and the inventory), the refusal of a
 //! file this build cannot open (a newer layout, an older one, an earlier petstore's log still
 //! expected), and what the writer and the reads start from (pets, idempotency records, the
 //! last batch). After a write failed, the file is read from the disk, never from pages the
@@ -11,12 +12,13 @@ use std::path::Path;
 
 use redb::{Database, ReadableDatabase, ReadableTable, ReadableTableMetadata};
 
+use super::entries::{self, rewrite};
 use super::file::Filled;
 use super::idempotency::{self, Index};
 use super::tables::{
     EVENTS, META, META_BATCH, META_FEED, META_INVENTORY, META_LOG_EPOCH, META_NEXT_ID,
-    META_SCHEMA_VERSION, OLDEST_UPGRADED, PETS, PETS_BY_CATEGORY, PETS_BY_STATUS, RECORDS,
-    REVISIONS, SCHEMA_VERSION, Sales, begin, category_status_code, meta_value,
+    META_SCHEMA_VERSION, OLDEST_UPGRADED, PETS, PETS_BY_CATEGORY, PETS_BY_STATUS, PetIndexes,
+    RECORDS, REVISIONS, SCHEMA_VERSION, Sales, begin, meta_value,
 };
 use crate::clock::unix_now;
 use crate::store::events::new_feed_id;
@@ -212,28 +214,36 @@ fn create_tables(db: &Database, found: Option<u64>) -> Result<(), StoreError> {
         txn.open_table(PETS_BY_CATEGORY)
             .map_err(StoreError::storage)?;
         if found.is_some_and(|found| found < 5) {
-            index_categories_and_count(&txn)?;
+            index_pets(&txn)?;
+            count_inventory(&txn)?;
         }
     }
     txn.commit().map_err(StoreError::storage)
 }
 
-/// Builds what version 5 keeps beside the pets of a file of version 3 or 4, or of an import:
-/// each pet's entry in `PETS_BY_CATEGORY` and the inventory's counters. One pass over the
-/// pets, in the upgrade's transaction.
-pub(super) fn index_categories_and_count(txn: &redb::WriteTransaction) -> Result<(), StoreError> {
+/// Writes every pet's declared index entries (`entries::pet`), for a file of version 3 or 4
+/// whose pets have no category entries yet: one pass over the pets, in the upgrade's
+/// transaction. Entries already there are written again with the same values.
+fn index_pets(txn: &redb::WriteTransaction) -> Result<(), StoreError> {
     let pets = txn.open_table(PETS).map_err(StoreError::storage)?;
-    let mut by_category = txn
-        .open_table(PETS_BY_CATEGORY)
-        .map_err(StoreError::storage)?;
+    let mut indexes = PetIndexes::open(txn)?;
+    for entry in pets.iter().map_err(StoreError::storage)? {
+        let (id, json) = entry.map_err(StoreError::storage)?;
+        let json = json.value();
+        let pet = read_pet(id.value(), json)?;
+        rewrite(&mut indexes, &[], &entries::pet(&pet, json))?;
+    }
+    Ok(())
+}
+
+/// Sets the inventory's counters from the pets, for a file of version 3 or 4 or an import:
+/// one pass over the pets.
+pub(super) fn count_inventory(txn: &redb::WriteTransaction) -> Result<(), StoreError> {
+    let pets = txn.open_table(PETS).map_err(StoreError::storage)?;
     let mut inventory = Inventory::default();
     for entry in pets.iter().map_err(StoreError::storage)? {
         let (id, json) = entry.map_err(StoreError::storage)?;
-        let id = id.value();
-        let pet = read_pet(id, json.value())?;
-        by_category
-            .insert((pet.category_id, category_status_code(pet.status), id), ())
-            .map_err(StoreError::storage)?;
+        let pet = read_pet(id.value(), json.value())?;
         *inventory.count_mut(pet.status) += 1;
     }
     let mut meta = txn.open_table(META).map_err(StoreError::storage)?;

@@ -142,7 +142,7 @@ pub(super) const META_INVENTORY: [&str; 4] =
 /// would leave them stale.
 pub(super) const SCHEMA_VERSION: u64 = 5;
 /// The oldest layout this build upgrades: 3 and 4 differ from 5 only by tables a new file
-/// gets too, and by what `index_categories_and_count` builds from the pets. Versions 1 and 2
+/// gets too, and by what `open::index_pets` and `open::count_inventory` build from the pets. Versions 1 and 2
 /// kept idempotency records another way and are refused (`redb/open.rs`).
 pub(super) const OLDEST_UPGRADED: u64 = 3;
 
@@ -161,8 +161,7 @@ pub(super) fn begin(db: &Database, quick_repair: bool) -> Result<WriteTransactio
 /// orders and categories are opened only by the batches that need them (`Sales`).
 pub(super) struct Tables<'txn> {
     pub(super) pets: Table<'txn, i64, &'static [u8]>,
-    pub(super) by_status: Table<'txn, (u8, i64), &'static [u8]>,
-    pub(super) by_category: Table<'txn, (i64, u8, i64), ()>,
+    pub(super) indexes: PetIndexes<'txn>,
     pub(super) revisions: Table<'txn, i64, u64>,
     pub(super) records: Table<'txn, (u64, i64), [u8; 2 * SHORT_DIGEST]>,
     pub(super) meta: Table<'txn, &'static str, u64>,
@@ -173,16 +172,27 @@ impl<'txn> Tables<'txn> {
     pub(super) fn open(txn: &'txn WriteTransaction) -> Result<Tables<'txn>, StoreError> {
         Ok(Tables {
             pets: txn.open_table(PETS).map_err(StoreError::storage)?,
-            by_status: txn
-                .open_table(PETS_BY_STATUS)
-                .map_err(StoreError::storage)?,
-            by_category: txn
-                .open_table(PETS_BY_CATEGORY)
-                .map_err(StoreError::storage)?,
+            indexes: PetIndexes::open(txn)?,
             revisions: txn.open_table(REVISIONS).map_err(StoreError::storage)?,
             records: txn.open_table(RECORDS).map_err(StoreError::storage)?,
             meta: txn.open_table(META).map_err(StoreError::storage)?,
             events: txn.open_table(EVENTS).map_err(StoreError::storage)?,
+        })
+    }
+}
+
+/// The tables of the pets' index entries (`redb/entries.rs` declares what they hold).
+pub(super) struct PetIndexes<'txn> {
+    pub(super) by_status: Table<'txn, (u8, i64), &'static [u8]>,
+    pub(super) by_category: Table<'txn, (i64, u8, i64), ()>,
+}
+
+impl<'txn> PetIndexes<'txn> {
+    pub(super) fn open(txn: &'txn WriteTransaction) -> Result<PetIndexes<'txn>, StoreError> {
+        let e = StoreError::storage;
+        Ok(PetIndexes {
+            by_status: txn.open_table(PETS_BY_STATUS).map_err(e)?,
+            by_category: txn.open_table(PETS_BY_CATEGORY).map_err(e)?,
         })
     }
 }
@@ -208,33 +218,6 @@ impl<'txn> Sales<'txn> {
             orders_by_pet: txn.open_table(ORDERS_BY_PET).map_err(e)?,
             hold_ends: txn.open_table(HOLD_ENDS).map_err(e)?,
         })
-    }
-}
-
-impl Sales<'_> {
-    /// Writes `order` and its index entries as it stands: its record, its status and pet
-    /// entries, and its hold's end while it is placed with one. For a new order, or one copied
-    /// in; a move of an order changes its entries itself.
-    pub(super) fn insert_order(&mut self, order: &crate::order::Order) -> Result<(), StoreError> {
-        let id = order.id;
-        let code = order.status.code();
-        self.orders
-            .insert(id, order.to_record().as_slice())
-            .map_err(StoreError::storage)?;
-        self.orders_by_status
-            .insert((code, id), ())
-            .map_err(StoreError::storage)?;
-        self.orders_by_pet
-            .insert((order.pet_id, id), code)
-            .map_err(StoreError::storage)?;
-        if order.status == crate::order::OrderStatus::Placed
-            && let Some(end) = order.expires_at_ms
-        {
-            self.hold_ends
-                .insert((end, id), ())
-                .map_err(StoreError::storage)?;
-        }
-        Ok(())
     }
 }
 

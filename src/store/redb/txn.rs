@@ -1,21 +1,20 @@
 //! The transaction interface (`store/txn.rs`) on the redb file: a batch's `Run` reads and
-//! writes its tables, keeping each record's index entries (`PETS_BY_STATUS`,
-//! `PETS_BY_CATEGORY`, `REVISIONS`; `ORDERS_BY_*`, `HOLD_ENDS`; `CATEGORY_NAMES`), the
-//! inventory and the id counters with it. Every call does its work at once: redb blocks, and
-//! the writer's thread is the place for it. Invariant: an entry of an index is written or
-//! removed exactly when its record's key for that index appears or goes.
+//! writes its tables, keeping each record's index entries as `redb/entries.rs` declares them
+//! (moved from the old record's to the new one's by `entries::rewrite`), a pet's `REVISIONS`
+//! entry, the inventory and the id counters with it. Every call does its work at once: redb
+//! blocks, and the writer's thread is the place for it. Invariant: an entry of an index is
+//! written or removed exactly when its record's declared entry appears, changes or goes.
 
 use bytes::Bytes;
 use redb::ReadableTable;
 
+use super::entries::{self, rewrite};
 use super::idempotency;
 use super::sales::read_category;
-use super::tables::{
-    META_NEXT_CATEGORY_ID, META_NEXT_ORDER_ID, category_status_code, holding_order, read_order,
-};
+use super::tables::{META_NEXT_CATEGORY_ID, META_NEXT_ORDER_ID, holding_order, read_order};
 use super::writer::Run;
-use crate::category::{self, Category, CategoryId};
-use crate::order::{Order, OrderId, OrderStatus};
+use crate::category::{Category, CategoryId};
+use crate::order::{Order, OrderId};
 use crate::pet::{Pet, PetId};
 use crate::store::claims::IdempotencyKey;
 use crate::store::model::{Record, StoreError, StoredPet, read_pet, record_id};
@@ -56,34 +55,13 @@ impl Txn for Run<'_> {
             .insert(id, json.as_ref())
             .map_err(StoreError::storage)?;
         // The old entries go in the same transaction as the new ones come: a filter never
-        // sees the pet twice, or as it was.
-        if let Some(status) = old.and_then(|old| old.status) {
-            tables
-                .by_status
-                .remove((status.to_code(), id))
-                .map_err(StoreError::storage)?;
-        }
-        if let Some(status) = new.status {
-            // A covering index: the JSON is kept here too (`PETS_BY_STATUS`).
-            tables
-                .by_status
-                .insert((status.to_code(), id), json.as_ref())
-                .map_err(StoreError::storage)?;
-        }
-        let old_key = old.map(|old| (old.category_id, category_status_code(old.status), id));
-        let new_key = (new.category_id, category_status_code(new.status), id);
-        if old_key != Some(new_key) {
-            if let Some(old_key) = old_key {
-                tables
-                    .by_category
-                    .remove(old_key)
-                    .map_err(StoreError::storage)?;
-            }
-            tables
-                .by_category
-                .insert(new_key, ())
-                .map_err(StoreError::storage)?;
-        }
+        // sees the pet twice, or as it was. The old JSON is not at hand (`entries::rewrite`).
+        let old_entries = old.map(|old| entries::pet(old, &[]));
+        rewrite(
+            &mut tables.indexes,
+            old_entries.as_ref().map_or(&[], |e| e.as_slice()),
+            &entries::pet(new, json.as_ref()),
+        )?;
         self.inventory
             .moved(old.map(|old| old.status), Some(new.status));
         if old.is_some() {
@@ -99,16 +77,7 @@ impl Txn for Run<'_> {
         let id = old.id;
         let tables = &mut self.tables;
         tables.pets.remove(id).map_err(StoreError::storage)?;
-        if let Some(status) = old.status {
-            tables
-                .by_status
-                .remove((status.to_code(), id))
-                .map_err(StoreError::storage)?;
-        }
-        tables
-            .by_category
-            .remove((old.category_id, category_status_code(old.status), id))
-            .map_err(StoreError::storage)?;
+        rewrite(&mut tables.indexes, &entries::pet(old, &[]), &[])?;
         tables.revisions.remove(id).map_err(StoreError::storage)?;
         self.inventory.moved(Some(old.status), None);
         Ok(())
@@ -128,39 +97,16 @@ impl Txn for Run<'_> {
 
     async fn put_order(&mut self, old: Option<&Order>, new: &Order) -> Result<(), StoreError> {
         let sales = self.sales()?;
-        let Some(old) = old else {
-            return sales.insert_order(new);
-        };
-        // A move: its pet and its hold's end never change, only its status.
-        let id = new.id;
         sales
             .orders
-            .insert(id, new.to_record().as_slice())
+            .insert(new.id, new.to_record().as_slice())
             .map_err(StoreError::storage)?;
-        if old.status != new.status {
-            sales
-                .orders_by_status
-                .remove((old.status.code(), id))
-                .map_err(StoreError::storage)?;
-            sales
-                .orders_by_status
-                .insert((new.status.code(), id), ())
-                .map_err(StoreError::storage)?;
-            sales
-                .orders_by_pet
-                .insert((new.pet_id, id), new.status.code())
-                .map_err(StoreError::storage)?;
-        }
-        if old.status == OrderStatus::Placed
-            && new.status != OrderStatus::Placed
-            && let Some(end) = old.expires_at_ms
-        {
-            sales
-                .hold_ends
-                .remove((end, id))
-                .map_err(StoreError::storage)?;
-        }
-        Ok(())
+        let old_entries = old.map(entries::order);
+        rewrite(
+            sales,
+            old_entries.as_ref().map_or(&[], |e| e.as_slice()),
+            &entries::order(new),
+        )
     }
 
     async fn ended_holds(&mut self, at_ms: u64) -> Result<Vec<OrderId>, StoreError> {
@@ -194,6 +140,7 @@ impl Txn for Run<'_> {
     async fn category_in_use(&mut self, id: CategoryId) -> Result<bool, StoreError> {
         let mut named = self
             .tables
+            .indexes
             .by_category
             .range((id, 0, i64::MIN)..=(id, u8::MAX, i64::MAX))
             .map_err(StoreError::storage)?;
@@ -210,21 +157,12 @@ impl Txn for Run<'_> {
             .categories
             .insert(new.id, new.to_json().as_slice())
             .map_err(StoreError::storage)?;
-        let old_key = old.map(|old| category::name_key(&old.name));
-        let new_key = category::name_key(&new.name);
-        if old_key.as_ref() != Some(&new_key) {
-            if let Some(old_key) = old_key {
-                sales
-                    .category_names
-                    .remove(old_key.as_str())
-                    .map_err(StoreError::storage)?;
-            }
-            sales
-                .category_names
-                .insert(new_key.as_str(), new.id)
-                .map_err(StoreError::storage)?;
-        }
-        Ok(())
+        let old_entries = old.map(entries::category);
+        rewrite(
+            sales,
+            old_entries.as_ref().map_or(&[], |e| e.as_slice()),
+            &entries::category(new),
+        )
     }
 
     async fn remove_category(&mut self, old: &Category) -> Result<(), StoreError> {
@@ -233,11 +171,7 @@ impl Txn for Run<'_> {
             .categories
             .remove(old.id)
             .map_err(StoreError::storage)?;
-        sales
-            .category_names
-            .remove(category::name_key(&old.name).as_str())
-            .map_err(StoreError::storage)?;
-        Ok(())
+        rewrite(sales, &entries::category(old), &[])
     }
 
     async fn next_id(&mut self, counter: Counter) -> Result<Result<i64, StoreError>, StoreError> {
