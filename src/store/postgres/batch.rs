@@ -35,8 +35,7 @@ pub(in crate::store) struct PgWriter {
 
 impl Engine for PgWriter {
     async fn commit(&mut self, batch: &mut [Write]) -> Result<Option<Vec<Change>>, StoreError> {
-        let changes = commit(&self.pool, batch).await?;
-        Ok(batch.iter().any(Write::changed).then_some(changes))
+        commit(&self.pool, batch).await
     }
 
     async fn close(&mut self) {}
@@ -46,7 +45,10 @@ impl Engine for PgWriter {
 /// a concurrent transaction got in its way. A batch whose database stops answering is given
 /// up at the deadline and its connection closed, so the writer goes on to the next batch
 /// rather than queueing every later write behind a statement that will never finish.
-async fn commit(pool: &Connections, batch: &mut [Write]) -> Result<Vec<Change>, StoreError> {
+async fn commit(
+    pool: &Connections,
+    batch: &mut [Write],
+) -> Result<Option<Vec<Change>>, StoreError> {
     let mut retries = 0;
     loop {
         let committing = AtomicBool::new(false);
@@ -71,12 +73,12 @@ async fn commit(pool: &Connections, batch: &mut [Write]) -> Result<Vec<Change>, 
 /// then inserts the new pets, writes the counters and appends the events. An error fails the
 /// whole batch: nothing of it is committed, or, when the commit itself failed, its outcome is
 /// unknown and the callers get 503 (a retry with the same Idempotency-Key then finds the
-/// truth).
+/// truth). Answers the changes committed, or `None` when nothing changed and it rolled back.
 async fn run_batch(
     client: &mut ClientWrapper,
     batch: &mut [Write],
     committing: &AtomicBool,
-) -> Result<Vec<Change>, StoreError> {
+) -> Result<Option<Vec<Change>>, StoreError> {
     let txn = client.transaction().await.map_err(pg_error)?;
     let mut tally = Tally::default();
     let Locked { next_id, expiring } = lock_rows(&txn, batch, &mut tally).await?;
@@ -123,7 +125,7 @@ async fn run_batch(
     let (tally, changes) = (rules.tally, rules.ledger.changes);
     if !batch.iter().any(Write::changed) {
         txn.rollback().await.map_err(pg_error)?;
-        return Ok(changes);
+        return Ok(None);
     }
     tally.write(&txn).await?;
     append_events(&txn, &changes).await?;
@@ -132,7 +134,7 @@ async fn run_batch(
         StoreError::Io(e) => StoreError::InDoubt(e),
         other => other,
     })?;
-    Ok(changes)
+    Ok(Some(changes))
 }
 
 /// What `lock_rows` hands the writes: the first pet id the batch's creates take, and the

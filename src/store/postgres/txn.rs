@@ -206,7 +206,8 @@ impl<'t, 'c> PgTxn<'t, 'c> {
 
     /// `flush`, if pet `id` is among the pets not inserted yet.
     async fn flush_for(&mut self, id: PetId) -> Result<(), StoreError> {
-        if self.new_pets.ids.contains(&id) {
+        // Ids are given out in increasing order, so the pending ones are sorted.
+        if self.new_pets.ids.binary_search(&id).is_ok() {
             self.flush().await?;
         }
         Ok(())
