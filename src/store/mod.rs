@@ -23,6 +23,7 @@ mod ops;
 mod pg_cluster;
 mod postgres;
 mod redb;
+mod resource;
 pub(crate) mod sessions;
 #[cfg(test)]
 mod suite;

@@ -8,10 +8,10 @@
 pub(super) mod backup;
 pub(super) mod check;
 pub(super) mod copy;
-mod entries;
 mod file;
 mod handle;
 mod idempotency;
+mod indexes;
 mod open;
 mod sales;
 mod sessions;
@@ -62,9 +62,7 @@ mod tests {
 
     use super::handle::Shared;
     use super::snapshot::Snapshot;
-    use super::tables::{
-        META, META_NEXT_ID, META_SCHEMA_VERSION, PETS, PETS_BY_STATUS, REVISIONS, SCHEMA_VERSION,
-    };
+    use super::tables::{META, META_NEXT_ID, META_SCHEMA_VERSION, PETS, REVISIONS, SCHEMA_VERSION};
     use super::writer::{self, Writer};
     use super::*;
     use crate::clock::unix_now;
@@ -589,9 +587,18 @@ mod tests {
         });
     }
 
+    /// The index tables as versions 3 to 5 typed them (6 keeps every index as encoded keys).
+    const OLD_PETS_BY_STATUS: redb::TableDefinition<(u8, i64), &[u8]> =
+        redb::TableDefinition::new("pets_by_status");
+    const OLD_PETS_BY_CATEGORY: redb::TableDefinition<(i64, u8, i64), ()> =
+        redb::TableDefinition::new("pets_by_category");
+    const OLD_CATEGORY_NAMES: redb::TableDefinition<&str, i64> =
+        redb::TableDefinition::new("category_names");
+
     /// A file of `version` as an earlier petstore left it: the meta keys given and two pets,
     /// one sold in category 2 and one without a status in category 1, with their status
-    /// index and the tables versions 3 and 4 already had.
+    /// index and the tables versions 3 and 4 already had; from version 5 on also the category
+    /// index and category 2, "Dogs", with its name.
     fn earlier_file(path: &Path, version: u64, more_meta: &[(&str, u64)]) {
         let db = Database::create(path).expect("create");
         let txn = db.begin_write().expect("write");
@@ -603,12 +610,26 @@ mod tests {
                 meta.insert(*key, *value).expect("insert");
             }
             let mut pets = txn.open_table(PETS).expect("pets");
-            let mut by_status = txn.open_table(PETS_BY_STATUS).expect("index");
+            let mut by_status = txn.open_table(OLD_PETS_BY_STATUS).expect("index");
             let sold = br#"{"id":1,"name":"old","categoryId":2,"status":"sold"}"#;
             pets.insert(1, &sold[..]).expect("insert");
             by_status.insert((2, 1), &sold[..]).expect("insert");
             pets.insert(2, &br#"{"id":2,"name":"plain","categoryId":1}"#[..])
                 .expect("insert");
+            if version >= 5 {
+                let mut by_category = txn.open_table(OLD_PETS_BY_CATEGORY).expect("index");
+                by_category.insert((2, 2, 1), ()).expect("insert");
+                by_category.insert((1, 3, 2), ()).expect("insert");
+                let categories = redb::TableDefinition::<i64, &[u8]>::new("categories");
+                let mut categories = txn.open_table(categories).expect("categories");
+                categories
+                    .insert(2, &br#"{"id":2,"name":"Dogs"}"#[..])
+                    .expect("insert");
+                let mut names = txn.open_table(OLD_CATEGORY_NAMES).expect("names");
+                names.insert("dogs", 2).expect("insert");
+                meta.insert(tables::META_NEXT_CATEGORY_ID, 3)
+                    .expect("insert");
+            }
         }
         txn.open_table(REVISIONS).expect("revisions");
         txn.open_table(tables::RECORDS).expect("records");
@@ -668,10 +689,17 @@ mod tests {
     }
 
     #[test]
-    fn a_version_3_file_gets_the_tables_of_version_5_with_its_pets_indexed_and_counted() {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let path = dir.path().join("pets.redb");
-        earlier_file(&path, 3, &[]);
+    fn a_file_of_version_3_to_5_gets_the_tables_of_this_one_with_its_records_indexed_and_counted() {
+        for version in 3..=5 {
+            let dir = tempfile::tempdir().expect("temp dir");
+            let path = dir.path().join("pets.redb");
+            earlier_file(&path, version, &[]);
+            upgraded(&path, version);
+        }
+    }
+
+    fn upgraded(path: &Path, version: u64) {
+        let path = path.to_owned();
         runtime().block_on(async {
             let (store, count) = open(&path, TUNING).await.expect("open");
             assert_eq!(count, 2);
@@ -683,11 +711,23 @@ mod tests {
                 br#"[{"id":1,"name":"old","categoryId":2,"status":"sold"}]"#
             );
             assert_eq!(keyed(&store, "new").await.expect("create").pet.id, 3);
+            if version >= 5 {
+                let taken = crate::category::NewCategory {
+                    name: "DOGS".into(),
+                };
+                assert!(
+                    matches!(
+                        store.create_category(taken).await,
+                        Err(StoreError::NameTaken(_))
+                    ),
+                    "the name index of version {version} is read anew"
+                );
+            }
             store.close().await;
         });
         assert_eq!(version_in(&path), Some(SCHEMA_VERSION));
         let report = check::check_file(&path).expect("checks");
-        assert_eq!(report.problems, Vec::<String>::new());
+        assert_eq!(report.problems, Vec::<String>::new(), "version {version}");
     }
 
     /// One sale through the engine: an order holds its pet, refuses a second order, a status

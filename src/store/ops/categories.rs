@@ -1,11 +1,51 @@
-//! A category's writes: create, rename and delete, with its name unique ignoring case
+//! A category: its declaration (`store/resource.rs`: its table, its JSON, the index of its
+//! names) and its writes: create, rename and delete, with its name unique ignoring case
 //! (`category::name_key`) and no category removed while a pet names it.
 
 use crate::category::{Category, CategoryId, CategoryPatch, NewCategory, name_key};
 use crate::event::EventType;
 use crate::store::model::{Change, StoreError};
+use crate::store::resource::{Entry, Holds, Index, Part, PartKind, Resource, Value};
 use crate::store::txn::{Counter, Outcome, Txn};
 use crate::subject::Subject;
+
+/// A category's name as it must be unique (`category::name_key`) to its id.
+pub(crate) static CATEGORY_NAMES: Index = Index {
+    name: "category_names",
+    words: "category names",
+    parts: &[PartKind::Text],
+    unique: true,
+    holds: Holds::Nothing,
+};
+
+impl Resource for Category {
+    const KIND: crate::subject::Kind = crate::subject::Kind::Category;
+    const COUNTER: Counter = Counter::Categories;
+    const TABLE: &'static str = "categories";
+    const INDEXES: &'static [&'static Index] = &[&CATEGORY_NAMES];
+
+    fn id(&self) -> i64 {
+        self.id
+    }
+
+    fn encode(&self) -> Vec<u8> {
+        self.to_json()
+    }
+
+    fn json(&self) -> Vec<u8> {
+        self.to_json()
+    }
+
+    fn decode(id: i64, stored: &[u8]) -> Result<Category, StoreError> {
+        Category::from_json(stored)
+            .map_err(|e| StoreError::Corrupt(format!("category {id} does not read back: {e}")))
+    }
+
+    fn entries<'a>(&self, _stored: &'a [u8]) -> Vec<Entry<'a>> {
+        let key = name_key(&self.name);
+        vec![CATEGORY_NAMES.entry(self.id, &[Part::Text(&key)], Value::Nothing)]
+    }
+}
 
 /// Creates a category under the next category id: `NameTaken` when another has its name.
 pub(super) async fn create<T: Txn>(txn: &mut T, new: &NewCategory) -> Outcome<Category> {

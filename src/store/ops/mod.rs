@@ -12,9 +12,9 @@ use crate::order::OrderId;
 use crate::pet::PetId;
 use crate::store::model::StoreError;
 
-mod categories;
-mod orders;
-mod pets;
+pub(crate) mod categories;
+pub(crate) mod orders;
+pub(crate) mod pets;
 
 /// Runs `write` by its rule in `txn` and sets its outcome; `Ok(false)` if it is no rule's and
 /// the engine runs it.

@@ -1,16 +1,92 @@
-//! An order's writes: placing it for an `available` pet (which becomes `pending`, held by the
+//! An order: its declaration (`store/resource.rs`: its table, its record, its indexes by
+//! status, by pet and by the end of its hold) and its writes: placing it for an `available` pet (which becomes `pending`, held by the
 //! order), completing or cancelling it (the pet becomes `sold` or `available`), and expiring
 //! it once its hold has ended. Invariant: an order and its pet change together, so a placed
 //! order's pet is `pending` and at most one placed order holds a pet.
 
-use crate::order::{Order, OrderAction, OrderId};
+use crate::order::{Order, OrderAction, OrderId, OrderStatus};
 use crate::pet::{Pet, PetStatus};
 use crate::store::model::{Change, Moved, Placed, Precondition, StoreError};
+use crate::store::resource::{Entry, Holds, Index, Part, PartKind, Resource, Value};
 use crate::store::txn::{Counter, Outcome, Txn};
 use crate::store::write::PlaceOrder;
 use crate::subject::Subject;
 
 use super::pets::current;
+
+/// (status code, order id) for every order: `?status=` is a range.
+pub(crate) static ORDERS_BY_STATUS: Index = Index {
+    name: "orders_by_status",
+    words: "order status index",
+    parts: &[PartKind::Code(status_name)],
+    unique: false,
+    holds: Holds::Nothing,
+};
+
+/// (pet id, order id) to the order's status code, for every order: `?petId=` is a range, and
+/// the pet's placed order, the one that holds it, is found among the pet's few entries, so a
+/// second order, a status patch or a delete of a held pet is refused without another table
+/// (a table of holds made placing an order write two entries here instead of one).
+pub(crate) static ORDERS_BY_PET: Index = Index {
+    name: "orders_by_pet",
+    words: "order pet index",
+    parts: &[PartKind::Int],
+    unique: false,
+    holds: Holds::Code,
+};
+
+/// (end of the hold in Unix ms, order id) for every placed order with one: the expiry takes
+/// the ended ones from the front.
+pub(crate) static HOLD_ENDS: Index = Index {
+    name: "hold_ends",
+    words: "hold ends",
+    parts: &[PartKind::Time],
+    unique: false,
+    holds: Holds::Nothing,
+};
+
+fn status_name(code: u8) -> Option<&'static str> {
+    OrderStatus::from_code(code).map(OrderStatus::as_str)
+}
+
+impl Resource for Order {
+    const KIND: crate::subject::Kind = crate::subject::Kind::Order;
+    const COUNTER: Counter = Counter::Orders;
+    const TABLE: &'static str = "orders";
+    const INDEXES: &'static [&'static Index] = &[&ORDERS_BY_STATUS, &ORDERS_BY_PET, &HOLD_ENDS];
+
+    fn id(&self) -> i64 {
+        self.id
+    }
+
+    fn encode(&self) -> Vec<u8> {
+        self.to_record()
+    }
+
+    fn json(&self) -> Vec<u8> {
+        self.to_json()
+    }
+
+    fn decode(id: i64, stored: &[u8]) -> Result<Order, StoreError> {
+        Order::from_record(stored)
+            .map_err(|e| StoreError::Corrupt(format!("order {id} does not read back: {e}")))
+    }
+
+    fn entries<'a>(&self, _stored: &'a [u8]) -> Vec<Entry<'a>> {
+        let (id, code) = (self.id, self.status.code());
+        let mut entries = vec![
+            ORDERS_BY_STATUS.entry(id, &[Part::Code(code)], Value::Nothing),
+            ORDERS_BY_PET.entry(id, &[Part::Int(self.pet_id)], Value::Code(code)),
+        ];
+        if let Some(end) = self
+            .expires_at_ms
+            .filter(|_| self.status == OrderStatus::Placed)
+        {
+            entries.push(HOLD_ENDS.entry(id, &[Part::Time(end)], Value::Nothing));
+        }
+        entries
+    }
+}
 
 /// Places an order for an `available` pet. With a key, a live record answers first (the first
 /// order as placed, or `IdempotencyKeyReused`), before the pet is looked at: a retry finds its

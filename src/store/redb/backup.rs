@@ -15,13 +15,11 @@ use redb::{
 };
 
 use super::handle::RedbStore;
-use super::tables::{
-    CATEGORIES, CATEGORY_NAMES, EVENTS, HOLD_ENDS, META, META_FEED, NAMES, ORDERS, ORDERS_BY_PET,
-    ORDERS_BY_STATUS, PETS, PETS_BY_CATEGORY, PETS_BY_STATUS, RECORDS, REVISIONS, SESSIONS,
-    WEBHOOKS,
-};
+use super::indexes;
+use super::tables::{EVENTS, META, META_FEED, PETS, RECORDS, REVISIONS, SESSIONS, WEBHOOKS, names};
 use crate::store::events::new_feed_id;
 use crate::store::model::StoreError;
+use crate::store::resource::{ForEach, Resource, each_resource};
 
 /// Entries copied between two looks at the cancel flag, and between two rests: after each
 /// slice the copy sleeps as long as the slice took, so it works at most half the time. Run
@@ -125,18 +123,29 @@ fn write_copy(txn: &ReadTransaction, to: &Path, cancel: &AtomicBool) -> Result<u
         .map_err(StoreError::storage)?;
     let write = out.begin_write().map_err(StoreError::storage)?;
     let pets = copy_table(txn, &write, PETS, cancel)?;
-    copy_table(txn, &write, PETS_BY_STATUS, cancel)?;
     copy_table(txn, &write, REVISIONS, cancel)?;
     copy_table(txn, &write, META, cancel)?;
     copy_table(txn, &write, RECORDS, cancel)?;
     copy_table(txn, &write, EVENTS, cancel)?;
-    copy_table(txn, &write, PETS_BY_CATEGORY, cancel)?;
-    copy_table(txn, &write, CATEGORIES, cancel)?;
-    copy_table(txn, &write, CATEGORY_NAMES, cancel)?;
-    copy_table(txn, &write, ORDERS, cancel)?;
-    copy_table(txn, &write, ORDERS_BY_STATUS, cancel)?;
-    copy_table(txn, &write, ORDERS_BY_PET, cancel)?;
-    copy_table(txn, &write, HOLD_ENDS, cancel)?;
+    // Every other resource's records, and every index: as their declarations name them.
+    struct Declared<'a> {
+        from: &'a ReadTransaction,
+        to: &'a WriteTransaction,
+        cancel: &'a AtomicBool,
+    }
+    impl ForEach for Declared<'_> {
+        fn visit<R: Resource>(&mut self) -> Result<(), StoreError> {
+            if R::TABLE != PETS.name() {
+                copy_table(self.from, self.to, indexes::records::<R>(), self.cancel)?;
+            }
+            for index in R::INDEXES {
+                copy_table(self.from, self.to, indexes::table(index), self.cancel)?;
+            }
+            Ok(())
+        }
+    }
+    let (from, to) = (txn, &write);
+    each_resource(&mut Declared { from, to, cancel })?;
     // Restored, its endpoints' positions are of the old feed: each is stopped until enabled
     // (`webhook::deliver`), never sent a renumbered event as if it were the next.
     copy_table(txn, &write, WEBHOOKS, cancel)?;
@@ -162,7 +171,7 @@ fn write_copy(txn: &ReadTransaction, to: &Path, cancel: &AtomicBool) -> Result<u
 /// Refuses a file with a table the snapshot does not copy: a snapshot missing a table would
 /// restore as a store missing it. A new table must be added to `snapshot_to`.
 fn known_tables_only(txn: &ReadTransaction) -> Result<(), StoreError> {
-    let known = NAMES;
+    let known = names();
     let tables = txn.list_tables().map_err(StoreError::storage)?;
     for table in tables {
         if !known.contains(&table.name()) {

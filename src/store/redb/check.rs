@@ -17,18 +17,23 @@ use std::rc::Rc;
 
 use redb::{Database, ReadTransaction, ReadableDatabase, ReadableTable, ReadableTableMetadata};
 
-use super::entries::{self, Entry, Index};
+use super::indexes;
 use super::open::require_openable;
 use super::tables::{
-    CATEGORIES, EVENTS, META, META_EVENT_SEQ, META_EVENTS_TRIMMED, META_FEED, META_INVENTORY,
-    META_NEXT_CATEGORY_ID, META_NEXT_ID, META_NEXT_ORDER_ID, ORDERS, ORDERS_BY_PET, PETS, RECORDS,
-    REVISIONS, SCHEMA_VERSION, holding_order, meta_value, read_event, read_order,
+    EVENTS, META, META_EVENT_SEQ, META_EVENTS_TRIMMED, META_FEED, META_INVENTORY, META_NEXT_ID,
+    PETS, RECORDS, REVISIONS, SCHEMA_VERSION, counter_key, holding_order, meta_value, read_event,
 };
 use crate::category::Category;
 use crate::clock::unix_now;
-use crate::order::OrderStatus;
+use crate::order::{Order, OrderStatus};
 use crate::pet::{Pet, PetStatus};
 use crate::store::model::StoreError;
+use crate::store::ops::orders::ORDERS_BY_PET;
+use crate::store::ops::pets::PETS_BY_STATUS;
+use crate::store::resource::{ForEach, Holds, Index, Resource, each_resource};
+use crate::store::txn::Counter;
+use crate::subject::Kind;
+use std::any::Any;
 
 /// The page cache of the checked copy: each page is read about once, so a small cache costs
 /// little time, and the check's memory stays bounded at any file size.
@@ -251,40 +256,19 @@ fn check_tables(
     report.next_id = next_id;
     let given_out = |id: i64| id >= 1 && u64::try_from(id).is_ok_and(|id| id < next_id);
 
-    let open = |e| StoreError::storage(e);
-    let pets = txn.open_table(PETS).map_err(open)?;
-    let mut declared = Declared::new(entries::Read::open(txn)?);
-    let revisions = txn.open_table(REVISIONS).map_err(open)?;
-    let records = txn.open_table(RECORDS).map_err(open)?;
-
-    // Each pet reads back, carries its own id, is below the counter and has its declared
-    // index entries.
-    for entry in pets.iter().map_err(StoreError::storage)? {
-        let (id, json) = entry.map_err(StoreError::storage)?;
-        let (id, json) = (id.value(), json.value());
-        report.pets += 1;
-        if !given_out(id) {
-            report.problem(format!(
-                "pet {id}: id not below the counter ({next_id}) or not positive"
-            ));
-        }
-        let pet = match Pet::from_json(json) {
-            Ok(pet) => pet,
-            Err(e) => {
-                report.problem(format!("pet {id}: its JSON does not read back: {e}"));
-                continue;
-            }
-        };
-        if pet.id != id {
-            report.problem(format!("pet {id}: its JSON says id {}", pet.id));
-        }
-        declared.expect("pet", id, &entries::pet(&pet, json), report)?;
-        match pet.status {
-            Some(status) => report.by_status[usize::from(status.to_code())] += 1,
-            None => report.without_status += 1,
-        }
-    }
-    report.index_entries = declared.read.len(Index::PetsByStatus)?;
+    let pets = txn.open_table(PETS).map_err(StoreError::storage)?;
+    let revisions = txn.open_table(REVISIONS).map_err(StoreError::storage)?;
+    let records = txn.open_table(RECORDS).map_err(StoreError::storage)?;
+    let mut walk = Walk {
+        txn,
+        read: indexes::Read::open(txn)?,
+        meta: &meta,
+        pets: &pets,
+        report: &mut *report,
+    };
+    each_resource(&mut walk)?;
+    report.index_entries = walk.read.len(&PETS_BY_STATUS)?;
+    check_inventory(&meta, report)?;
 
     // A pet without an entry is at revision 1, so an entry is only for a pet changed since.
     for entry in revisions.iter().map_err(StoreError::storage)? {
@@ -312,7 +296,7 @@ fn check_tables(
         }
         // An order's record keeps the order's id negated (`model::record_id`).
         if id < 0 {
-            let next_order = meta_value(&meta, META_NEXT_ORDER_ID)?;
+            let next_order = meta_value(&meta, counter_key(Counter::Orders))?;
             if id.unsigned_abs() >= next_order {
                 report.problem(format!(
                     "idempotency record: order {} was never given out",
@@ -325,8 +309,6 @@ fn check_tables(
             ));
         }
     }
-    check_sales(txn, &meta, &pets, &mut declared, report)?;
-    declared.check_lengths(txn, &pets, report)?;
     check_events(txn, &meta, report, &given_out)?;
     let counted = pets.len().map_err(StoreError::storage)?;
     if counted != report.pets {
@@ -338,14 +320,9 @@ fn check_tables(
     Ok(())
 }
 
-/// Orders, categories, the category index and the inventory: each order reads back, sits in
-/// its indexes, and holds its pet (`pending`) exactly while placed; each category keeps its
-/// name key; every pet is in the category index once; the counters count the pets.
-fn check_sales(
-    txn: &ReadTransaction,
+/// The inventory's counters against the pets counted by status.
+fn check_inventory(
     meta: &redb::ReadOnlyTable<&'static str, u64>,
-    pets: &redb::ReadOnlyTable<i64, &'static [u8]>,
-    declared: &mut Declared,
     report: &mut CheckReport,
 ) -> Result<(), StoreError> {
     let counted = [
@@ -362,195 +339,203 @@ fn check_sales(
             ));
         }
     }
-
-    let next_category = meta_value(meta, META_NEXT_CATEGORY_ID)?.max(1);
-    let categories = txn.open_table(CATEGORIES).map_err(StoreError::storage)?;
-    for entry in categories.iter().map_err(StoreError::storage)? {
-        let (id, json) = entry.map_err(StoreError::storage)?;
-        let id = id.value();
-        report.categories += 1;
-        if id < 1 || id.unsigned_abs() >= next_category {
-            report.problem(format!(
-                "category {id}: not below the counter ({next_category}) or not positive"
-            ));
-        }
-        match Category::from_json(json.value()) {
-            Ok(category) if category.id == id => {
-                declared.expect("category", id, &entries::category(&category), report)?
-            }
-            Ok(category) => {
-                report.problem(format!("category {id}: its JSON says id {}", category.id))
-            }
-            Err(err) => report.problem(format!("category {id}: does not read back: {err}")),
-        }
-    }
-    let next_order = meta_value(meta, META_NEXT_ORDER_ID)?.max(1);
-    let orders = txn.open_table(ORDERS).map_err(StoreError::storage)?;
-    let by_pet = txn.open_table(ORDERS_BY_PET).map_err(StoreError::storage)?;
-    for entry in orders.iter().map_err(StoreError::storage)? {
-        let (id, record) = entry.map_err(StoreError::storage)?;
-        let id = id.value();
-        report.orders += 1;
-        if id < 1 || id.unsigned_abs() >= next_order {
-            report.problem(format!(
-                "order {id}: not below the counter ({next_order}) or not positive"
-            ));
-        }
-        let order = match read_order(id, record.value()) {
-            Ok(order) if order.id == id => order,
-            Ok(order) => {
-                report.problem(format!("order {id}: its record says id {}", order.id));
-                continue;
-            }
-            Err(err) => {
-                report.problem(format!("order {id}: {err}"));
-                continue;
-            }
-        };
-        declared.expect("order", id, &entries::order(&order), report)?;
-        if order.status != OrderStatus::Placed {
-            continue;
-        }
-        // The first placed entry of the pet is the one the writes see as its hold.
-        let held = holding_order(&by_pet, order.pet_id)?;
-        report.placed_orders += 1;
-        if held != Some(id) {
-            report.problem(format!(
-                "order {id} is placed but does not hold pet {}",
-                order.pet_id
-            ));
-        }
-        let pet = pets
-            .get(order.pet_id)
-            .map_err(StoreError::storage)?
-            .and_then(|json| Pet::from_json(json.value()).ok());
-        if pet.and_then(|pet| pet.status) != Some(PetStatus::Pending) {
-            report.problem(format!(
-                "order {id} is placed but pet {} is not pending",
-                order.pet_id
-            ));
-        }
-    }
     Ok(())
 }
 
-/// The index tables and the number of entries the records checked so far declare in each:
-/// each record's entries are looked up as it is read (`expect`), and at the end each table
-/// must hold as many as were declared (`check_lengths`), so exactly those.
-struct Declared {
-    read: entries::Read,
-    counts: [u64; Index::ALL.len()],
+/// The walk through every declared resource: each record reads back, carries its own id, is
+/// below its counter and has the entries it declares, and each of its indexes holds as many
+/// entries as its records declare (so exactly those; the strays are named). Then what a kind
+/// of record promises beyond its entries (`Walk::kept`).
+struct Walk<'a> {
+    txn: &'a ReadTransaction,
+    read: indexes::Read,
+    meta: &'a redb::ReadOnlyTable<&'static str, u64>,
+    pets: &'a redb::ReadOnlyTable<i64, &'static [u8]>,
+    report: &'a mut CheckReport,
 }
 
-impl Declared {
-    fn new(read: entries::Read) -> Declared {
-        Declared {
-            read,
-            counts: [0; Index::ALL.len()],
-        }
-    }
-
-    /// Counts the entries of record `id` (a `kind`) and names each one missing or kept with
-    /// another value.
-    fn expect(
-        &mut self,
-        kind: &str,
-        id: i64,
-        entries: &[Option<Entry>],
-        report: &mut CheckReport,
-    ) -> Result<(), StoreError> {
-        for entry in entries.iter().flatten() {
-            let index = entry.index();
-            self.counts[index as usize] += 1;
-            let filed = entry.filed_as();
-            match self.read.holds(entry)? {
-                Some(true) => {}
-                None => report.problem(format!(
-                    "{kind} {id} ({filed}): missing from the {}",
-                    index.words()
-                )),
-                Some(false) => report.problem(format!(
-                    "{kind} {id} ({filed}): the {} holds {}",
-                    index.words(),
-                    index.other_value()
-                )),
-            }
-        }
-        Ok(())
-    }
-
-    /// Each index table against the count of entries declared for it. One that holds more
-    /// than its records declare (or as many, with some missing) is read through to name the
-    /// entries no record declares; a difference none of them explains is named by its count.
-    fn check_lengths(
-        &self,
-        txn: &ReadTransaction,
-        pets: &redb::ReadOnlyTable<i64, &'static [u8]>,
-        report: &mut CheckReport,
-    ) -> Result<(), StoreError> {
-        let orders = txn.open_table(ORDERS).map_err(StoreError::storage)?;
-        let categories = txn.open_table(CATEGORIES).map_err(StoreError::storage)?;
-        for index in Index::ALL {
-            let (held, belong) = (self.read.len(index)?, self.counts[index as usize]);
-            if held == belong {
-                continue;
-            }
-            let mut named = 0;
-            self.read.each(index, &mut |entry| {
-                if let Some(problem) = stray(entry, pets, &orders, &categories)? {
-                    named += 1;
-                    report.problem(problem);
-                }
-                Ok(())
-            })?;
-            if named == 0 {
-                report.problem(format!(
-                    "{}: {held} entries where {belong} belong",
-                    index.table()
+impl ForEach for Walk<'_> {
+    fn visit<R: Resource>(&mut self) -> Result<(), StoreError> {
+        let kind = R::KIND.name();
+        let next = meta_value(self.meta, counter_key(R::COUNTER))?.max(1);
+        let mut declared = vec![0u64; R::INDEXES.len()];
+        let table = self.txn.open_table(indexes::records::<R>());
+        for row in table
+            .map_err(StoreError::storage)?
+            .iter()
+            .map_err(StoreError::storage)?
+        {
+            let (id, stored) = row.map_err(StoreError::storage)?;
+            let (id, stored) = (id.value(), stored.value());
+            if id < 1 || id.unsigned_abs() >= next {
+                self.report.problem(format!(
+                    "{kind} {id}: id not below the counter ({next}) or not positive"
                 ));
             }
+            let record = match R::decode(id, stored) {
+                Ok(record) if record.id() == id => record,
+                Ok(record) => {
+                    let says = record.id();
+                    self.report
+                        .problem(format!("{kind} {id}: it says id {says}"));
+                    continue;
+                }
+                Err(e) => {
+                    self.report.problem(format!("{kind} {id}: {}", words(e)));
+                    self.kept_unread(R::KIND);
+                    continue;
+                }
+            };
+            for entry in record.entries(stored) {
+                let at = R::INDEXES.iter().position(|index| *index == entry.index);
+                if let Some(at) = at {
+                    declared[at] += 1;
+                }
+                let (words, filed) = (entry.index.words, entry.filed_as());
+                match self.read.holds(&entry)? {
+                    Some(true) => {}
+                    None => self
+                        .report
+                        .problem(format!("{kind} {id} ({filed}): missing from the {words}")),
+                    Some(false) => self.report.problem(format!(
+                        "{kind} {id} ({filed}): the {words} holds {}",
+                        other_value(entry.index)
+                    )),
+                }
+            }
+            self.kept(&record as &dyn Any)?;
+        }
+        for (index, declared) in R::INDEXES.iter().zip(declared) {
+            self.check_length::<R>(index, declared)?;
         }
         Ok(())
     }
 }
 
-/// Why `entry` is not one its record declares (no such record, or the record files itself
-/// under another key or not at all), or `None` when it is.
-fn stray(
-    entry: &Entry,
-    pets: &redb::ReadOnlyTable<i64, &'static [u8]>,
-    orders: &redb::ReadOnlyTable<i64, &'static [u8]>,
-    categories: &redb::ReadOnlyTable<i64, &'static [u8]>,
-) -> Result<Option<String>, StoreError> {
-    let (index, id) = (entry.index(), entry.owner());
-    let kind = index.owner_kind();
-    // The record's own entry in this index: `None` when there is no record that reads back.
-    let own = |declared: &[Option<Entry>]| {
-        let own = declared.iter().flatten().find(|own| own.index() == index);
-        own.map(|own| (own.same_key(entry), own.filed_as()))
-    };
-    let e = StoreError::storage;
-    let found = match kind {
-        "pet" => pets.get(id).map_err(e)?.and_then(|json| {
-            let pet = Pet::from_json(json.value()).ok()?;
-            Some(own(&entries::pet(&pet, json.value())))
-        }),
-        "order" => orders.get(id).map_err(e)?.and_then(|record| {
-            let order = read_order(id, record.value()).ok()?;
-            Some(own(&entries::order(&order)))
-        }),
-        _ => categories.get(id).map_err(e)?.and_then(|json| {
-            let category = Category::from_json(json.value()).ok()?;
-            Some(own(&entries::category(&category)))
-        }),
-    };
-    let at = format!("{}: entry ({})", index.words(), entry.key_text());
-    Ok(match found {
-        None => Some(format!("{at} names no {kind}")),
-        Some(Some((true, _))) => None,
-        Some(Some((false, filed))) => Some(format!("{at} but {kind} {id} is {filed}")),
-        Some(None) => Some(format!("{at} but {kind} {id} is {}", index.none())),
-    })
+impl Walk<'_> {
+    /// What a pet or an order promises beyond its entries: pets are counted by status (for
+    /// the inventory), and a placed order holds its pet, which is `pending`.
+    fn kept(&mut self, record: &dyn Any) -> Result<(), StoreError> {
+        if let Some(pet) = record.downcast_ref::<Pet>() {
+            self.report.pets += 1;
+            match pet.status {
+                Some(status) => self.report.by_status[usize::from(status.to_code())] += 1,
+                None => self.report.without_status += 1,
+            }
+        } else if let Some(order) = record.downcast_ref::<Order>() {
+            self.report.orders += 1;
+            if order.status == OrderStatus::Placed {
+                self.check_hold(order)?;
+            }
+        } else if record.downcast_ref::<Category>().is_some() {
+            self.report.categories += 1;
+        }
+        Ok(())
+    }
+
+    /// A record that does not read back still counts.
+    fn kept_unread(&mut self, kind: Kind) {
+        match kind {
+            Kind::Pet => self.report.pets += 1,
+            Kind::Order => self.report.orders += 1,
+            Kind::Category => self.report.categories += 1,
+        }
+    }
+
+    fn check_hold(&mut self, order: &Order) -> Result<(), StoreError> {
+        let (id, pet) = (order.id, order.pet_id);
+        self.report.placed_orders += 1;
+        // The first placed entry of the pet is the one the writes see as its hold.
+        let by_pet = self.txn.open_table(indexes::table(&ORDERS_BY_PET));
+        let held = holding_order(&by_pet.map_err(StoreError::storage)?, pet)?;
+        if held != Some(id) {
+            self.report
+                .problem(format!("order {id} is placed but does not hold pet {pet}"));
+        }
+        let status = self
+            .pets
+            .get(pet)
+            .map_err(StoreError::storage)?
+            .and_then(|json| Pet::from_json(json.value()).ok())
+            .and_then(|pet| pet.status);
+        if status != Some(PetStatus::Pending) {
+            self.report
+                .problem(format!("order {id} is placed but pet {pet} is not pending"));
+        }
+        Ok(())
+    }
+
+    /// `index` of `R` against the `declared` number of entries its records declare. One that
+    /// holds another number (or as many, with some missing) is read through to name the
+    /// entries no record declares; a difference none of them explains is named by its count.
+    fn check_length<R: Resource>(
+        &mut self,
+        index: &'static Index,
+        declared: u64,
+    ) -> Result<(), StoreError> {
+        let held = self.read.len(index)?;
+        if held == declared {
+            return Ok(());
+        }
+        let records = self.txn.open_table(indexes::records::<R>());
+        let records = records.map_err(StoreError::storage)?;
+        let (kind, words) = (R::KIND.name(), index.words);
+        let mut named = 0;
+        let report = &mut *self.report;
+        self.read.each(index, &mut |entry, key| {
+            let Some(entry) = entry else {
+                named += 1;
+                report.problem(format!("{words}: entry {key:?} is no entry of it"));
+                return Ok(());
+            };
+            let id = entry.owner;
+            let at = format!("{words}: entry ({})", entry.key_text());
+            // The record's own entry in this index: `None` when no record reads back.
+            let own = records
+                .get(id)
+                .map_err(StoreError::storage)?
+                .and_then(|stored| {
+                    let record = R::decode(id, stored.value()).ok()?;
+                    let entries = record.entries(stored.value());
+                    let own = entries.into_iter().find(|own| own.index == index);
+                    Some(own.map(|own| (own.same_key(entry), own.filed_as())))
+                });
+            let problem = match own {
+                None => Some(format!("{at} names no {kind}")),
+                Some(Some((true, _))) => None,
+                Some(Some((false, filed))) => Some(format!("{at} but {kind} {id} is {filed}")),
+                Some(None) => Some(format!("{at} but {kind} {id} has no entry there")),
+            };
+            if let Some(problem) = problem {
+                named += 1;
+                report.problem(problem);
+            }
+            Ok(())
+        })?;
+        if named == 0 {
+            let name = index.name;
+            report.problem(format!("{name}: {held} entries where {declared} belong"));
+        }
+        Ok(())
+    }
+}
+
+/// A value kept under the right key that is not the record's, in words.
+fn other_value(index: &Index) -> &'static str {
+    match index.holds {
+        _ if index.unique => "another id",
+        Holds::Stored => "a stale copy of the record",
+        Holds::Code => "another status",
+        Holds::Nothing => "another value",
+    }
+}
+
+/// A store error as a problem's words: a corruption's own, else the error's.
+fn words(e: StoreError) -> String {
+    match e {
+        StoreError::Corrupt(what) => what,
+        other => other.to_string(),
+    }
 }
 
 /// The feed: numbers in a row from just above the last purged to the newest, each event of a
@@ -618,9 +603,10 @@ fn check_events(
 mod tests {
     use super::*;
     use crate::pet::NewPet;
-    use crate::store::redb::tables::{
-        CATEGORY_NAMES, HOLD_ENDS, ORDERS_BY_STATUS, PETS_BY_CATEGORY, PETS_BY_STATUS,
-    };
+    use crate::store::ops::categories::CATEGORY_NAMES;
+    use crate::store::ops::orders::{HOLD_ENDS, ORDERS_BY_STATUS};
+    use crate::store::ops::pets::PETS_BY_CATEGORY;
+    use crate::store::resource::{Part, Value};
     use crate::store::{Location, Precondition, Store, Tuning};
     use std::time::Duration;
 
@@ -701,6 +687,30 @@ mod tests {
         assert_eq!(left, ["pets.redb"], "the scratch copy is removed");
     }
 
+    /// Keeps record `owner`'s entry under `parts` in `index`, as a bug would.
+    fn put(
+        txn: &redb::WriteTransaction,
+        index: &'static Index,
+        owner: i64,
+        parts: &[Part],
+        value: Value,
+    ) {
+        let entry = index.entry(owner, parts, value);
+        let mut table = txn.open_table(indexes::table(index)).expect("opens");
+        let value = entry.value_bytes();
+        table
+            .insert(entry.key.as_slice(), value.as_slice())
+            .expect("inserts");
+    }
+
+    /// Removes record `owner`'s entry under `parts` from `index`, which holds it.
+    fn remove(txn: &redb::WriteTransaction, index: &'static Index, owner: i64, parts: &[Part]) {
+        let entry = index.entry(owner, parts, Value::Nothing);
+        let mut table = txn.open_table(indexes::table(index)).expect("opens");
+        let removed = table.remove(entry.key.as_slice()).expect("removes");
+        assert!(removed.is_some(), "{} held the entry", index.name);
+    }
+
     /// Writes straight into the closed file, as a bug or an outside edit would.
     fn tamper(path: &Path, edit: impl FnOnce(&redb::WriteTransaction)) {
         let db = Database::open(path).expect("opens");
@@ -715,19 +725,25 @@ mod tests {
         let path = dir.path().join("pets.redb");
         sample(&path);
         tamper(&path, |txn| {
-            let mut index = txn.open_table(PETS_BY_STATUS).expect("index");
             // Pet 5 (available) loses its entry; pet 3 (sold) gets a stale second one.
-            index.remove((0u8, 5i64)).expect("removes");
-            index
-                .insert((1u8, 3i64), br#"{"id":3}"#.as_slice())
-                .expect("inserts");
+            remove(txn, &PETS_BY_STATUS, 5, &[Part::Code(0)]);
+            put(
+                txn,
+                &PETS_BY_STATUS,
+                3,
+                &[Part::Code(1)],
+                Value::Stored(br#"{"id":3}"#),
+            );
             // Pet 1's entry holds old JSON; an entry for the deleted pet 2.
-            index
-                .insert((2u8, 1i64), br#"{"id":1,"name":"old"}"#.as_slice())
-                .expect("inserts");
-            index
-                .insert((1u8, 2i64), br#"{"id":2}"#.as_slice())
-                .expect("inserts");
+            let old = Value::Stored(br#"{"id":1,"name":"old"}"#);
+            put(txn, &PETS_BY_STATUS, 1, &[Part::Code(2)], old);
+            put(
+                txn,
+                &PETS_BY_STATUS,
+                2,
+                &[Part::Code(1)],
+                Value::Stored(br#"{"id":2}"#),
+            );
             let mut revisions = txn.open_table(REVISIONS).expect("revisions");
             revisions.insert(2i64, 2u64).expect("inserts");
             let mut records = txn.open_table(RECORDS).expect("records");
@@ -739,7 +755,7 @@ mod tests {
         let all = report.problems.join("\n");
         for expected in [
             "pet 5 (available): missing from the status index",
-            "pet 1 (sold): the status index holds other JSON",
+            "pet 1 (sold): the status index holds a stale copy",
             "entry (pending, 3) but pet 3 is sold",
             "entry (pending, 2) names no pet",
             "revisions: pet 2 does not exist",
@@ -792,78 +808,107 @@ mod tests {
         type Damage = fn(&redb::WriteTransaction);
         let damages: [(Damage, &str); 14] = [
             (
-                |txn| drop(open(txn, PETS_BY_STATUS).remove((1, 1)).expect("removes")),
+                |txn| remove(txn, &PETS_BY_STATUS, 1, &[Part::Code(1)]),
                 "pet 1 (pending): missing from the status index",
             ),
             (
-                |txn| drop(open(txn, PETS_BY_STATUS).insert((0, 9), b"{}".as_slice())),
+                |txn| {
+                    put(
+                        txn,
+                        &PETS_BY_STATUS,
+                        9,
+                        &[Part::Code(0)],
+                        Value::Stored(b"{}"),
+                    )
+                },
                 "status index: entry (available, 9) names no pet",
             ),
             (
-                |txn| drop(open(txn, PETS_BY_STATUS).insert((1, 1), b"{}".as_slice())),
-                "pet 1 (pending): the status index holds other JSON than the pet",
+                |txn| {
+                    put(
+                        txn,
+                        &PETS_BY_STATUS,
+                        1,
+                        &[Part::Code(1)],
+                        Value::Stored(b"{}"),
+                    )
+                },
+                "pet 1 (pending): the status index holds a stale copy of the record",
+            ),
+            (
+                |txn| remove(txn, &PETS_BY_CATEGORY, 1, &[Part::Int(1), Part::Code(1)]),
+                "pet 1 (1, pending): missing from the category index",
             ),
             (
                 |txn| {
-                    drop(
-                        open(txn, PETS_BY_CATEGORY)
-                            .remove((1, 1, 1))
-                            .expect("removes"),
-                    )
+                    let parts = [Part::Int(2), Part::Code(1)];
+                    put(txn, &PETS_BY_CATEGORY, 1, &parts, Value::Nothing)
                 },
-                "pet 1 (1, 1, 1): missing from the category index",
+                "category index: entry (2, pending, 1) but pet 1 is 1, pending",
             ),
             (
-                |txn| drop(open(txn, PETS_BY_CATEGORY).insert((2, 1, 1), ())),
-                "category index: entry (2, 1, 1) but pet 1 is 1, 1, 1",
+                |txn| remove(txn, &ORDERS_BY_STATUS, 1, &[Part::Code(1)]),
+                "order 1 (placed): missing from the order status index",
             ),
             (
-                |txn| drop(open(txn, ORDERS_BY_STATUS).remove((1, 1)).expect("removes")),
-                "order 1 (placed, 1): missing from the order status index",
-            ),
-            (
-                |txn| drop(open(txn, ORDERS_BY_STATUS).insert((2, 7), ())),
+                |txn| put(txn, &ORDERS_BY_STATUS, 7, &[Part::Code(2)], Value::Nothing),
                 "order status index: entry (completed, 7) names no order",
             ),
             (
-                |txn| drop(open(txn, ORDERS_BY_PET).remove((1, 1)).expect("removes")),
-                "order 1 (1, 1): missing from the order pet index",
+                |txn| remove(txn, &ORDERS_BY_PET, 1, &[Part::Int(1)]),
+                "order 1 (1): missing from the order pet index",
             ),
             (
-                |txn| drop(open(txn, ORDERS_BY_PET).insert((3, 1), 0)),
-                "order pet index: entry (3, 1) but order 1 is 1, 1",
+                |txn| put(txn, &ORDERS_BY_PET, 1, &[Part::Int(3)], Value::Code(0)),
+                "order pet index: entry (3, 1) but order 1 is 1",
             ),
             (
-                |txn| drop(open(txn, ORDERS_BY_PET).insert((1, 1), 2)),
-                "order 1 (1, 1): the order pet index holds another status",
+                |txn| put(txn, &ORDERS_BY_PET, 1, &[Part::Int(1)], Value::Code(2)),
+                "order 1 (1): the order pet index holds another status",
             ),
             (
                 |txn| {
-                    let mut ends = open(txn, HOLD_ENDS);
-                    let end = ends.first().expect("reads").expect("one").0.value();
-                    ends.remove(end).expect("removes");
+                    let mut ends = txn.open_table(indexes::table(&HOLD_ENDS)).expect("opens");
+                    let end = ends
+                        .first()
+                        .expect("reads")
+                        .expect("one")
+                        .0
+                        .value()
+                        .to_vec();
+                    ends.remove(end.as_slice()).expect("removes");
                 },
                 "missing from the hold ends",
             ),
             (
-                |txn| drop(open(txn, HOLD_ENDS).insert((5, 4), ())),
+                |txn| put(txn, &HOLD_ENDS, 4, &[Part::Time(5)], Value::Nothing),
                 "hold ends: entry (5, 4) names no order",
             ),
             (
-                |txn| drop(open(txn, CATEGORY_NAMES).insert("cats", 1)),
+                |txn| {
+                    put(
+                        txn,
+                        &CATEGORY_NAMES,
+                        1,
+                        &[Part::Text("cats")],
+                        Value::Nothing,
+                    )
+                },
                 "category names: entry (\"cats\") but category 1 is \"dogs\"",
             ),
             (
-                |txn| drop(open(txn, CATEGORY_NAMES).insert("dogs", 2)),
+                |txn| {
+                    put(
+                        txn,
+                        &CATEGORY_NAMES,
+                        2,
+                        &[Part::Text("dogs")],
+                        Value::Nothing,
+                    )
+                },
                 "category 1 (\"dogs\"): the category names holds another id",
             ),
         ];
-        fn open<'t, K: redb::Key + 'static, V: redb::Value + 'static>(
-            txn: &'t redb::WriteTransaction,
-            table: redb::TableDefinition<'_, K, V>,
-        ) -> redb::Table<'t, K, V> {
-            txn.open_table(table).expect("opens")
-        }
         let dir = tempfile::tempdir().expect("tempdir");
         let sound = dir.path().join("sound.redb");
         sample_with_sales(&sound);

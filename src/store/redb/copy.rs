@@ -8,25 +8,25 @@
 
 use std::sync::Arc;
 
+use redb::TableHandle;
 use redb::{
     Database, Durability, ReadTransaction, ReadableDatabase, ReadableTable, ReadableTableMetadata,
 };
 use tokio::sync::{mpsc, oneshot};
 
-use super::entries::{self, rewrite};
 use super::handle::{RedbStore, Shared};
 use super::idempotency::{self, Index};
+use super::indexes::{self, Open};
 use super::open::count_inventory;
 use super::tables::{
-    CATEGORIES, META, META_INVENTORY, META_NEXT_CATEGORY_ID, META_NEXT_ID, META_NEXT_ORDER_ID,
-    ORDERS, PETS, PETS_BY_CATEGORY, PETS_BY_STATUS, PetIndexes, RECORDS, REVISIONS, Sales,
-    meta_value, read_order,
+    META, META_INVENTORY, META_NEXT_CATEGORY_ID, META_NEXT_ID, META_NEXT_ORDER_ID, PETS, RECORDS,
+    REVISIONS, declared_names, meta_value,
 };
 use crate::category::Category;
 use crate::clock::unix_now;
-use crate::store::model::{
-    Chunk, Exporting, IdempotencyRecord, NextIds, StoreError, StoredPet, read_pet,
-};
+use crate::pet::Pet;
+use crate::store::model::{Chunk, Exporting, IdempotencyRecord, NextIds, StoreError, StoredPet};
+use crate::store::resource::Resource;
 
 impl RedbStore {
     /// Starts streaming the store into `sender` from one read transaction; returns its id
@@ -78,7 +78,7 @@ impl RedbStore {
                 .map_err(StoreError::storage)?;
             let next_id = next_id_in(&txn)?;
             let categories = txn
-                .open_table(CATEGORIES)
+                .open_table(indexes::records::<Category>())
                 .and_then(|categories| Ok(categories.len()?))
                 .map_err(StoreError::storage)?;
             if pets > 0 || records > 0 || next_id != 1 || categories > 0 {
@@ -105,13 +105,11 @@ impl RedbImport {
     pub(in crate::store) async fn write(&mut self, chunk: Chunk) -> Result<(), StoreError> {
         self.transaction(Durability::None, move |txn| match chunk {
             Chunk::Pets(pets) => {
-                let mut table = txn.open_table(PETS).map_err(StoreError::storage)?;
-                let mut indexes = PetIndexes::open(txn)?;
+                let mut open = Open::new(txn);
                 let mut revisions = txn.open_table(REVISIONS).map_err(StoreError::storage)?;
                 for stored in &pets {
                     let (id, json) = (stored.id, stored.json.as_ref());
-                    table.insert(id, json).map_err(StoreError::storage)?;
-                    rewrite(&mut indexes, &[], &entries::pet(&read_pet(id, json)?, json))?;
+                    open.put(None, &Pet::decode(id, json)?, json)?;
                     // A pet not listed is at revision 1: see `REVISIONS`.
                     if stored.revision != 1 {
                         revisions
@@ -132,24 +130,16 @@ impl RedbImport {
                 Ok(())
             }
             Chunk::Categories(categories) => {
-                let mut sales = Sales::open(txn)?;
+                let mut open = Open::new(txn);
                 for category in &categories {
-                    sales
-                        .categories
-                        .insert(category.id, category.to_json().as_slice())
-                        .map_err(StoreError::storage)?;
-                    rewrite(&mut sales, &[], &entries::category(category))?;
+                    open.put(None, category, &category.encode())?;
                 }
                 Ok(())
             }
             Chunk::Orders(orders) => {
-                let mut sales = Sales::open(txn)?;
+                let mut open = Open::new(txn);
                 for order in &orders {
-                    sales
-                        .orders
-                        .insert(order.id, order.to_record().as_slice())
-                        .map_err(StoreError::storage)?;
-                    rewrite(&mut sales, &[], &entries::order(order))?;
+                    open.put(None, order, &order.encode())?;
                 }
                 Ok(())
             }
@@ -189,23 +179,16 @@ impl RedbImport {
     /// Empties every table the import wrote and puts the counter back to 1, durably.
     pub(in crate::store) async fn abort(self) -> Result<(), StoreError> {
         self.transaction(Durability::Immediate, |txn| {
-            txn.delete_table(PETS).map_err(StoreError::storage)?;
-            txn.delete_table(PETS_BY_STATUS)
-                .map_err(StoreError::storage)?;
-            txn.delete_table(REVISIONS).map_err(StoreError::storage)?;
-            txn.delete_table(RECORDS).map_err(StoreError::storage)?;
-            txn.delete_table(PETS_BY_CATEGORY)
-                .map_err(StoreError::storage)?;
-            for name in super::tables::SALES_NAMES {
+            // What the import wrote, deleted and made anew (empty): by name, whatever the
+            // table's types.
+            let written = declared_names()
+                .into_iter()
+                .chain([REVISIONS.name(), RECORDS.name()]);
+            for name in written {
                 let table: redb::TableDefinition<'_, u64, u64> = redb::TableDefinition::new(name);
                 txn.delete_table(table).map_err(StoreError::storage)?;
             }
-            Sales::open(txn)?;
-            txn.open_table(PETS_BY_CATEGORY)
-                .map_err(StoreError::storage)?;
-            txn.open_table(PETS).map_err(StoreError::storage)?;
-            txn.open_table(PETS_BY_STATUS)
-                .map_err(StoreError::storage)?;
+            super::open::create_declared(txn)?;
             txn.open_table(REVISIONS).map_err(StoreError::storage)?;
             idempotency::create_tables(txn)?;
             let mut meta = txn.open_table(META).map_err(StoreError::storage)?;
@@ -352,40 +335,32 @@ fn stream(
     if !batch.is_empty() && sender.blocking_send(Ok(Chunk::Records(batch))).is_err() {
         return Ok(());
     }
-    let categories = txn.open_table(CATEGORIES).map_err(StoreError::storage)?;
-    let mut batch = Vec::new();
-    for entry in categories.iter().map_err(StoreError::storage)? {
-        let (id, json) = entry.map_err(StoreError::storage)?;
-        let id = id.value();
-        batch.push(
-            Category::from_json(json.value()).map_err(|e| {
-                StoreError::Corrupt(format!("category {id} does not read back: {e}"))
-            })?,
-        );
-        if batch.len() == chunk {
-            let full = std::mem::take(&mut batch);
-            if sender.blocking_send(Ok(Chunk::Categories(full))).is_err() {
-                return Ok(());
-            }
-        }
-    }
-    if !batch.is_empty() && sender.blocking_send(Ok(Chunk::Categories(batch))).is_err() {
-        return Ok(());
-    }
-    let orders = txn.open_table(ORDERS).map_err(StoreError::storage)?;
-    let mut batch = Vec::new();
-    for entry in orders.iter().map_err(StoreError::storage)? {
-        let (id, record) = entry.map_err(StoreError::storage)?;
-        batch.push(read_order(id.value(), record.value())?);
-        if batch.len() == chunk {
-            let full = std::mem::take(&mut batch);
-            if sender.blocking_send(Ok(Chunk::Orders(full))).is_err() {
-                return Ok(());
-            }
-        }
-    }
-    if !batch.is_empty() {
-        let _ = sender.blocking_send(Ok(Chunk::Orders(batch)));
+    if stream_records(txn, chunk, sender, Chunk::Categories)? {
+        stream_records(txn, chunk, sender, Chunk::Orders)?;
     }
     Ok(())
+}
+
+/// Sends every record of `R` in chunks (`wrap`); `false` when the receiver has gone.
+fn stream_records<R: Resource>(
+    txn: &ReadTransaction,
+    chunk: usize,
+    sender: &mpsc::Sender<Result<Chunk, StoreError>>,
+    wrap: fn(Vec<R>) -> Chunk,
+) -> Result<bool, StoreError> {
+    let table = txn.open_table(indexes::records::<R>());
+    let table = table.map_err(StoreError::storage)?;
+    let mut batch = Vec::new();
+    for row in table.iter().map_err(StoreError::storage)? {
+        let (id, stored) = row.map_err(StoreError::storage)?;
+        batch.push(R::decode(id.value(), stored.value())?);
+        if batch.len() == chunk
+            && sender
+                .blocking_send(Ok(wrap(std::mem::take(&mut batch))))
+                .is_err()
+        {
+            return Ok(false);
+        }
+    }
+    Ok(batch.is_empty() || sender.blocking_send(Ok(wrap(batch))).is_ok())
 }

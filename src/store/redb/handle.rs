@@ -17,6 +17,8 @@ use super::tables::{META, META_NEXT_ID, PETS, event_head, read_event};
 use crate::pet::PetId;
 use crate::store::events::{EventPage, EventQuery, PageScan, ReadError};
 use crate::store::model::{Page, PageBuilder, PageQuery, Record, StoreError, StoredPet};
+use crate::store::ops::pets::PETS_BY_STATUS;
+use crate::store::resource::{Part, id_range, owner_of};
 
 /// The longest a read waits for the writer's reopen of the file before it gets 503.
 const REOPEN_WAIT: Duration = Duration::from_secs(1);
@@ -184,7 +186,8 @@ impl RedbStore {
             return self.read_txn(|txn| {
                 let pets = txn.open_table(PETS).map_err(StoreError::storage)?;
                 let feed = feed_state(txn)?;
-                let page = self.list_category(txn, &pets, query, first)?;
+                let after = query.after.unwrap_or(i64::MIN);
+                let page = self.list_category(txn, &pets, query, after)?;
                 Ok(page.at(feed.newest_position()))
             });
         }
@@ -205,14 +208,15 @@ impl RedbStore {
                         }
                     }
                     Some(status) => {
-                        let code = status.to_code();
+                        let prefix = PETS_BY_STATUS.prefix(&[Part::Code(status.to_code())]);
+                        let (first, last) = id_range(&prefix, first);
                         let entries = snapshot
                             .by_status
-                            .range((code, first)..=(code, i64::MAX))
+                            .range(first.as_slice()..=last.as_slice())
                             .map_err(StoreError::storage)?;
                         for entry in entries.take(limit + 1) {
                             let (key, json) = entry.map_err(StoreError::storage)?;
-                            page.push(key.value().1, json.value());
+                            page.push(owner_of(key.value())?, json.value());
                         }
                     }
                 }

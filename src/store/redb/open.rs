@@ -1,6 +1,6 @@
 //! Opening the redb file: its page cache and sharing mode, redb's repair of a file left
-//! mid-commit, the layout's creation and its upgrade from versions 3 and 4 (every pet's
-//! declared index entries, `redb/entries.rs`, and the inventory), the refusal of a
+//! mid-commit, the layout's creation and its upgrade from versions 3 to 5 (every declared
+//! index written anew from the records, `redb/indexes.rs`, and the inventory), the refusal of a
 //! file this build cannot open (a newer layout, an older one, an earlier petstore's log still
 //! expected), and what the writer and the reads start from (pets, idempotency records, the
 //! last batch). After a write failed, the file is read from the disk, never from pages the
@@ -12,18 +12,19 @@ use std::path::Path;
 
 use redb::{Database, ReadableDatabase, ReadableTable, ReadableTableMetadata};
 
-use super::entries::{self, rewrite};
 use super::file::Filled;
 use super::idempotency::{self, Index};
+use super::indexes;
 use super::tables::{
     EVENTS, META, META_BATCH, META_FEED, META_INVENTORY, META_LOG_EPOCH, META_NEXT_ID,
-    META_SCHEMA_VERSION, OLDEST_UPGRADED, PETS, PETS_BY_CATEGORY, PETS_BY_STATUS, PetIndexes,
-    RECORDS, REVISIONS, SCHEMA_VERSION, Sales, begin, meta_value,
+    META_SCHEMA_VERSION, OLDEST_UPGRADED, PETS, RECORDS, REVISIONS, SCHEMA_VERSION, begin,
+    meta_value,
 };
 use crate::clock::unix_now;
 use crate::store::events::new_feed_id;
 use crate::store::model::read_pet;
 use crate::store::model::{Inventory, StoreError};
+use crate::store::resource::{ForEach, Resource, all_indexes, each_resource};
 
 /// Why the file is being opened.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -182,9 +183,10 @@ fn count_pets(db: &Database) -> Result<u64, StoreError> {
         .map_err(StoreError::storage)
 }
 
-/// Creates every table that is missing and records this schema version; on a file of version
-/// 3 or 4 (`found`) the tables it has are kept as they are, `next_id` included, and what
-/// version 5 keeps beside the pets is built from them.
+/// Creates every table that is missing and records this schema version. On a file of an
+/// earlier version (`found`) the tables it has are kept as they are, `next_id` included,
+/// except its indexes: deleted by name (version 5 kept each with a table type of its own), made
+/// anew and written from the records (`indexes::rebuild`), and the inventory counted.
 fn create_tables(db: &Database, found: Option<u64>) -> Result<(), StoreError> {
     let txn = begin(db, true)?;
     {
@@ -203,37 +205,40 @@ fn create_tables(db: &Database, found: Option<u64>) -> Result<(), StoreError> {
             meta.insert(META_FEED, new_feed_id())
                 .map_err(StoreError::storage)?;
         }
+        drop(meta);
         txn.open_table(EVENTS).map_err(StoreError::storage)?;
-        txn.open_table(PETS_BY_STATUS)
-            .map_err(StoreError::storage)?;
-        txn.open_table(PETS).map_err(StoreError::storage)?;
         txn.open_table(REVISIONS).map_err(StoreError::storage)?;
         idempotency::create_tables(&txn)?;
-        drop(meta);
-        Sales::open(&txn)?;
-        txn.open_table(PETS_BY_CATEGORY)
-            .map_err(StoreError::storage)?;
-        if found.is_some_and(|found| found < 5) {
-            index_pets(&txn)?;
+        if found.is_some() {
+            for index in all_indexes() {
+                let old: redb::TableDefinition<'_, u64, u64> =
+                    redb::TableDefinition::new(index.name);
+                txn.delete_table(old).map_err(StoreError::storage)?;
+            }
+        }
+        create_declared(&txn)?;
+        if found.is_some() {
+            indexes::rebuild(&txn)?;
             count_inventory(&txn)?;
         }
     }
     txn.commit().map_err(StoreError::storage)
 }
 
-/// Writes every pet's declared index entries (`entries::pet`), for a file of version 3 or 4
-/// whose pets have no category entries yet: one pass over the pets, in the upgrade's
-/// transaction. Entries already there are written again with the same values.
-fn index_pets(txn: &redb::WriteTransaction) -> Result<(), StoreError> {
-    let pets = txn.open_table(PETS).map_err(StoreError::storage)?;
-    let mut indexes = PetIndexes::open(txn)?;
-    for entry in pets.iter().map_err(StoreError::storage)? {
-        let (id, json) = entry.map_err(StoreError::storage)?;
-        let json = json.value();
-        let pet = read_pet(id.value(), json)?;
-        rewrite(&mut indexes, &[], &entries::pet(&pet, json))?;
+/// Creates the table of every declared resource and index that is missing.
+pub(super) fn create_declared(txn: &redb::WriteTransaction) -> Result<(), StoreError> {
+    struct Create<'t>(&'t redb::WriteTransaction);
+    impl ForEach for Create<'_> {
+        fn visit<R: Resource>(&mut self) -> Result<(), StoreError> {
+            let e = StoreError::storage;
+            self.0.open_table(indexes::records::<R>()).map_err(e)?;
+            for index in R::INDEXES {
+                self.0.open_table(indexes::table(index)).map_err(e)?;
+            }
+            Ok(())
+        }
     }
-    Ok(())
+    each_resource(&mut Create(txn))
 }
 
 /// Sets the inventory's counters from the pets, for a file of version 3 or 4 or an import:

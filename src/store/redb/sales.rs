@@ -3,29 +3,42 @@
 //! (the one that holds it), and a held pet is `pending`; `HOLD_ENDS` holds exactly the placed
 //! orders that have an end; `CATEGORY_NAMES` holds exactly each category's name key.
 
-use redb::ReadableDatabase;
+use redb::{ReadTransaction, ReadableDatabase};
 
 use super::handle::RedbStore;
-use super::tables::{
-    CATEGORIES, META_INVENTORY, NO_STATUS, ORDERS, ORDERS_BY_PET, ORDERS_BY_STATUS,
-    PETS_BY_CATEGORY, meta_value, read_order,
-};
+use super::indexes::{self, records, scan};
+use super::tables::{META_INVENTORY, meta_value};
 use crate::category::{Category, CategoryId};
 use crate::order::{Order, OrderId};
-use crate::pet::{PetId, PetStatus};
+use crate::pet::PetId;
 use crate::store::model::{Inventory, OrderQuery, Page, PageBuilder, PageQuery, StoreError};
+use crate::store::ops::orders::{ORDERS_BY_PET, ORDERS_BY_STATUS};
+use crate::store::ops::pets::{PETS_BY_CATEGORY, STATUS_CODES};
+use crate::store::resource::{Index, Part, Resource};
 
-pub(super) fn read_category(id: CategoryId, json: &[u8]) -> Result<Category, StoreError> {
-    Category::from_json(json)
-        .map_err(|e| StoreError::Corrupt(format!("category {id} does not read back: {e}")))
+/// Record `id` of `R` as `txn` sees it.
+fn get<R: Resource>(txn: &ReadTransaction, id: i64) -> Result<Option<R>, StoreError> {
+    let table = txn
+        .open_table(records::<R>())
+        .map_err(StoreError::storage)?;
+    let Some(stored) = table.get(id).map_err(StoreError::storage)? else {
+        return Ok(None);
+    };
+    R::decode(id, stored.value()).map(Some)
 }
 
-/// The first id a page after `after` may hold; `None`: no id is above it.
-fn first_after(after: Option<i64>) -> Option<i64> {
-    match after {
-        None => Some(i64::MIN),
-        Some(after) => after.checked_add(1),
-    }
+/// Up to `limit` entries of `index` under `parts` after record `after`, as `txn` sees them.
+fn entries(
+    txn: &ReadTransaction,
+    index: &Index,
+    parts: &[Part],
+    after: i64,
+    limit: usize,
+) -> Result<Vec<(i64, Vec<u8>)>, StoreError> {
+    let table = txn
+        .open_table(indexes::table(index))
+        .map_err(StoreError::storage)?;
+    scan(&table, &index.prefix(parts), after, limit)
 }
 
 impl RedbStore {
@@ -33,82 +46,40 @@ impl RedbStore {
         &self,
         id: OrderId,
     ) -> Result<Option<Order>, StoreError> {
-        self.read_txn(|txn| {
-            let orders = txn.open_table(ORDERS).map_err(StoreError::storage)?;
-            let Some(record) = orders.get(id).map_err(StoreError::storage)? else {
-                return Ok(None);
-            };
-            read_order(id, record.value()).map(Some)
-        })
+        self.read_txn(|txn| get(txn, id))
     }
 
     /// A page of orders: by `petId` through `ORDERS_BY_PET` (a pet has few orders, so a status
-    /// with it is filtered as read), by status through `ORDERS_BY_STATUS`, else in `ORDERS`.
+    /// with it is filtered as read, from the entry's value), by status through
+    /// `ORDERS_BY_STATUS`, else in `orders`. One more than a page is read, to tell whether
+    /// another follows.
     pub(in crate::store) async fn list_orders(
         &self,
         query: OrderQuery,
     ) -> Result<Page, StoreError> {
-        let Some(first) = first_after(query.after) else {
-            return Ok(Page::empty());
-        };
+        let after = query.after.unwrap_or(i64::MIN);
+        let wanted = query.limit + 1;
         self.read_txn(|txn| {
-            let orders = txn.open_table(ORDERS).map_err(StoreError::storage)?;
-            let mut page = PageBuilder::new(query.limit);
-            let mut taken = 0;
-            let mut push = |order: Order| {
-                if query.status.is_none_or(|status| status == order.status) {
-                    page.push(order.id, &order.to_json());
-                    taken += 1;
-                }
-                taken <= query.limit
-            };
-            let read = |id: i64| -> Result<Order, StoreError> {
-                let record = orders
-                    .get(id)
-                    .map_err(StoreError::storage)?
-                    .ok_or_else(|| StoreError::Corrupt(format!("order index names {id}")))?;
-                read_order(id, record.value())
-            };
-            match (query.pet_id, query.status) {
-                (Some(pet), _) => {
-                    let index = txn.open_table(ORDERS_BY_PET).map_err(StoreError::storage)?;
-                    for entry in index
-                        .range((pet, first)..=(pet, i64::MAX))
-                        .map_err(StoreError::storage)?
-                    {
-                        let (key, status) = entry.map_err(StoreError::storage)?;
-                        // The entry says the status: only the orders kept are read.
-                        if query.status.is_some_and(|s| s.code() != status.value()) {
-                            continue;
-                        }
-                        if !push(read(key.value().1)?) {
-                            break;
-                        }
-                    }
+            let ids: Vec<i64> = match (query.pet_id, query.status) {
+                (Some(pet), status) => {
+                    let all = entries(txn, &ORDERS_BY_PET, &[Part::Int(pet)], after, usize::MAX)?;
+                    let kept = all.into_iter().filter(|(_, code)| {
+                        status.is_none_or(|status| code.as_slice() == [status.code()])
+                    });
+                    kept.map(|(id, _)| id).take(wanted).collect()
                 }
                 (None, Some(status)) => {
-                    let code = status.code();
-                    let index = txn
-                        .open_table(ORDERS_BY_STATUS)
-                        .map_err(StoreError::storage)?;
-                    for entry in index
-                        .range((code, first)..=(code, i64::MAX))
-                        .map_err(StoreError::storage)?
-                    {
-                        let id = entry.map_err(StoreError::storage)?.0.value().1;
-                        if !push(read(id)?) {
-                            break;
-                        }
-                    }
+                    let parts = [Part::Code(status.code())];
+                    let found = entries(txn, &ORDERS_BY_STATUS, &parts, after, wanted)?;
+                    found.into_iter().map(|(id, _)| id).collect()
                 }
-                (None, None) => {
-                    for entry in orders.range(first..).map_err(StoreError::storage)? {
-                        let (id, record) = entry.map_err(StoreError::storage)?;
-                        if !push(read_order(id.value(), record.value())?) {
-                            break;
-                        }
-                    }
-                }
+                (None, None) => return list_records::<Order>(txn, query.after, query.limit),
+            };
+            let mut page = PageBuilder::new(query.limit);
+            for id in ids {
+                let order: Order = get(txn, id)?
+                    .ok_or_else(|| StoreError::Corrupt(format!("order index names {id}")))?;
+                page.push(id, &order.to_json());
             }
             Ok(page.finish())
         })
@@ -132,13 +103,7 @@ impl RedbStore {
         &self,
         id: CategoryId,
     ) -> Result<Option<Category>, StoreError> {
-        self.read_txn(|txn| {
-            let categories = txn.open_table(CATEGORIES).map_err(StoreError::storage)?;
-            let Some(json) = categories.get(id).map_err(StoreError::storage)? else {
-                return Ok(None);
-            };
-            read_category(id, json.value()).map(Some)
-        })
+        self.read_txn(|txn| get(txn, id))
     }
 
     pub(in crate::store) async fn list_categories(
@@ -146,22 +111,7 @@ impl RedbStore {
         after: Option<CategoryId>,
         limit: usize,
     ) -> Result<Page, StoreError> {
-        let Some(first) = first_after(after) else {
-            return Ok(Page::empty());
-        };
-        self.read_txn(|txn| {
-            let categories = txn.open_table(CATEGORIES).map_err(StoreError::storage)?;
-            let mut page = PageBuilder::new(limit);
-            for entry in categories
-                .range(first..)
-                .map_err(StoreError::storage)?
-                .take(limit + 1)
-            {
-                let (id, json) = entry.map_err(StoreError::storage)?;
-                page.push(id.value(), json.value());
-            }
-            Ok(page.finish())
-        })
+        self.read_txn(|txn| list_records::<Category>(txn, after, limit))
     }
 
     /// A page of the pets of one category (`query.category`), through `PETS_BY_CATEGORY`: one
@@ -169,37 +119,25 @@ impl RedbStore {
     /// Either way at most `limit + 1` entries of each range are read, wherever the page starts.
     pub(super) fn list_category(
         &self,
-        txn: &redb::ReadTransaction,
+        txn: &ReadTransaction,
         pets: &redb::ReadOnlyTable<i64, &'static [u8]>,
         query: PageQuery,
-        first: PetId,
+        after: PetId,
     ) -> Result<Page, StoreError> {
         let Some(category) = query.category else {
             return Err(StoreError::Corrupt(
                 "a category page without a category".into(),
             ));
         };
-        let index = txn
-            .open_table(PETS_BY_CATEGORY)
-            .map_err(StoreError::storage)?;
-        let codes: Vec<u8> = match query.status {
+        let codes = match query.status {
             Some(status) => vec![status.to_code()],
-            None => vec![
-                PetStatus::Available.to_code(),
-                PetStatus::Pending.to_code(),
-                PetStatus::Sold.to_code(),
-                NO_STATUS,
-            ],
+            None => STATUS_CODES.to_vec(),
         };
         let mut ids = Vec::with_capacity(codes.len() * (query.limit + 1));
         for code in codes {
-            for entry in index
-                .range((category, code, first)..=(category, code, i64::MAX))
-                .map_err(StoreError::storage)?
-                .take(query.limit + 1)
-            {
-                ids.push(entry.map_err(StoreError::storage)?.0.value().2);
-            }
+            let parts = [Part::Int(category), Part::Code(code)];
+            let found = entries(txn, &PETS_BY_CATEGORY, &parts, after, query.limit + 1)?;
+            ids.extend(found.into_iter().map(|(id, _)| id));
         }
         ids.sort_unstable();
         let mut page = PageBuilder::new(query.limit);
@@ -226,14 +164,27 @@ impl RedbStore {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_page_starts_after_its_cursor_and_none_follows_the_last_id() {
-        assert_eq!(first_after(None), Some(i64::MIN));
-        assert_eq!(first_after(Some(5)), Some(6));
-        assert_eq!(first_after(Some(i64::MAX)), None);
+/// A page of `R`'s records in id order after `after`, their JSON as the API sends them.
+fn list_records<R: Resource>(
+    txn: &ReadTransaction,
+    after: Option<i64>,
+    limit: usize,
+) -> Result<Page, StoreError> {
+    let table = txn
+        .open_table(records::<R>())
+        .map_err(StoreError::storage)?;
+    let mut page = PageBuilder::new(limit);
+    let Some(first) = after.map_or(Some(i64::MIN), |after| after.checked_add(1)) else {
+        return Ok(page.finish());
+    };
+    for row in table
+        .range(first..)
+        .map_err(StoreError::storage)?
+        .take(limit + 1)
+    {
+        let (id, stored) = row.map_err(StoreError::storage)?;
+        let record = R::decode(id.value(), stored.value())?;
+        page.push(id.value(), &record.json());
     }
+    Ok(page.finish())
 }

@@ -10,13 +10,13 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use redb::{Database, ReadOnlyTable, ReadableDatabase};
 
 use super::tables::{
-    EVENTS, META, META_EVENT_SEQ, META_EVENTS_TRIMMED, META_FEED, PETS, PETS_BY_STATUS, REVISIONS,
-    meta_value,
+    EVENTS, META, META_EVENT_SEQ, META_EVENTS_TRIMMED, META_FEED, PETS, REVISIONS, meta_value,
 };
 use crate::pet::{PetId, PetStatus};
 use crate::store::events::FeedState;
 use crate::store::model::Page;
 use crate::store::model::StoreError;
+use crate::store::ops::pets::PETS_BY_STATUS;
 
 /// List pages a snapshot keeps: enough for the first pages that clients poll (all pets, each
 /// status), few enough that a walk through every page replaces them without growing; at most
@@ -26,7 +26,7 @@ const PAGES_KEPT: usize = 8;
 /// The tables of one read transaction, shared by every read until the next commit.
 pub(super) struct Snapshot {
     pub(super) pets: ReadOnlyTable<i64, &'static [u8]>,
-    pub(super) by_status: ReadOnlyTable<(u8, i64), &'static [u8]>,
+    pub(super) by_status: ReadOnlyTable<&'static [u8], &'static [u8]>,
     pub(super) revisions: ReadOnlyTable<i64, u64>,
     pub(super) events: ReadOnlyTable<u64, &'static [u8]>,
     /// The counters, for the inventory: four lookups in a small table, so the inventory costs
@@ -133,7 +133,7 @@ impl Snapshots {
             meta,
             pets: txn.open_table(PETS).map_err(StoreError::storage)?,
             by_status: txn
-                .open_table(PETS_BY_STATUS)
+                .open_table(super::indexes::table(&PETS_BY_STATUS))
                 .map_err(StoreError::storage)?,
             revisions: txn.open_table(REVISIONS).map_err(StoreError::storage)?,
             pages: Mutex::default(),

@@ -7,18 +7,19 @@ use redb::{Database, Table, TableDefinition, WriteTransaction};
 
 use bytes::Bytes;
 
+use super::indexes::scan;
 use crate::event::EventType;
+use crate::pet::Pet;
 use crate::store::events::StoredEvent;
 use crate::store::model::{SHORT_DIGEST, StoreError};
+use crate::store::ops::orders::ORDERS_BY_PET;
+use crate::store::resource::{ForEach, Part, Resource, each_resource};
+use crate::store::txn::Counter;
 
-/// Pet id to the pet's JSON object, exactly as the API sends it.
-pub(super) const PETS: TableDefinition<i64, &[u8]> = TableDefinition::new("pets");
-/// (status code, pet id) for every pet that has a status: a status filter is a range scan.
-/// A covering index: the JSON is kept here too, so a status filter is one range scan whatever
-/// the store's size, instead of a lookup in `PETS` per pet (measured in benches/load: the
-/// lookups cost half the throughput and grew with the store).
-pub(super) const PETS_BY_STATUS: TableDefinition<(u8, i64), &[u8]> =
-    TableDefinition::new("pets_by_status");
+/// Pet id to the pet's JSON object, exactly as the API sends it (`resource::Resource` for
+/// `Pet`; the tables of orders, categories and every index are named by their declarations,
+/// `redb/indexes.rs`).
+pub(super) const PETS: TableDefinition<i64, &[u8]> = TableDefinition::new(<Pet as Resource>::TABLE);
 /// Pet id to its revision, only for pets changed since they were created: a pet not listed
 /// here is at revision 1, so a create writes nothing more for it.
 pub(super) const REVISIONS: TableDefinition<i64, u64> = TableDefinition::new("revisions");
@@ -34,54 +35,6 @@ pub(super) const META: TableDefinition<&str, u64> = TableDefinition::new("meta")
 /// (`store/events.rs`). Appended by the batch that made the change; purged from the front.
 pub(super) const EVENTS: TableDefinition<u64, &[u8]> = TableDefinition::new("events");
 
-/// (category id, status code or `NO_STATUS`, pet id) for every pet: `?categoryId=` is a
-/// range scan (with a status, one range; without, four merged by id), and a category in use
-/// is one lookup. Not covering: a page reads each pet from `PETS`, a bounded cost per page.
-pub(super) const PETS_BY_CATEGORY: TableDefinition<(i64, u8, i64), ()> =
-    TableDefinition::new("pets_by_category");
-/// The tables of orders and categories (`Sales`), by name: `NAMES` from `categories` to
-/// `hold_ends`.
-pub(super) const SALES_NAMES: &[&str] = NAMES.split_at(7).1.split_at(6).0;
-/// The placed order among `orders_by_pet`'s entries of pet `pet`: the one that holds it.
-pub(super) fn holding_order(
-    orders_by_pet: &impl redb::ReadableTable<(i64, i64), u8>,
-    pet: i64,
-) -> Result<Option<i64>, StoreError> {
-    let placed = crate::order::OrderStatus::Placed.code();
-    for entry in orders_by_pet
-        .range((pet, i64::MIN)..=(pet, i64::MAX))
-        .map_err(StoreError::storage)?
-    {
-        let (key, status) = entry.map_err(StoreError::storage)?;
-        if status.value() == placed {
-            return Ok(Some(key.value().1));
-        }
-    }
-    Ok(None)
-}
-
-/// The status code `PETS_BY_CATEGORY` files a pet without a status under.
-pub(super) const NO_STATUS: u8 = 3;
-/// Category id to the category's JSON object (`Category::to_json`).
-pub(super) const CATEGORIES: TableDefinition<i64, &[u8]> = TableDefinition::new("categories");
-/// A category's name as it must be unique (`category::name_key`) to its id.
-pub(super) const CATEGORY_NAMES: TableDefinition<&str, i64> =
-    TableDefinition::new("category_names");
-/// Order id to the order (`Order::to_record`).
-pub(super) const ORDERS: TableDefinition<i64, &[u8]> = TableDefinition::new("orders");
-/// (status code, order id) for every order: `?status=` is a range scan.
-pub(super) const ORDERS_BY_STATUS: TableDefinition<(u8, i64), ()> =
-    TableDefinition::new("orders_by_status");
-/// (pet id, order id) to the order's status code, for every order: `?petId=` is a range scan,
-/// and the pet's placed order, the one that holds it, is found in the pet's few entries: a
-/// second order, a status patch or a delete of a held pet is refused without another table,
-/// and placing an order writes one entry where a table of holds made it two.
-pub(super) const ORDERS_BY_PET: TableDefinition<(i64, i64), u8> =
-    TableDefinition::new("orders_by_pet");
-/// (end of the hold in Unix milliseconds, order id) for every placed order with one: the
-/// expiry takes the ended ones from the front.
-pub(super) const HOLD_ENDS: TableDefinition<(u64, i64), ()> = TableDefinition::new("hold_ends");
-
 /// Webhook endpoint id to its delivery state (`store::webhooks::WebhookState::encode`). Made
 /// by the first save: a file that never had an endpoint has no such table.
 pub(super) const WEBHOOKS: TableDefinition<&str, &[u8]> = TableDefinition::new("webhooks");
@@ -90,24 +43,55 @@ pub(super) const WEBHOOKS: TableDefinition<&str, &[u8]> = TableDefinition::new("
 /// (`store::sessions::SessionRecord::encode`). Made by the first sign-in.
 pub(super) const SESSIONS: TableDefinition<[u8; 32], &[u8]> = TableDefinition::new("sessions");
 
-/// Every table of the current layout, by name: what a snapshot copies and a check expects.
-pub(super) const NAMES: [&str; 15] = [
-    "pets",
-    "pets_by_status",
+/// The tables that are no declared resource's or index's.
+const OWN_TABLES: [&str; 6] = [
     "revisions",
     "meta",
     "idempotency_records",
     "events",
-    "pets_by_category",
-    "categories",
-    "category_names",
-    "orders",
-    "orders_by_status",
-    "orders_by_pet",
-    "hold_ends",
     "webhooks",
     "sessions",
 ];
+
+/// Every table of the current layout, by name: what a snapshot copies and a check expects.
+pub(super) fn names() -> Vec<&'static str> {
+    let mut names = OWN_TABLES.to_vec();
+    names.extend(declared_names());
+    names
+}
+
+/// The tables the declarations name: each resource's and each index's.
+pub(super) fn declared_names() -> Vec<&'static str> {
+    struct Names(Vec<&'static str>);
+    impl ForEach for Names {
+        fn visit<R: Resource>(&mut self) -> Result<(), StoreError> {
+            self.0.push(R::TABLE);
+            self.0.extend(R::INDEXES.iter().map(|index| index.name));
+            Ok(())
+        }
+    }
+    let mut names = Names(Vec::new());
+    let _ = each_resource(&mut names);
+    names.0
+}
+
+/// The placed order among pet `pet`'s entries in `ORDERS_BY_PET`: the one that holds it.
+pub(super) fn holding_order(
+    orders_by_pet: &impl redb::ReadableTable<&'static [u8], &'static [u8]>,
+    pet: i64,
+) -> Result<Option<i64>, StoreError> {
+    let placed = crate::order::OrderStatus::Placed.code();
+    let entries = scan(
+        orders_by_pet,
+        &ORDERS_BY_PET.prefix(&[Part::Int(pet)]),
+        i64::MIN,
+        usize::MAX,
+    )?;
+    Ok(entries
+        .into_iter()
+        .find(|(_, status)| status.as_slice() == [placed])
+        .map(|(order, _)| order))
+}
 
 pub(super) const META_SCHEMA_VERSION: &str = "schema_version";
 pub(super) const META_NEXT_ID: &str = "next_id";
@@ -130,6 +114,15 @@ pub(super) const META_EVENTS_TRIMMED: &str = "events_trimmed";
 pub(super) const META_NEXT_ORDER_ID: &str = "next_order_id";
 /// The id the next category gets.
 pub(super) const META_NEXT_CATEGORY_ID: &str = "next_category_id";
+
+/// The `META` key of each id counter.
+pub(super) fn counter_key(counter: Counter) -> &'static str {
+    match counter {
+        Counter::Pets => META_NEXT_ID,
+        Counter::Orders => META_NEXT_ORDER_ID,
+        Counter::Categories => META_NEXT_CATEGORY_ID,
+    }
+}
 /// The inventory: pets by status, kept by every write (`store::Inventory`), in the order of
 /// `InventoryDelta::each`.
 pub(super) const META_INVENTORY: [&str; 4] =
@@ -137,13 +130,15 @@ pub(super) const META_INVENTORY: [&str; 4] =
 
 /// The layout of the tables; a file from a newer layout is refused, not misread. Version 4
 /// added the event feed; an older petstore must not write to it, since its changes would have
-/// no events. Version 5 adds orders, categories, the category index and the inventory
-/// counters, built from the pets when a file of version 3 or 4 is opened; an older petstore
-/// would leave them stale.
-pub(super) const SCHEMA_VERSION: u64 = 5;
-/// The oldest layout this build upgrades: 3 and 4 differ from 5 only by tables a new file
-/// gets too, and by what `open::index_pets` and `open::count_inventory` build from the pets. Versions 1 and 2
-/// kept idempotency records another way and are refused (`redb/open.rs`).
+/// no events. Version 5 added orders, categories, the category index and the inventory
+/// counters. Version 6 keeps every index as its declaration's encoded keys
+/// (`redb/indexes.rs`), where 5 had a table type per index: an older petstore would misread
+/// them.
+pub(super) const SCHEMA_VERSION: u64 = 6;
+/// The oldest layout this build upgrades: 3 to 5 differ from 6 only by tables a new file gets
+/// too, and by what the upgrade builds from the records (every index, `indexes::rebuild`, and
+/// the inventory, `open::count_inventory`). Versions 1 and 2 kept idempotency records another
+/// way and are refused (`redb/open.rs`).
 pub(super) const OLDEST_UPGRADED: u64 = 3;
 
 /// Begins a write transaction of the engine: durable, in two phases always (the data is
@@ -157,11 +152,9 @@ pub(super) fn begin(db: &Database, quick_repair: bool) -> Result<WriteTransactio
     Ok(txn)
 }
 
-/// Every table a write transaction changes whatever it does, opened together; the tables of
-/// orders and categories are opened only by the batches that need them (`Sales`).
+/// The tables a write transaction changes whatever it does, opened together; the declared ones
+/// (records and indexes) are opened as the batch first needs them (`indexes::Open`).
 pub(super) struct Tables<'txn> {
-    pub(super) pets: Table<'txn, i64, &'static [u8]>,
-    pub(super) indexes: PetIndexes<'txn>,
     pub(super) revisions: Table<'txn, i64, u64>,
     pub(super) records: Table<'txn, (u64, i64), [u8; 2 * SHORT_DIGEST]>,
     pub(super) meta: Table<'txn, &'static str, u64>,
@@ -171,65 +164,12 @@ pub(super) struct Tables<'txn> {
 impl<'txn> Tables<'txn> {
     pub(super) fn open(txn: &'txn WriteTransaction) -> Result<Tables<'txn>, StoreError> {
         Ok(Tables {
-            pets: txn.open_table(PETS).map_err(StoreError::storage)?,
-            indexes: PetIndexes::open(txn)?,
             revisions: txn.open_table(REVISIONS).map_err(StoreError::storage)?,
             records: txn.open_table(RECORDS).map_err(StoreError::storage)?,
             meta: txn.open_table(META).map_err(StoreError::storage)?,
             events: txn.open_table(EVENTS).map_err(StoreError::storage)?,
         })
     }
-}
-
-/// The tables of the pets' index entries (`redb/entries.rs` declares what they hold).
-pub(super) struct PetIndexes<'txn> {
-    pub(super) by_status: Table<'txn, (u8, i64), &'static [u8]>,
-    pub(super) by_category: Table<'txn, (i64, u8, i64), ()>,
-}
-
-impl<'txn> PetIndexes<'txn> {
-    pub(super) fn open(txn: &'txn WriteTransaction) -> Result<PetIndexes<'txn>, StoreError> {
-        let e = StoreError::storage;
-        Ok(PetIndexes {
-            by_status: txn.open_table(PETS_BY_STATUS).map_err(e)?,
-            by_category: txn.open_table(PETS_BY_CATEGORY).map_err(e)?,
-        })
-    }
-}
-
-/// The tables of orders and categories, for the batches that read or change them.
-pub(super) struct Sales<'txn> {
-    pub(super) categories: Table<'txn, i64, &'static [u8]>,
-    pub(super) category_names: Table<'txn, &'static str, i64>,
-    pub(super) orders: Table<'txn, i64, &'static [u8]>,
-    pub(super) orders_by_status: Table<'txn, (u8, i64), ()>,
-    pub(super) orders_by_pet: Table<'txn, (i64, i64), u8>,
-    pub(super) hold_ends: Table<'txn, (u64, i64), ()>,
-}
-
-impl<'txn> Sales<'txn> {
-    pub(super) fn open(txn: &'txn WriteTransaction) -> Result<Sales<'txn>, StoreError> {
-        let e = StoreError::storage;
-        Ok(Sales {
-            categories: txn.open_table(CATEGORIES).map_err(e)?,
-            category_names: txn.open_table(CATEGORY_NAMES).map_err(e)?,
-            orders: txn.open_table(ORDERS).map_err(e)?,
-            orders_by_status: txn.open_table(ORDERS_BY_STATUS).map_err(e)?,
-            orders_by_pet: txn.open_table(ORDERS_BY_PET).map_err(e)?,
-            hold_ends: txn.open_table(HOLD_ENDS).map_err(e)?,
-        })
-    }
-}
-
-/// The code `PETS_BY_CATEGORY` files a pet of this status under.
-pub(super) fn category_status_code(status: Option<crate::pet::PetStatus>) -> u8 {
-    status.map_or(NO_STATUS, |s| s.to_code())
-}
-
-/// The order in `ORDERS` under `id`, read back.
-pub(super) fn read_order(id: i64, record: &[u8]) -> Result<crate::order::Order, StoreError> {
-    crate::order::Order::from_record(record)
-        .map_err(|e| StoreError::Corrupt(format!("order {id} does not read back: {e}")))
 }
 
 /// Reads one `META` counter; 0 when absent.
@@ -343,25 +283,32 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_list_of_names_is_the_list_of_tables() {
-        let defined = [
-            PETS.name().to_owned(),
-            PETS_BY_STATUS.name().to_owned(),
-            REVISIONS.name().to_owned(),
-            META.name().to_owned(),
-            RECORDS.name().to_owned(),
-            EVENTS.name().to_owned(),
-            PETS_BY_CATEGORY.name().to_owned(),
-            CATEGORIES.name().to_owned(),
-            CATEGORY_NAMES.name().to_owned(),
-            ORDERS.name().to_owned(),
-            ORDERS_BY_STATUS.name().to_owned(),
-            ORDERS_BY_PET.name().to_owned(),
-            HOLD_ENDS.name().to_owned(),
-            WEBHOOKS.name().to_owned(),
-            SESSIONS.name().to_owned(),
+    fn the_list_of_names_is_every_table_once() {
+        let mut names = names();
+        names.sort_unstable();
+        let mut expected = [
+            "pets",
+            "pets_by_status",
+            "revisions",
+            "meta",
+            "idempotency_records",
+            "events",
+            "pets_by_category",
+            "categories",
+            "category_names",
+            "orders",
+            "orders_by_status",
+            "orders_by_pet",
+            "hold_ends",
+            "webhooks",
+            "sessions",
         ];
-        assert_eq!(defined, NAMES.map(str::to_owned));
+        expected.sort_unstable();
+        assert_eq!(names, expected);
+        for own in [REVISIONS.name(), META.name(), RECORDS.name(), EVENTS.name()] {
+            assert!(OWN_TABLES.contains(&own), "{own}");
+        }
+        assert!(OWN_TABLES.contains(&WEBHOOKS.name()) && OWN_TABLES.contains(&SESSIONS.name()));
     }
 
     #[test]
@@ -399,22 +346,5 @@ mod tests {
                 (subject_id, &event.subject)
             );
         }
-    }
-
-    #[test]
-    fn the_sales_tables_are_the_six_of_orders_and_categories() {
-        assert_eq!(
-            SALES_NAMES,
-            [
-                "categories",
-                "category_names",
-                "orders",
-                "orders_by_status",
-                "orders_by_pet",
-                "hold_ends"
-            ]
-        );
-        assert_eq!(SALES_NAMES[0], CATEGORIES.name());
-        assert_eq!(SALES_NAMES[5], HOLD_ENDS.name());
     }
 }

@@ -15,11 +15,12 @@ use redb::{Database, ReadableTable};
 
 use super::handle::Shared;
 use super::idempotency::{self, Changes, Index};
+use super::indexes::Open;
 use super::open::{Opening, open_database};
 use super::tables::{
     META, META_BATCH, META_EVENT_SEQ, META_EVENTS_TRIMMED, META_INVENTORY, META_NEXT_CATEGORY_ID,
-    META_NEXT_ID, META_NEXT_ORDER_ID, SESSIONS, Sales, Tables, WEBHOOKS, begin, event_head,
-    event_length, meta_value, write_event,
+    META_NEXT_ID, META_NEXT_ORDER_ID, SESSIONS, Tables, WEBHOOKS, begin, event_head, event_length,
+    meta_value, write_event,
 };
 use crate::clock::unix_now;
 use crate::store::events::{StoredEvent, now_ms};
@@ -262,7 +263,7 @@ fn write_batch(
         let mut run = Run {
             txn: &txn,
             tables,
-            sales: None,
+            open: Open::new(&txn),
             index,
             changes,
             // Taken back before the commit: if the commit fails and the batch is found in the
@@ -347,9 +348,9 @@ fn append_events(tables: &mut Tables<'_>, changes: &[Change]) -> Result<(), Stor
 pub(super) struct Run<'txn> {
     txn: &'txn redb::WriteTransaction,
     pub(super) tables: Tables<'txn>,
-    /// The tables of orders and categories, opened by the first write of the batch that
-    /// needs them (`sales`).
-    sales: Option<Sales<'txn>>,
+    /// The declared tables (records and indexes), each opened by the first write of the
+    /// batch that needs it.
+    pub(super) open: Open<'txn>,
     /// The committed idempotency records, and what this batch changes in them.
     pub(super) index: &'txn Index,
     pub(super) changes: &'txn mut Changes,
@@ -401,16 +402,6 @@ impl<'txn> Run<'txn> {
             _ => {}
         }
         Ok(())
-    }
-
-    /// The tables of orders and categories, opened on first use in this transaction.
-    pub(super) fn sales(&mut self) -> Result<&mut Sales<'txn>, StoreError> {
-        if self.sales.is_none() {
-            self.sales = Some(Sales::open(self.txn)?);
-        }
-        self.sales
-            .as_mut()
-            .ok_or_else(|| StoreError::Corrupt("the sales tables did not open".into()))
     }
 
     /// A `META` counter as this batch sees it: its own value once read, else the file's
