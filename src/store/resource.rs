@@ -288,6 +288,31 @@ pub(crate) fn owner_of(key: &[u8]) -> Result<i64, StoreError> {
         .ok_or_else(|| StoreError::Corrupt("an index key is shorter than an id".into()))
 }
 
+/// A value of one of a record's PostgreSQL columns (`Resource::columns`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Column {
+    /// A `bigint`, or NULL.
+    Int(Option<i64>),
+    /// A `smallint` (a status code), or NULL.
+    Code(Option<i16>),
+    Text(String),
+}
+
+/// How a resource sits in PostgreSQL: a real table named `Resource::TABLE`, which the shop's
+/// other tools can query with SQL, its columns beside `id` filled from the record (for its
+/// indexes, which are PostgreSQL's own), and the migrations that made it.
+#[derive(Debug)]
+pub(crate) struct Postgres {
+    /// The columns beside `id`, in the order `Resource::columns` fills them.
+    pub(crate) columns: &'static [&'static str],
+    /// The SQL expression, on a row of the table, of the stored form (`Resource::decode`)
+    /// as text.
+    pub(crate) stored: &'static str,
+    /// What each schema version did to the table, as SQL run in the migration's transaction,
+    /// oldest first (`postgres/schema.rs` runs them in version order with its own).
+    pub(crate) migrations: &'static [(i64, &'static str)],
+}
+
 /// A kind of record, declared once: where it is kept, in what form, and what it keeps in its
 /// indexes.
 pub(crate) trait Resource: Sized + 'static {
@@ -297,8 +322,12 @@ pub(crate) trait Resource: Sized + 'static {
     /// Its table (on redb, id to the stored form).
     const TABLE: &'static str;
     const INDEXES: &'static [&'static Index];
+    const POSTGRES: Postgres;
 
     fn id(&self) -> i64;
+
+    /// Its PostgreSQL columns beside `id`, in `POSTGRES.columns`' order.
+    fn columns(&self) -> Vec<Column>;
 
     /// The record as stored.
     fn encode(&self) -> Vec<u8>;

@@ -9,11 +9,12 @@
 
 use std::future::Future;
 
-use crate::category::{Category, CategoryId};
-use crate::order::{Order, OrderId};
+use crate::category::CategoryId;
+use crate::order::OrderId;
 use crate::pet::{Pet, PetId};
 use crate::store::claims::IdempotencyKey;
 use crate::store::model::{Change, Record, StoreError, StoredPet};
+use crate::store::resource::Resource;
 use crate::store::write::Keyed;
 use crate::subject::Subject;
 
@@ -84,16 +85,24 @@ pub(crate) trait Txn: Send {
         pet: PetId,
     ) -> impl Future<Output = Result<Option<OrderId>, StoreError>> + Send;
 
-    fn order(
+    /// Record `id` of `R`. (A pet is read with its revision: `pet`.)
+    fn get<R: Resource + Send>(
         &mut self,
-        id: OrderId,
-    ) -> impl Future<Output = Result<Option<Order>, StoreError>> + Send;
+        id: i64,
+    ) -> impl Future<Output = Result<Option<R>, StoreError>> + Send;
 
-    /// Stores `new` in place of `old` (`None`: it is placed), with its indexes.
-    fn put_order(
+    /// Stores `new` in place of `old` (`None`: it is created), with its indexes. (A pet is
+    /// stored with its revision and the inventory: `put_pet`.)
+    fn put<R: Resource + Sync>(
         &mut self,
-        old: Option<&Order>,
-        new: &Order,
+        old: Option<&R>,
+        new: &R,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Removes `old`, with its index entries. (A pet: `remove_pet`.)
+    fn remove<R: Resource + Sync>(
+        &mut self,
+        old: &R,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
 
     /// Up to `PURGE_BATCH` placed orders whose hold ended by `at_ms`, the oldest end first,
@@ -102,11 +111,6 @@ pub(crate) trait Txn: Send {
         &mut self,
         at_ms: u64,
     ) -> impl Future<Output = Result<Vec<OrderId>, StoreError>> + Send;
-
-    fn category(
-        &mut self,
-        id: CategoryId,
-    ) -> impl Future<Output = Result<Option<Category>, StoreError>> + Send;
 
     /// The category whose name key (`category::name_key`) is `key`, if one has it.
     fn category_named(
@@ -119,18 +123,6 @@ pub(crate) trait Txn: Send {
         &mut self,
         id: CategoryId,
     ) -> impl Future<Output = Result<bool, StoreError>> + Send;
-
-    /// Stores `new` in place of `old` (`None`: it is created), with its name key.
-    fn put_category(
-        &mut self,
-        old: Option<&Category>,
-        new: &Category,
-    ) -> impl Future<Output = Result<(), StoreError>> + Send;
-
-    fn remove_category(
-        &mut self,
-        old: &Category,
-    ) -> impl Future<Output = Result<(), StoreError>> + Send;
 
     /// The id `counter` gives next, or `IdsExhausted` (the inner error) once it cannot move;
     /// the same until `take_id`, so a write refused after asking gives no id away.

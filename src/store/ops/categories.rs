@@ -5,7 +5,9 @@
 use crate::category::{Category, CategoryId, CategoryPatch, NewCategory, name_key};
 use crate::event::EventType;
 use crate::store::model::{Change, StoreError};
-use crate::store::resource::{Entry, Holds, Index, Part, PartKind, Resource, Value};
+use crate::store::resource::{
+    Column, Entry, Holds, Index, Part, PartKind, Postgres, Resource, Value,
+};
 use crate::store::txn::{Counter, Outcome, Txn};
 use crate::subject::Subject;
 
@@ -23,9 +25,29 @@ impl Resource for Category {
     const COUNTER: Counter = Counter::Categories;
     const TABLE: &'static str = "categories";
     const INDEXES: &'static [&'static Index] = &[&CATEGORY_NAMES];
+    /// The name, and beside it `name_key`, unique.
+    const POSTGRES: Postgres = Postgres {
+        columns: &["name", "name_key"],
+        stored: "json_build_object('id', id, 'name', name)::text",
+        migrations: &[(
+            4,
+            "CREATE TABLE categories (
+                id bigint PRIMARY KEY,
+                name text NOT NULL,
+                name_key text NOT NULL UNIQUE
+            );",
+        )],
+    };
 
     fn id(&self) -> i64 {
         self.id
+    }
+
+    fn columns(&self) -> Vec<Column> {
+        vec![
+            Column::Text(self.name.clone()),
+            Column::Text(name_key(&self.name)),
+        ]
     }
 
     fn encode(&self) -> Vec<u8> {
@@ -61,7 +83,7 @@ pub(super) async fn create<T: Txn>(txn: &mut T, new: &NewCategory) -> Outcome<Ca
         id,
         name: new.name.clone(),
     };
-    txn.put_category(None, &category).await?;
+    txn.put(None, &category).await?;
     txn.push(Change::category(
         EventType::CategoryCreated,
         id,
@@ -77,7 +99,7 @@ pub(super) async fn patch<T: Txn>(
     id: CategoryId,
     patch: &CategoryPatch,
 ) -> Outcome<Category> {
-    let Some(old) = txn.category(id).await? else {
+    let Some(old) = txn.get::<Category>(id).await? else {
         return Ok(Err(StoreError::NotFound(Subject::category(id))));
     };
     let Some(name) = &patch.name else {
@@ -91,7 +113,7 @@ pub(super) async fn patch<T: Txn>(
         id,
         name: name.clone(),
     };
-    txn.put_category(Some(&old), &new).await?;
+    txn.put(Some(&old), &new).await?;
     txn.push(Change::category(EventType::CategoryUpdated, id, Some(&new)));
     Ok(Ok(new))
 }
@@ -99,13 +121,13 @@ pub(super) async fn patch<T: Txn>(
 /// Removes category `id`: `CategoryNotFound`, then `CategoryInUse` while any pet names it.
 /// Answers the id removed.
 pub(super) async fn delete<T: Txn>(txn: &mut T, id: CategoryId) -> Outcome<CategoryId> {
-    let Some(old) = txn.category(id).await? else {
+    let Some(old) = txn.get::<Category>(id).await? else {
         return Ok(Err(StoreError::NotFound(Subject::category(id))));
     };
     if txn.category_in_use(id).await? {
         return Ok(Err(StoreError::CategoryInUse(id)));
     }
-    txn.remove_category(&old).await?;
+    txn.remove(&old).await?;
     txn.push(Change::category(EventType::CategoryDeleted, id, None));
     Ok(Ok(id))
 }

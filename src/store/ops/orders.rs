@@ -7,7 +7,9 @@
 use crate::order::{Order, OrderAction, OrderId, OrderStatus};
 use crate::pet::{Pet, PetStatus};
 use crate::store::model::{Change, Moved, Placed, Precondition, StoreError};
-use crate::store::resource::{Entry, Holds, Index, Part, PartKind, Resource, Value};
+use crate::store::resource::{
+    Column, Entry, Holds, Index, Part, PartKind, Postgres, Resource, Value,
+};
 use crate::store::txn::{Counter, Outcome, Txn};
 use crate::store::write::PlaceOrder;
 use crate::subject::Subject;
@@ -54,9 +56,44 @@ impl Resource for Order {
     const COUNTER: Counter = Counter::Orders;
     const TABLE: &'static str = "orders";
     const INDEXES: &'static [&'static Index] = &[&ORDERS_BY_STATUS, &ORDERS_BY_PET, &HOLD_ENDS];
+    /// The order's record with its status, pet and end of hold beside it for the indexes; at
+    /// most one placed order (status 1) per pet, which the database enforces too; the placed
+    /// ones by the end of their hold, for the expiry. Statements write the literal
+    /// `status = 1`, not a parameter, so the planner can use the partial indexes, whose
+    /// predicate it must match as written.
+    const POSTGRES: Postgres = Postgres {
+        columns: &["pet_id", "status", "expires_at_ms", "record"],
+        stored: "record",
+        migrations: &[(
+            4,
+            "CREATE TABLE orders (
+                id bigint PRIMARY KEY,
+                pet_id bigint NOT NULL,
+                status smallint NOT NULL,
+                expires_at_ms bigint,
+                record text NOT NULL
+            );
+            CREATE INDEX orders_by_status ON orders (status, id);
+            CREATE INDEX orders_by_pet ON orders (pet_id, id);
+            CREATE UNIQUE INDEX orders_one_placed_per_pet ON orders (pet_id) WHERE status = 1;
+            CREATE INDEX orders_by_expiry ON orders (expires_at_ms, id) WHERE status = 1;",
+        )],
+    };
 
     fn id(&self) -> i64 {
         self.id
+    }
+
+    fn columns(&self) -> Vec<Column> {
+        let end = self
+            .expires_at_ms
+            .map(|end| i64::try_from(end).unwrap_or(i64::MAX));
+        vec![
+            Column::Int(Some(self.pet_id)),
+            Column::Code(Some(i16::from(self.status.code()))),
+            Column::Int(end),
+            Column::Text(String::from_utf8_lossy(&self.to_record()).into_owned()),
+        ]
     }
 
     fn encode(&self) -> Vec<u8> {
@@ -127,7 +164,7 @@ pub(super) async fn place<T: Txn>(txn: &mut T, place: &PlaceOrder) -> Outcome<Pl
     }
     txn.take_id(Counter::Orders);
     let order = Order::place(id, place.order.clone(), txn.now_ms(), place.hold);
-    txn.put_order(None, &order).await?;
+    txn.put(None, &order).await?;
     let pending = Pet {
         status: Some(PetStatus::Pending),
         ..pet.clone()
@@ -147,7 +184,7 @@ async fn replay<T: Txn>(txn: &mut T, answer: Result<OrderId, StoreError>) -> Out
         Ok(id) => id,
         Err(e) => return Ok(Err(e)),
     };
-    match txn.order(id).await? {
+    match txn.get::<Order>(id).await? {
         Some(order) => Ok(Ok(Placed {
             order: order.as_placed(),
             pet: None,
@@ -167,7 +204,7 @@ pub(super) async fn settle<T: Txn>(
     action: OrderAction,
     precondition: &Precondition,
 ) -> Outcome<Moved> {
-    let Some(order) = txn.order(id).await? else {
+    let Some(order) = txn.get::<Order>(id).await? else {
         return Ok(Err(StoreError::NotFound(Subject::order(id))));
     };
     if !precondition.allows(order.revision) {
@@ -185,7 +222,7 @@ pub(super) async fn expire<T: Txn>(txn: &mut T, at_ms: u64) -> Result<Vec<Moved>
     let ended = txn.ended_holds(at_ms).await?;
     let mut expired = Vec::with_capacity(ended.len());
     for id in ended {
-        let Some(order) = txn.order(id).await? else {
+        let Some(order) = txn.get::<Order>(id).await? else {
             tracing::warn!(order = id, "an order whose hold ended is missing");
             continue;
         };
@@ -228,7 +265,7 @@ async fn move_order<T: Txn>(
         ..pet.clone()
     };
     let pet = txn.put_pet(Some((&pet, revision)), &new).await?;
-    txn.put_order(Some(order), &moved).await?;
+    txn.put(Some(order), &moved).await?;
     txn.push(Change::order(&moved, &pet));
     Ok(Ok(Moved { order: moved, pet }))
 }

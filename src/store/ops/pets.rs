@@ -5,7 +5,9 @@
 
 use crate::pet::{NewPet, Pet, PetId, PetPatch, PetStatus};
 use crate::store::model::{Change, Created, Precondition, StoreError, StoredPet};
-use crate::store::resource::{Entry, Holds, Index, Part, PartKind, Resource, Value};
+use crate::store::resource::{
+    Column, Entry, Holds, Index, Part, PartKind, Postgres, Resource, Value,
+};
 use crate::store::txn::{Counter, Outcome, Txn};
 use crate::store::write::Keyed;
 use crate::subject::Subject;
@@ -57,9 +59,45 @@ impl Resource for Pet {
     const COUNTER: Counter = Counter::Pets;
     const TABLE: &'static str = "pets";
     const INDEXES: &'static [&'static Index] = &[&PETS_BY_STATUS, &PETS_BY_CATEGORY];
+    /// The pet's JSON as the API sends it, with its status, category and revision beside it
+    /// for the indexes and the preconditions; the revision is the engine's to keep
+    /// (`postgres/txn.rs`), every index reads from its cursor on.
+    const POSTGRES: Postgres = Postgres {
+        columns: &["status", "category_id", "json"],
+        stored: "json",
+        migrations: &[
+            (
+                1,
+                "CREATE TABLE pets (
+                    id bigint PRIMARY KEY,
+                    status smallint,
+                    revision bigint NOT NULL,
+                    json text NOT NULL
+                );
+                CREATE INDEX pets_by_status ON pets (status, id);",
+            ),
+            (
+                4,
+                "ALTER TABLE pets ADD COLUMN category_id bigint;
+                UPDATE pets SET category_id = (json::jsonb->>'categoryId')::bigint;
+                ALTER TABLE pets ALTER COLUMN category_id SET NOT NULL;
+                CREATE INDEX pets_by_category ON pets (category_id, id);
+                CREATE INDEX pets_by_category_status ON pets (category_id, status, id);",
+            ),
+        ],
+    };
 
     fn id(&self) -> i64 {
         self.id
+    }
+
+    fn columns(&self) -> Vec<Column> {
+        let status = self.status.map(|status| i16::from(status.to_code()));
+        vec![
+            Column::Code(status),
+            Column::Int(Some(self.category_id)),
+            Column::Text(String::from_utf8_lossy(&self.to_json()).into_owned()),
+        ]
     }
 
     fn encode(&self) -> Vec<u8> {

@@ -17,15 +17,13 @@ use tokio_postgres::types::{ToSql, Type};
 
 use super::errors::pg_error;
 use super::handle::PgStore;
-use super::rows::{
-    RECOUNT_INVENTORY, expires_at_ms, order_of, order_record, order_status_code, status_code,
-};
-use crate::category::{Category, name_key};
-use crate::order::Order;
+use super::rows::{RECOUNT_INVENTORY, status_code};
+use super::txn::sql_value;
 use crate::store::model::read_pet;
 use crate::store::model::{
     Chunk, Exporting, IdempotencyRecord, NextIds, SHORT_DIGEST, StoreError, StoredPet,
 };
+use crate::store::resource::{Column, Resource};
 
 /// The bound on each statement of a copy, in place of the short one requests get: a chunk or
 /// the final commit may take longer than a request, but never this long.
@@ -37,20 +35,12 @@ const STEP_WITHIN: Duration = Duration::from_secs(90);
 const SELECT_PETS: &str = "SELECT id, revision, json FROM pets WHERE id > $1 ORDER BY id LIMIT $2";
 const SELECT_RECORDS: &str = "SELECT scope, fingerprint, expires_at, pet_id FROM idempotency
      WHERE expires_at > $1 AND scope > $2 ORDER BY scope LIMIT $3";
-const SELECT_CATEGORIES: &str =
-    "SELECT id, name FROM categories WHERE id > $1 ORDER BY id LIMIT $2";
-const SELECT_ORDERS: &str = "SELECT id, record FROM orders WHERE id > $1 ORDER BY id LIMIT $2";
 const COPY_PETS: &str =
     "COPY pets (id, status, category_id, revision, json) FROM STDIN (FORMAT binary)";
 const PET_TYPES: [Type; 5] = [Type::INT8, Type::INT2, Type::INT8, Type::INT8, Type::TEXT];
 const COPY_RECORDS: &str =
     "COPY idempotency (scope, fingerprint, expires_at, pet_id) FROM STDIN (FORMAT binary)";
 const RECORD_TYPES: [Type; 4] = [Type::BYTEA, Type::BYTEA, Type::INT8, Type::INT8];
-const COPY_CATEGORIES: &str = "COPY categories (id, name, name_key) FROM STDIN (FORMAT binary)";
-const CATEGORY_TYPES: [Type; 3] = [Type::INT8, Type::TEXT, Type::TEXT];
-const COPY_ORDERS: &str =
-    "COPY orders (id, pet_id, status, expires_at_ms, record) FROM STDIN (FORMAT binary)";
-const ORDER_TYPES: [Type; 5] = [Type::INT8, Type::INT8, Type::INT2, Type::INT8, Type::TEXT];
 /// The id counters, read by the export and locked by the import in the order every writing
 /// transaction locks them (`batch.rs`).
 const ID_COUNTERS: &str = "SELECT value FROM petstore_meta
@@ -180,33 +170,8 @@ impl PgImport {
                     }
                     writer.as_mut().finish().await.map_err(pg_error)?;
                 }
-                Chunk::Categories(categories) => {
-                    let sink = client.copy_in(COPY_CATEGORIES).await.map_err(pg_error)?;
-                    let writer = BinaryCopyInWriter::new(sink, &CATEGORY_TYPES);
-                    let mut writer = std::pin::pin!(writer);
-                    for category in &categories {
-                        let key = name_key(&category.name);
-                        let row: [&(dyn ToSql + Sync); 3] = [&category.id, &category.name, &key];
-                        writer.as_mut().write(&row).await.map_err(pg_error)?;
-                    }
-                    writer.as_mut().finish().await.map_err(pg_error)?;
-                }
-                Chunk::Orders(orders) => {
-                    let sink = client.copy_in(COPY_ORDERS).await.map_err(pg_error)?;
-                    let writer = BinaryCopyInWriter::new(sink, &ORDER_TYPES);
-                    let mut writer = std::pin::pin!(writer);
-                    for order in &orders {
-                        let row: [&(dyn ToSql + Sync); 5] = [
-                            &order.id,
-                            &order.pet_id,
-                            &order_status_code(order.status),
-                            &expires_at_ms(order),
-                            &order_record(order),
-                        ];
-                        writer.as_mut().write(&row).await.map_err(pg_error)?;
-                    }
-                    writer.as_mut().finish().await.map_err(pg_error)?;
-                }
+                Chunk::Categories(categories) => copy_in(client, &categories).await?,
+                Chunk::Orders(orders) => copy_in(client, &orders).await?,
             }
             Ok(())
         })
@@ -310,24 +275,63 @@ async fn stream(
             break;
         }
     }
-    let categories = by_id(client, SELECT_CATEGORIES, chunk, sender, |rows| {
-        let categories = rows.iter().map(|row| Category {
-            id: row.get(0),
-            name: row.get(1),
-        });
-        Ok(Chunk::Categories(categories.collect()))
-    });
-    if !categories.await? {
+    if !records_by_id(client, chunk, sender, Chunk::Categories).await? {
         return Ok(());
     }
-    let orders = by_id(client, SELECT_ORDERS, chunk, sender, |rows| {
-        let orders = rows.iter().map(|row| order_of(row.get(1)));
-        Ok(Chunk::Orders(orders.collect::<Result<Vec<Order>, _>>()?))
-    });
-    if !orders.await? {
+    if !records_by_id(client, chunk, sender, Chunk::Orders).await? {
         return Ok(());
     }
     within(async { client.batch_execute("COMMIT").await.map_err(pg_error) }).await
+}
+
+/// Copies `records` of `R` in with one `COPY` statement of its declared columns.
+async fn copy_in<R: Resource>(client: &ClientWrapper, records: &[R]) -> Result<(), StoreError> {
+    let Some(first) = records.first() else {
+        return Ok(());
+    };
+    let names = R::POSTGRES.columns.join(", ");
+    let sql = format!("COPY {} (id, {names}) FROM STDIN (FORMAT binary)", R::TABLE);
+    // The columns' types, from the kind of each of the first record's values: every record
+    // of a kind fills its columns with values of the same kinds.
+    let mut types = vec![Type::INT8];
+    types.extend(first.columns().iter().map(|column| match column {
+        Column::Int(_) => Type::INT8,
+        Column::Code(_) => Type::INT2,
+        Column::Text(_) => Type::TEXT,
+    }));
+    let sink = client.copy_in(&sql).await.map_err(pg_error)?;
+    let writer = BinaryCopyInWriter::new(sink, &types);
+    let mut writer = std::pin::pin!(writer);
+    for record in records {
+        let (id, columns) = (record.id(), record.columns());
+        let mut row: Vec<&(dyn ToSql + Sync)> = vec![&id];
+        row.extend(columns.iter().map(sql_value));
+        writer.as_mut().write(&row).await.map_err(pg_error)?;
+    }
+    writer.as_mut().finish().await.map_err(pg_error)?;
+    Ok(())
+}
+
+/// Sends every record of `R` in chunks (`wrap`), read back from its stored form; `false`
+/// when the receiver has gone.
+async fn records_by_id<R: Resource>(
+    client: &ClientWrapper,
+    chunk: usize,
+    sender: &mpsc::Sender<Result<Chunk, StoreError>>,
+    wrap: fn(Vec<R>) -> Chunk,
+) -> Result<bool, StoreError> {
+    let select = format!(
+        "SELECT id, {} FROM {} WHERE id > $1 ORDER BY id LIMIT $2",
+        R::POSTGRES.stored,
+        R::TABLE
+    );
+    by_id(client, &select, chunk, sender, |rows| {
+        let records = rows
+            .iter()
+            .map(|row| R::decode(row.get(0), row.get::<_, &str>(1).as_bytes()));
+        Ok(wrap(records.collect::<Result<Vec<R>, _>>()?))
+    })
+    .await
 }
 
 /// Sends the rows of `select` (ids above `$1`, in id order, at most `$2`, the id first) in

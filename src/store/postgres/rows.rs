@@ -1,9 +1,8 @@
-//! How the store's values sit in PostgreSQL rows and columns: an idempotency record, a
-//! revision, a status code, an order, a category, the inventory's counters. Shared by the
+//! How the store's values sit in PostgreSQL rows and columns beyond their resources'
+//! declarations (`store/resource.rs`): an idempotency record, a revision, a pet's status code,
+//! the inventory's counters. Shared by the
 //! reads, the batches, the copy and the migrations.
 
-use crate::category::Category;
-use crate::order::{Order, OrderStatus};
 use crate::pet::PetStatus;
 use crate::store::model::{Inventory, Record, StoreError};
 
@@ -86,29 +85,6 @@ pub(super) fn inventory_of(row: &tokio_postgres::Row) -> Result<Inventory, Store
     Ok(inventory)
 }
 
-/// The order kept in a `record` column.
-pub(super) fn order_of(record: &str) -> Result<Order, StoreError> {
-    Order::from_record(record.as_bytes())
-        .map_err(|e| StoreError::Corrupt(format!("an order does not read back: {e}")))
-}
-
-/// An order's `record` column: its record, which is JSON, so text.
-pub(super) fn order_record(order: &Order) -> String {
-    String::from_utf8(order.to_record()).expect("serde_json writes UTF-8")
-}
-
-/// The `orders.status` column of an order.
-pub(super) fn order_status_code(status: OrderStatus) -> i16 {
-    i16::from(status.code())
-}
-
-/// The `orders.expires_at_ms` column of an order.
-pub(super) fn expires_at_ms(order: &Order) -> Option<i64> {
-    order
-        .expires_at_ms
-        .map(|at| i64::try_from(at).unwrap_or(i64::MAX))
-}
-
 /// The condition of a page of a list filtered by `equal` (each a column and the number of the
 /// parameter it must equal, in the order of the index that serves the filter and ends with
 /// `id`): the rows after the cursor, `$1`. Written as a row comparison on the index's columns,
@@ -130,14 +106,6 @@ pub(super) fn after_cursor(equal: &[(&str, usize)]) -> String {
     condition
 }
 
-/// A category from its `id` and `name` columns.
-pub(super) fn category_of(row: &tokio_postgres::Row) -> Category {
-    Category {
-        id: row.get(0),
-        name: row.get(1),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -153,7 +121,7 @@ mod tests {
 
     #[test]
     fn the_placed_code_and_the_counters_match_the_domain_s_codes() {
-        assert_eq!(PLACED, order_status_code(OrderStatus::Placed));
+        assert_eq!(PLACED, i16::from(crate::order::OrderStatus::Placed.code()));
         let mut names: Vec<&str> = INVENTORY_COUNTERS.iter().map(|(name, _)| *name).collect();
         names.sort_unstable();
         assert_eq!(

@@ -7,30 +7,37 @@ use tokio_postgres::types::ToSql;
 
 use super::errors::pg_error;
 use super::handle::{FEED_NOW, PgStore, feed_state};
-use super::rows::{
-    READ_INVENTORY, after_cursor, category_of, inventory_of, order_of, order_status_code,
-};
+use super::rows::{READ_INVENTORY, after_cursor, inventory_of};
 use crate::category::{Category, CategoryId};
 use crate::event::Position;
 use crate::order::{Order, OrderId};
 use crate::store::model::{Inventory, OrderQuery, Page, PageBuilder, StoreError};
+use crate::store::resource::Resource;
 
 impl PgStore {
+    /// Record `id` of `R`, read by one statement.
+    async fn get_record<R: Resource>(&self, id: i64) -> Result<Option<R>, StoreError> {
+        let sql = format!(
+            "SELECT {} FROM {} WHERE id = $1",
+            R::POSTGRES.stored,
+            R::TABLE
+        );
+        let row = self
+            .pool
+            .run(async |client| {
+                let statement = client.prepare_cached(&sql).await.map_err(pg_error)?;
+                client.query_opt(&statement, &[&id]).await.map_err(pg_error)
+            })
+            .await?;
+        row.map(|row| R::decode(id, row.get::<_, &str>(0).as_bytes()))
+            .transpose()
+    }
+
     pub(in crate::store) async fn get_order(
         &self,
         id: OrderId,
     ) -> Result<Option<Order>, StoreError> {
-        let row = self
-            .pool
-            .run(async |client| {
-                let statement = client
-                    .prepare_cached("SELECT record FROM orders WHERE id = $1")
-                    .await
-                    .map_err(pg_error)?;
-                client.query_opt(&statement, &[&id]).await.map_err(pg_error)
-            })
-            .await?;
-        row.map(|row| order_of(row.get(0))).transpose()
+        self.get_record(id).await
     }
 
     /// A page of orders in id order, each filter read from its index (`orders_by_status`,
@@ -41,7 +48,7 @@ impl PgStore {
     ) -> Result<Page, StoreError> {
         let after = query.after.unwrap_or(i64::MIN);
         let fetch = i64::try_from(query.limit + 1).unwrap_or(i64::MAX);
-        let status = query.status.map(order_status_code);
+        let status = query.status.map(|status| i16::from(status.code()));
         // One statement text for each combination of filters: a parameter that may be NULL
         // ("any") would make a plan that cannot use the index of the filter given.
         let mut params: Vec<&(dyn ToSql + Sync)> = vec![&after, &fetch];
@@ -72,11 +79,9 @@ impl PgStore {
                 client.query(&statement, &params).await.map_err(pg_error)
             })
             .await?;
-        page_of(
-            &rows,
-            query.limit,
-            |row| Ok(order_of(row.get(4))?.to_json()),
-        )
+        page_of(&rows, query.limit, |row| {
+            Ok(Order::decode(row.get(3), row.get::<_, &str>(4).as_bytes())?.to_json())
+        })
     }
 
     /// The four counters every write keeps, read in one statement: exact at its snapshot, and
@@ -99,16 +104,7 @@ impl PgStore {
         &self,
         id: CategoryId,
     ) -> Result<Option<Category>, StoreError> {
-        let row = self
-            .pool
-            .run(async |client| {
-                client
-                    .query_opt("SELECT id, name FROM categories WHERE id = $1", &[&id])
-                    .await
-                    .map_err(pg_error)
-            })
-            .await?;
-        Ok(row.as_ref().map(category_of))
+        self.get_record(id).await
     }
 
     pub(in crate::store) async fn list_categories(
@@ -116,19 +112,28 @@ impl PgStore {
         after: Option<CategoryId>,
         limit: usize,
     ) -> Result<Page, StoreError> {
+        self.list_records::<Category>(after, limit).await
+    }
+
+    /// A page of `R`'s records in id order after `after`, with the feed's newest position.
+    async fn list_records<R: Resource>(
+        &self,
+        after: Option<i64>,
+        limit: usize,
+    ) -> Result<Page, StoreError> {
         let after = after.unwrap_or(i64::MIN);
         let fetch = i64::try_from(limit + 1).unwrap_or(i64::MAX);
+        let sql = format!(
+            "{FEED_NOW} LEFT JOIN LATERAL (
+                 SELECT id, {} FROM {} WHERE id > $1 ORDER BY id LIMIT $2
+             ) p ON true ORDER BY p.id",
+            R::POSTGRES.stored,
+            R::TABLE
+        );
         let rows = self
             .pool
             .run(async |client| {
-                let statement = client
-                    .prepare_cached(&format!(
-                        "{FEED_NOW} LEFT JOIN LATERAL (
-                             SELECT id, name FROM categories WHERE id > $1 ORDER BY id LIMIT $2
-                         ) p ON true ORDER BY p.id"
-                    ))
-                    .await
-                    .map_err(pg_error)?;
+                let statement = client.prepare_cached(&sql).await.map_err(pg_error)?;
                 client
                     .query(&statement, &[&after, &fetch])
                     .await
@@ -136,11 +141,7 @@ impl PgStore {
             })
             .await?;
         page_of(&rows, limit, |row| {
-            Ok(Category {
-                id: row.get(3),
-                name: row.get(4),
-            }
-            .to_json())
+            Ok(R::decode(row.get(3), row.get::<_, &str>(4).as_bytes())?.json())
         })
     }
 }

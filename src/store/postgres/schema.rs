@@ -9,22 +9,16 @@ use super::errors::pg_error;
 use super::rows::RECOUNT_INVENTORY;
 use crate::store::events::new_feed_id;
 use crate::store::model::StoreError;
+use crate::store::resource::{ForEach, Resource, each_resource};
 
 /// The schema this binary writes; a database at a newer one is refused, naming both.
 pub(super) const SCHEMA_VERSION: i64 = 5;
 /// `pg_advisory_xact_lock` key for migrations: "petstore" in ASCII.
 const MIGRATION_LOCK: i64 = 0x7065_7473_746f_7265;
 
-/// Version 1: the pets (their JSON as the API sends it, with status and revision beside it for
-/// the index and preconditions), the status index, the idempotency records and the counter.
+/// Version 1: the pets (their table is their declaration's, `store/ops/pets.rs`), the
+/// idempotency records and the counter.
 const MIGRATION_1: &str = "
-    CREATE TABLE pets (
-        id bigint PRIMARY KEY,
-        status smallint,
-        revision bigint NOT NULL,
-        json text NOT NULL
-    );
-    CREATE INDEX pets_by_status ON pets (status, id);
     CREATE TABLE idempotency (
         scope bytea PRIMARY KEY,
         fingerprint bytea NOT NULL,
@@ -60,38 +54,12 @@ const MIGRATION_3: &str = "
     INSERT INTO petstore_meta (name, value) VALUES ('event_seq', 0), ('events_trimmed', 0);
 ";
 
-/// Version 4 (issue 29): orders, categories and the inventory.
-/// - `pets.category_id`, kept beside the JSON by every write like `status`, for the lists of
-///   one category (alone or with a status) that read an index from their cursor on.
-/// - `categories`: `name_key` is `category::name_key(name)`, computed in Rust, unique.
-/// - `orders`: the order's record (`Order::to_record`) with its status, pet and end of hold
-///   beside it for the indexes; at most one placed order (status 1) per pet, enforced by the
-///   database too; the placed ones by the end of their hold, for the expiry.
+/// Version 4 (issue 29): orders, categories (their tables, and the pets' category column, are
+/// their declarations', `store/ops/`) and the inventory.
 /// - `petstore_meta`: the order and category id counters; the four inventory counters are
 ///   counted by `migrate` (`RECOUNT_INVENTORY`) and kept by every write from then on.
 /// - `events`: an order's or a category's id and JSON beside the pet's.
 const MIGRATION_4: &str = "
-    ALTER TABLE pets ADD COLUMN category_id bigint;
-    UPDATE pets SET category_id = (json::jsonb->>'categoryId')::bigint;
-    ALTER TABLE pets ALTER COLUMN category_id SET NOT NULL;
-    CREATE INDEX pets_by_category ON pets (category_id, id);
-    CREATE INDEX pets_by_category_status ON pets (category_id, status, id);
-    CREATE TABLE categories (
-        id bigint PRIMARY KEY,
-        name text NOT NULL,
-        name_key text NOT NULL UNIQUE
-    );
-    CREATE TABLE orders (
-        id bigint PRIMARY KEY,
-        pet_id bigint NOT NULL,
-        status smallint NOT NULL,
-        expires_at_ms bigint,
-        record text NOT NULL
-    );
-    CREATE INDEX orders_by_status ON orders (status, id);
-    CREATE INDEX orders_by_pet ON orders (pet_id, id);
-    CREATE UNIQUE INDEX orders_one_placed_per_pet ON orders (pet_id) WHERE status = 1;
-    CREATE INDEX orders_by_expiry ON orders (expires_at_ms, id) WHERE status = 1;
     ALTER TABLE events ADD COLUMN subject_id bigint, ADD COLUMN subject text;
     INSERT INTO petstore_meta (name, value) VALUES ('next_order_id', 1), ('next_category_id', 1);
 ";
@@ -115,6 +83,20 @@ const MIGRATION_5: &str = "
         used_ms bigint NOT NULL
     );
 ";
+
+/// Every declared resource's migrations (`Postgres::migrations`), with their versions.
+fn declared_migrations() -> Vec<(i64, &'static str)> {
+    struct Migrations(Vec<(i64, &'static str)>);
+    impl ForEach for Migrations {
+        fn visit<R: Resource>(&mut self) -> Result<(), StoreError> {
+            self.0.extend_from_slice(R::POSTGRES.migrations);
+            Ok(())
+        }
+    }
+    let mut migrations = Migrations(Vec::new());
+    let _ = each_resource(&mut migrations);
+    migrations.0
+}
 
 /// Refuses a database whose schema is not this binary's, reading only: for a command that
 /// reads a database servers use, which must neither upgrade it under them (a newer petstore's
@@ -176,16 +158,26 @@ pub(super) async fn migrate(client: &mut ClientWrapper) -> Result<u64, StoreErro
             supported: SCHEMA_VERSION.unsigned_abs(),
         });
     }
+    let declared = declared_migrations();
+    // Each version's statements: its own, then what the declarations of resources did to
+    // their tables at it.
+    let upgrade = async |to: i64, own: &str| -> Result<(), StoreError> {
+        txn.batch_execute(own).await.map_err(pg_error)?;
+        for (_, sql) in declared.iter().filter(|(at, _)| *at == to) {
+            txn.batch_execute(sql).await.map_err(pg_error)?;
+        }
+        Ok(())
+    };
     if version < 1 {
-        txn.batch_execute(MIGRATION_1).await.map_err(pg_error)?;
+        upgrade(1, MIGRATION_1).await?;
         tracing::info!(version = 1, "database schema created");
     }
     if version < 2 {
-        txn.batch_execute(MIGRATION_2).await.map_err(pg_error)?;
+        upgrade(2, MIGRATION_2).await?;
         tracing::info!(version = 2, "database schema upgraded");
     }
     if version < 3 {
-        txn.batch_execute(MIGRATION_3).await.map_err(pg_error)?;
+        upgrade(3, MIGRATION_3).await?;
         // The identity is a u64 kept in a bigint: the same bits.
         txn.execute(
             "INSERT INTO petstore_meta (name, value) VALUES ('feed', $1)",
@@ -196,14 +188,14 @@ pub(super) async fn migrate(client: &mut ClientWrapper) -> Result<u64, StoreErro
         tracing::info!(version = 3, "database schema upgraded");
     }
     if version < 4 {
-        txn.batch_execute(MIGRATION_4).await.map_err(pg_error)?;
+        upgrade(4, MIGRATION_4).await?;
         txn.execute(RECOUNT_INVENTORY, &[])
             .await
             .map_err(pg_error)?;
         tracing::info!(version = 4, "database schema upgraded");
     }
     if version < 5 {
-        txn.batch_execute(MIGRATION_5).await.map_err(pg_error)?;
+        upgrade(5, MIGRATION_5).await?;
         tracing::info!(version = 5, "database schema upgraded");
     }
     txn.execute(

@@ -8,17 +8,17 @@
 use bytes::Bytes;
 
 use super::errors::pg_error;
-use super::rows::{
-    INVENTORY_COUNTERS, READ_RECORD, category_of, expires_at_ms, order_of, order_record,
-    order_status_code, record_of, revision, status_code,
-};
-use crate::category::{Category, CategoryId, name_key};
-use crate::order::{Order, OrderId};
+use tokio_postgres::types::ToSql;
+
+use super::rows::{INVENTORY_COUNTERS, READ_RECORD, record_of, revision, status_code};
+use crate::category::CategoryId;
+use crate::order::OrderId;
 use crate::pet::{Pet, PetId};
 use crate::store::claims::IdempotencyKey;
 use crate::store::model::{
     InventoryDelta, Record, StoreError, StoredPet, read_pet, record_id, short,
 };
+use crate::store::resource::{Column, Resource};
 use crate::store::txn::{Counter, Ledger, Txn, next_revision};
 use crate::store::write::Keyed;
 use crate::subject::Subject;
@@ -251,6 +251,15 @@ impl<'t, 'c> PgTxn<'t, 'c> {
     }
 }
 
+/// A declared column's value as a statement's parameter.
+pub(super) fn sql_value(column: &Column) -> &(dyn ToSql + Sync) {
+    match column {
+        Column::Int(value) => value,
+        Column::Code(value) => value,
+        Column::Text(value) => value,
+    }
+}
+
 /// A pet's JSON as the `text` column keeps it.
 fn json_text(pet: &Pet) -> Result<String, StoreError> {
     String::from_utf8(pet.to_json())
@@ -338,51 +347,58 @@ impl Txn for PgTxn<'_, '_> {
         Ok(row.map(|row| row.get(0)))
     }
 
-    async fn order(&mut self, id: OrderId) -> Result<Option<Order>, StoreError> {
-        let row = self
-            .row("SELECT record FROM orders WHERE id = $1", &[&id])
-            .await?;
-        row.map(|row| order_of(row.get(0))).transpose()
+    async fn get<R: Resource + Send>(&mut self, id: i64) -> Result<Option<R>, StoreError> {
+        let sql = format!(
+            "SELECT {} FROM {} WHERE id = $1",
+            R::POSTGRES.stored,
+            R::TABLE
+        );
+        let row = self.row(&sql, &[&id]).await?;
+        row.map(|row| R::decode(id, row.get::<_, &str>(0).as_bytes()))
+            .transpose()
     }
 
-    async fn put_order(&mut self, old: Option<&Order>, new: &Order) -> Result<(), StoreError> {
-        match old {
+    async fn put<R: Resource + Sync>(
+        &mut self,
+        old: Option<&R>,
+        new: &R,
+    ) -> Result<(), StoreError> {
+        let (id, columns) = (new.id(), new.columns());
+        let names = R::POSTGRES.columns;
+        let sql = match old {
             None => {
-                self.exec(
-                    "INSERT INTO orders (id, pet_id, status, expires_at_ms, record)
-                         VALUES ($1, $2, $3, $4, $5)",
-                    &[
-                        &new.id,
-                        &new.pet_id,
-                        &order_status_code(new.status),
-                        &expires_at_ms(new),
-                        &order_record(new),
-                    ],
+                let numbers = (2..=names.len() + 1).map(|n| format!("${n}"));
+                format!(
+                    "INSERT INTO {} (id, {}) VALUES ($1, {})",
+                    R::TABLE,
+                    names.join(", "),
+                    numbers.collect::<Vec<_>>().join(", ")
                 )
-                .await?;
             }
-            // A move: its pet and its hold's end never change.
             Some(_) => {
-                self.exec(
-                    "UPDATE orders SET status = $2, record = $3 WHERE id = $1",
-                    &[&new.id, &order_status_code(new.status), &order_record(new)],
-                )
-                .await?;
+                let set = names
+                    .iter()
+                    .enumerate()
+                    .map(|(n, name)| format!("{name} = ${}", n + 2));
+                let set = set.collect::<Vec<_>>().join(", ");
+                format!("UPDATE {} SET {set} WHERE id = $1", R::TABLE)
             }
-        }
+        };
+        let mut params: Vec<&(dyn ToSql + Sync)> = vec![&id];
+        params.extend(columns.iter().map(sql_value));
+        self.exec(&sql, &params).await?;
+        Ok(())
+    }
+
+    async fn remove<R: Resource + Sync>(&mut self, old: &R) -> Result<(), StoreError> {
+        let sql = format!("DELETE FROM {} WHERE id = $1", R::TABLE);
+        self.exec(&sql, &[&old.id()]).await?;
         Ok(())
     }
 
     async fn ended_holds(&mut self, _at_ms: u64) -> Result<Vec<OrderId>, StoreError> {
         // Taken and locked by `lock_rows` (SKIP LOCKED), each `Expire` its own, in batch order.
         Ok(self.expiring.next().unwrap_or_default())
-    }
-
-    async fn category(&mut self, id: CategoryId) -> Result<Option<Category>, StoreError> {
-        let row = self
-            .row("SELECT id, name FROM categories WHERE id = $1", &[&id])
-            .await?;
-        Ok(row.map(|row| category_of(&row)))
     }
 
     async fn category_named(&mut self, key: &str) -> Result<Option<CategoryId>, StoreError> {
@@ -405,30 +421,6 @@ impl Txn for PgTxn<'_, '_> {
             .await
             .map_err(pg_error)?;
         Ok(row.get(0))
-    }
-
-    async fn put_category(
-        &mut self,
-        old: Option<&Category>,
-        new: &Category,
-    ) -> Result<(), StoreError> {
-        let sql = match old {
-            None => "INSERT INTO categories (id, name, name_key) VALUES ($1, $2, $3)",
-            Some(_) => "UPDATE categories SET name = $2, name_key = $3 WHERE id = $1",
-        };
-        self.txn
-            .execute(sql, &[&new.id, &new.name, &name_key(&new.name)])
-            .await
-            .map_err(pg_error)?;
-        Ok(())
-    }
-
-    async fn remove_category(&mut self, old: &Category) -> Result<(), StoreError> {
-        self.txn
-            .execute("DELETE FROM categories WHERE id = $1", &[&old.id])
-            .await
-            .map_err(pg_error)?;
-        Ok(())
     }
 
     async fn next_id(&mut self, counter: Counter) -> Result<Result<i64, StoreError>, StoreError> {

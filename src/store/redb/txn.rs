@@ -11,8 +11,8 @@ use redb::ReadableTable;
 use super::idempotency;
 use super::tables::{META_NEXT_CATEGORY_ID, META_NEXT_ORDER_ID, holding_order};
 use super::writer::Run;
-use crate::category::{Category, CategoryId};
-use crate::order::{Order, OrderId};
+use crate::category::CategoryId;
+use crate::order::OrderId;
 use crate::pet::{Pet, PetId};
 use crate::store::claims::IdempotencyKey;
 use crate::store::model::{Record, StoreError, StoredPet, record_id};
@@ -77,12 +77,20 @@ impl Txn for Run<'_> {
         holding_order(self.open.index(&ORDERS_BY_PET)?, pet)
     }
 
-    async fn order(&mut self, id: OrderId) -> Result<Option<Order>, StoreError> {
+    async fn get<R: Resource + Send>(&mut self, id: i64) -> Result<Option<R>, StoreError> {
         self.open.get(id)
     }
 
-    async fn put_order(&mut self, old: Option<&Order>, new: &Order) -> Result<(), StoreError> {
+    async fn put<R: Resource + Sync>(
+        &mut self,
+        old: Option<&R>,
+        new: &R,
+    ) -> Result<(), StoreError> {
         self.open.put(old, new, &new.encode())
+    }
+
+    async fn remove<R: Resource + Sync>(&mut self, old: &R) -> Result<(), StoreError> {
+        self.open.remove(old)
     }
 
     async fn ended_holds(&mut self, at_ms: u64) -> Result<Vec<OrderId>, StoreError> {
@@ -102,10 +110,6 @@ impl Txn for Run<'_> {
             ended.push(crate::store::resource::owner_of(key.value())?);
         }
         Ok(ended)
-    }
-
-    async fn category(&mut self, id: CategoryId) -> Result<Option<Category>, StoreError> {
-        self.open.get(id)
     }
 
     async fn category_named(&mut self, key: &str) -> Result<Option<CategoryId>, StoreError> {
@@ -142,18 +146,6 @@ impl Txn for Run<'_> {
             }
         }
         Ok(false)
-    }
-
-    async fn put_category(
-        &mut self,
-        old: Option<&Category>,
-        new: &Category,
-    ) -> Result<(), StoreError> {
-        self.open.put(old, new, &new.encode())
-    }
-
-    async fn remove_category(&mut self, old: &Category) -> Result<(), StoreError> {
-        self.open.remove(old)
     }
 
     async fn next_id(&mut self, counter: Counter) -> Result<Result<i64, StoreError>, StoreError> {
