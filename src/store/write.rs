@@ -110,109 +110,134 @@ pub(crate) struct PlaceOrder {
 
 /// A caller waiting for one write, and that write's outcome once the transaction has run it.
 pub(crate) struct Pending<T> {
-    reply: oneshot::Sender<Result<T, StoreError>>,
+    reply: Option<oneshot::Sender<Result<T, StoreError>>>,
     pub(crate) outcome: Option<Result<T, StoreError>>,
 }
 
 impl<T> Pending<T> {
     fn new(reply: oneshot::Sender<Result<T, StoreError>>) -> Pending<T> {
         Pending {
-            reply,
+            reply: Some(reply),
             outcome: None,
         }
     }
+}
 
+/// Whether an outcome changed anything that needs a commit: a replay or a purge of nothing
+/// did not.
+pub(crate) trait Changes {
+    fn changed(&self) -> bool {
+        true
+    }
+}
+
+impl Changes for Created {
+    fn changed(&self) -> bool {
+        !self.replayed
+    }
+}
+
+impl Changes for Placed {
+    fn changed(&self) -> bool {
+        !self.replayed
+    }
+}
+
+impl Changes for Vec<Moved> {
+    fn changed(&self) -> bool {
+        !self.is_empty()
+    }
+}
+
+impl Changes for usize {
+    fn changed(&self) -> bool {
+        *self > 0
+    }
+}
+
+impl Changes for StoredPet {}
+impl Changes for Moved {}
+impl Changes for Category {}
+impl Changes for i64 {}
+impl Changes for u64 {}
+impl Changes for () {}
+
+/// What the front does with a write's pending answer, whatever the write answers.
+trait Settle: Send {
     /// Whether the caller stopped waiting for the answer.
+    fn abandoned(&self) -> bool;
+    /// Whether the write, once run, changed anything that needs a commit.
+    fn changed(&self) -> bool;
+    /// Answers the caller (once): its outcome if the transaction committed, else the failure.
+    fn answer(&mut self, failure: Option<&StoreError>);
+}
+
+impl<T: Changes + Send> Settle for Pending<T> {
     fn abandoned(&self) -> bool {
-        self.reply.is_closed()
+        self.reply.as_ref().is_none_or(|reply| reply.is_closed())
     }
 
-    /// Answers the caller: its outcome if the transaction committed, else the failure.
-    fn answer(self, failure: Option<&StoreError>) {
-        let result = match (failure, self.outcome) {
+    fn changed(&self) -> bool {
+        matches!(&self.outcome, Some(Ok(outcome)) if outcome.changed())
+    }
+
+    fn answer(&mut self, failure: Option<&StoreError>) {
+        let result = match (failure, self.outcome.take()) {
             (Some(e), _) => Err(e.clone()),
             (None, Some(outcome)) => outcome,
             (None, None) => Err(StoreError::Corrupt("a write ran without an outcome".into())),
         };
-        let _ = self.reply.send(result);
+        if let Some(reply) = self.reply.take() {
+            let _ = reply.send(result);
+        }
     }
 }
 
-impl Write {
-    fn answer(self, failure: Option<&StoreError>) {
-        match self {
-            Write::Create(_, keyed, pending) => {
-                // The claim ends before the answer leaves: a client that got its 201 and
-                // retries at once must get the replay, not a 409.
-                drop(keyed);
-                pending.answer(failure);
-            }
-            Write::Patch(.., pending) => pending.answer(failure),
-            Write::Delete(.., pending) => pending.answer(failure),
-            Write::Purge(_, pending) | Write::Trim(_, pending) => pending.answer(failure),
-            Write::PlaceOrder(place, pending) => {
-                drop(place.keyed);
-                pending.answer(failure);
-            }
-            Write::MoveOrder(.., pending) => pending.answer(failure),
-            Write::Expire(_, pending) => pending.answer(failure),
-            Write::CreateCategory(_, pending) | Write::PatchCategory(_, _, pending) => {
-                pending.answer(failure)
-            }
-            Write::DeleteCategory(_, pending) => pending.answer(failure),
-            Write::SaveWebhook(_, pending) | Write::SaveSession(_, pending) => {
-                pending.answer(failure)
-            }
-            Write::RemoveSessions(_, pending) => pending.answer(failure),
+/// The pending answer of a write (`&Write` or `&mut Write`): the one match on every kind of
+/// write the front needs.
+macro_rules! pending_of {
+    ($write:expr) => {
+        match $write {
+            Write::Create(.., pending) => pending,
+            Write::Patch(.., pending) => pending,
+            Write::Delete(.., pending) => pending,
+            Write::Purge(_, pending) | Write::Trim(_, pending) => pending,
+            Write::PlaceOrder(_, pending) => pending,
+            Write::MoveOrder(.., pending) => pending,
+            Write::Expire(_, pending) => pending,
+            Write::CreateCategory(_, pending) | Write::PatchCategory(_, _, pending) => pending,
+            Write::DeleteCategory(_, pending) => pending,
+            Write::SaveWebhook(_, pending) | Write::SaveSession(_, pending) => pending,
+            Write::RemoveSessions(_, pending) => pending,
         }
+    };
+}
+
+impl Write {
+    fn pending(&self) -> &dyn Settle {
+        pending_of!(self)
+    }
+
+    fn answer(mut self, failure: Option<&StoreError>) {
+        // The key's claim ends before the answer leaves: a client that got its 201 and
+        // retries at once must get the replay, not a 409.
+        match &mut self {
+            Write::Create(_, keyed, _) => drop(keyed.take()),
+            Write::PlaceOrder(place, _) => drop(place.keyed.take()),
+            _ => {}
+        }
+        let pending: &mut dyn Settle = pending_of!(&mut self);
+        pending.answer(failure);
     }
 
     /// Whether the caller of this write stopped waiting for it.
     fn abandoned(&self) -> bool {
-        match self {
-            Write::Create(.., pending) => pending.abandoned(),
-            Write::Patch(.., pending) => pending.abandoned(),
-            Write::Delete(.., pending) => pending.abandoned(),
-            Write::Purge(_, pending) | Write::Trim(_, pending) => pending.abandoned(),
-            Write::PlaceOrder(_, pending) => pending.abandoned(),
-            Write::MoveOrder(.., pending) => pending.abandoned(),
-            Write::Expire(_, pending) => pending.abandoned(),
-            Write::CreateCategory(_, pending) | Write::PatchCategory(_, _, pending) => {
-                pending.abandoned()
-            }
-            Write::DeleteCategory(_, pending) => pending.abandoned(),
-            Write::SaveWebhook(_, pending) | Write::SaveSession(_, pending) => pending.abandoned(),
-            Write::RemoveSessions(_, pending) => pending.abandoned(),
-        }
+        self.pending().abandoned()
     }
 
     /// Whether this write, once run, changed anything that needs a commit.
     pub(super) fn changed(&self) -> bool {
-        match self {
-            Write::Create(_, _, pending) => {
-                matches!(&pending.outcome, Some(Ok(created)) if !created.replayed)
-            }
-            Write::Patch(.., pending) => matches!(pending.outcome, Some(Ok(_))),
-            Write::Delete(.., pending) => matches!(pending.outcome, Some(Ok(_))),
-            Write::Purge(_, pending) | Write::Trim(_, pending) => {
-                matches!(pending.outcome, Some(Ok(n)) if n > 0)
-            }
-            Write::PlaceOrder(_, pending) => {
-                matches!(&pending.outcome, Some(Ok(placed)) if !placed.replayed)
-            }
-            Write::MoveOrder(.., pending) => matches!(pending.outcome, Some(Ok(_))),
-            Write::Expire(_, pending) => {
-                matches!(&pending.outcome, Some(Ok(moved)) if !moved.is_empty())
-            }
-            Write::CreateCategory(_, pending) | Write::PatchCategory(_, _, pending) => {
-                matches!(pending.outcome, Some(Ok(_)))
-            }
-            Write::DeleteCategory(_, pending) => matches!(pending.outcome, Some(Ok(_))),
-            Write::SaveWebhook(_, pending) | Write::SaveSession(_, pending) => {
-                matches!(pending.outcome, Some(Ok(_)))
-            }
-            Write::RemoveSessions(_, pending) => matches!(pending.outcome, Some(Ok(n)) if n > 0),
-        }
+        self.pending().changed()
     }
 }
 
