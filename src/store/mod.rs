@@ -233,7 +233,7 @@ impl Store {
     }
 
     pub async fn get_order(&self, id: OrderId) -> Result<Option<Order>, StoreError> {
-        read!(self, store => store.get_order(id))
+        self.get_record(id).await
     }
 
     /// A page of orders as the API sends it (`Page::json` holds their JSON objects).
@@ -278,7 +278,7 @@ impl Store {
     }
 
     pub async fn get_category(&self, id: CategoryId) -> Result<Option<Category>, StoreError> {
-        read!(self, store => store.get_category(id))
+        self.get_record(id).await
     }
 
     /// Up to `limit` categories with ids above `after`, in ascending id order.
@@ -287,7 +287,25 @@ impl Store {
         after: Option<CategoryId>,
         limit: usize,
     ) -> Result<Page, StoreError> {
-        read!(self, store => store.list_categories(after, limit))
+        self.list_records::<Category>(after, limit).await
+    }
+
+    /// Record `id` of any declared resource (`store/resource.rs`) but pets, which are read
+    /// with their revision (`get`).
+    pub(crate) async fn get_record<R: resource::Resource>(
+        &self,
+        id: i64,
+    ) -> Result<Option<R>, StoreError> {
+        read!(self, store => store.get_record(id))
+    }
+
+    /// Up to `limit` records of `R` with ids above `after`, in id order, as the API sends them.
+    pub(crate) async fn list_records<R: resource::Resource>(
+        &self,
+        after: Option<i64>,
+        limit: usize,
+    ) -> Result<Page, StoreError> {
+        read!(self, store => store.list_records::<R>(after, limit))
     }
 
     /// Every batch this process commits from now on, in commit order, with each pet's

@@ -8,15 +8,17 @@ use tokio_postgres::types::ToSql;
 use super::errors::pg_error;
 use super::handle::{FEED_NOW, PgStore, feed_state};
 use super::rows::{READ_INVENTORY, after_cursor, inventory_of};
-use crate::category::{Category, CategoryId};
 use crate::event::Position;
-use crate::order::{Order, OrderId};
+use crate::order::Order;
 use crate::store::model::{Inventory, OrderQuery, Page, PageBuilder, StoreError};
 use crate::store::resource::Resource;
 
 impl PgStore {
     /// Record `id` of `R`, read by one statement.
-    async fn get_record<R: Resource>(&self, id: i64) -> Result<Option<R>, StoreError> {
+    pub(in crate::store) async fn get_record<R: Resource>(
+        &self,
+        id: i64,
+    ) -> Result<Option<R>, StoreError> {
         let sql = format!(
             "SELECT {} FROM {} WHERE id = $1",
             R::POSTGRES.stored,
@@ -31,13 +33,6 @@ impl PgStore {
             .await?;
         row.map(|row| R::decode(id, row.get::<_, &str>(0).as_bytes()))
             .transpose()
-    }
-
-    pub(in crate::store) async fn get_order(
-        &self,
-        id: OrderId,
-    ) -> Result<Option<Order>, StoreError> {
-        self.get_record(id).await
     }
 
     /// A page of orders in id order, each filter read from its index (`orders_by_status`,
@@ -100,23 +95,8 @@ impl PgStore {
         inventory_of(&row)
     }
 
-    pub(in crate::store) async fn get_category(
-        &self,
-        id: CategoryId,
-    ) -> Result<Option<Category>, StoreError> {
-        self.get_record(id).await
-    }
-
-    pub(in crate::store) async fn list_categories(
-        &self,
-        after: Option<CategoryId>,
-        limit: usize,
-    ) -> Result<Page, StoreError> {
-        self.list_records::<Category>(after, limit).await
-    }
-
     /// A page of `R`'s records in id order after `after`, with the feed's newest position.
-    async fn list_records<R: Resource>(
+    pub(in crate::store) async fn list_records<R: Resource>(
         &self,
         after: Option<i64>,
         limit: usize,

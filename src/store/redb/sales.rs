@@ -8,8 +8,7 @@ use redb::{ReadTransaction, ReadableDatabase};
 use super::handle::RedbStore;
 use super::indexes::{self, records, scan};
 use super::tables::{META_INVENTORY, meta_value};
-use crate::category::{Category, CategoryId};
-use crate::order::{Order, OrderId};
+use crate::order::Order;
 use crate::pet::PetId;
 use crate::store::model::{Inventory, OrderQuery, Page, PageBuilder, PageQuery, StoreError};
 use crate::store::ops::orders::{ORDERS_BY_PET, ORDERS_BY_STATUS};
@@ -42,11 +41,21 @@ fn entries(
 }
 
 impl RedbStore {
-    pub(in crate::store) async fn get_order(
+    /// Record `id` of `R`, from a read transaction of its own.
+    pub(in crate::store) async fn get_record<R: Resource>(
         &self,
-        id: OrderId,
-    ) -> Result<Option<Order>, StoreError> {
+        id: i64,
+    ) -> Result<Option<R>, StoreError> {
         self.read_txn(|txn| get(txn, id))
+    }
+
+    /// A page of `R`'s records in id order after `after`.
+    pub(in crate::store) async fn list_records<R: Resource>(
+        &self,
+        after: Option<i64>,
+        limit: usize,
+    ) -> Result<Page, StoreError> {
+        self.read_txn(|txn| list_records::<R>(txn, after, limit))
     }
 
     /// A page of orders: by `petId` through `ORDERS_BY_PET` (a pet has few orders, so a status
@@ -97,21 +106,6 @@ impl RedbStore {
                 unset: unset?,
             })
         })
-    }
-
-    pub(in crate::store) async fn get_category(
-        &self,
-        id: CategoryId,
-    ) -> Result<Option<Category>, StoreError> {
-        self.read_txn(|txn| get(txn, id))
-    }
-
-    pub(in crate::store) async fn list_categories(
-        &self,
-        after: Option<CategoryId>,
-        limit: usize,
-    ) -> Result<Page, StoreError> {
-        self.read_txn(|txn| list_records::<Category>(txn, after, limit))
     }
 
     /// A page of the pets of one category (`query.category`), through `PETS_BY_CATEGORY`: one
