@@ -1,8 +1,12 @@
 //! The store suite: the same test functions run against every backend, so the redb file and
 //! PostgreSQL keep one contract (pages after a cursor, revisions and preconditions, deletes,
 //! idempotency records, ids). Each function gets a fresh, empty store. PostgreSQL runs in a
-//! throwaway cluster (`pg_cluster.rs`) shared by the tests running at the same time, one
-//! database each.
+//! throwaway cluster (`tests/support/pg_cluster.rs`, the API tests' and the load bench's too)
+//! shared by the tests running at the same time, one database each.
+
+// A test fixture, not store code: it lives with the other crates' test support.
+#[path = "../../tests/support/pg_cluster.rs"]
+mod pg_cluster;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
@@ -11,12 +15,12 @@ use std::time::Duration;
 use bytes::Bytes;
 
 use super::model::{Change, IdempotencyRecord, SHORT_DIGEST};
-use super::pg_cluster::Cluster;
 use super::*;
 use crate::event::{EventType, Position, Types};
 use crate::order::{OrderStatus, Refused};
 use crate::pet::PetPatch;
 use crate::subject::{Kind, Subject};
+use pg_cluster::Cluster;
 
 const TUNING: Tuning = Tuning {
     events_keep: crate::store::DEFAULT_EVENTS_KEEP,
