@@ -15,7 +15,7 @@ mod goals;
 mod load;
 mod orders;
 mod pg;
-#[path = "../../src/store/pg_cluster.rs"]
+#[path = "../../tests/support/pg_cluster.rs"]
 mod pg_cluster;
 mod process;
 mod receiver;

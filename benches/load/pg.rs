@@ -1,9 +1,10 @@
 //! The PostgreSQL part (issue 11): durable creates (64 clients) and list20 on a local
 //! PostgreSQL beside redb in the same run, and group commit against one transaction per create
-//! (`--max-write-batch 1`). The cluster is the tests' throwaway one (`pg_cluster.rs`),
-//! restarted with `fsync=on` (the tests run it without), so a commit waits for its WAL flush
-//! as a redb commit waits for its fsync. PostgreSQL's processes are pinned to the server CPU
-//! with petstore and their CPU time counts as the server's: one core holds the whole store.
+//! (`--max-write-batch 1`). The cluster is the tests' throwaway one
+//! (`tests/support/pg_cluster.rs`), restarted with `fsync=on` (the tests run it without), so a
+//! commit waits for its WAL flush as a redb commit waits for its fsync. PostgreSQL's processes
+//! are pinned to the server CPU with petstore and their CPU time counts as the server's: one
+//! core holds the whole store.
 
 use std::path::Path;
 use std::process::Command;

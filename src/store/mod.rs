@@ -19,8 +19,6 @@ mod claims;
 pub(crate) mod events;
 pub(crate) mod model;
 mod ops;
-#[cfg(test)]
-mod pg_cluster;
 mod postgres;
 mod redb;
 mod resource;

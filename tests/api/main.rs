@@ -1,6 +1,7 @@
 //! Integration tests: the real `petstore` binary, over real TLS on an ephemeral port, with a
-//! temp redb file. One module per area; `support` holds the harness, and `pg_cluster` (the
-//! store's own file, shared with its unit tests) runs throwaway PostgreSQL clusters.
+//! temp redb file. One module per area; `support` holds the harness, and `pg_cluster`
+//! (`tests/support/`, shared with the store suite and the load bench) runs throwaway
+//! PostgreSQL clusters.
 
 mod acme;
 mod auth;
@@ -35,7 +36,7 @@ mod operations;
 mod orders;
 mod paging;
 mod patch;
-#[path = "../../src/store/pg_cluster.rs"]
+#[path = "../../tests/support/pg_cluster.rs"]
 mod pg_cluster;
 mod pg_cluster_harness;
 mod postgres;

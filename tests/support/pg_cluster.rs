@@ -5,8 +5,9 @@
 //! Dropping a cluster stops its server at once and removes its directory. Every wait has a
 //! bound; a failure panics with the command's output and the server log.
 //!
-//! Self-contained (std and `tempfile` only): the store's unit tests compile it as a module of
-//! the binary crate, and the integration tests include the same file with `#[path]`.
+//! Test support shared by three crates, so self-contained (std and `tempfile` only): the store
+//! suite (`src/store/suite.rs`, in the binary's unit tests), the API tests (`tests/api`) and
+//! the load bench (`benches/load`) each include this file with `#[path]`.
 
 // Each crate that includes this file uses only part of it.
 #![allow(dead_code)]
