@@ -2176,6 +2176,85 @@ fn on_postgres_one_instance_holds_a_webhook_lease_and_a_save_without_it_is_refus
     });
 }
 
+/// An order placed by one instance after another instance's batch took its locks, and moved
+/// by that batch, is not moved unlocked: two rows held by `psql` sessions stall each batch
+/// (each has a patch of its own) so that B's complete of order 1 takes its locks before A
+/// places order 1, and A's cancel of it takes its locks after. At most one of the two moves
+/// goes through, the order and its pet agree, and the inventory counts what a walk counts.
+#[test]
+fn on_postgres_an_order_placed_after_a_batch_took_its_locks_is_not_moved_unlocked() {
+    let cluster = shared_cluster();
+    let database = "unlocked_move";
+    cluster.psql(&format!("CREATE DATABASE {database}"));
+    let url = cluster
+        .url()
+        .replace("/petstore?", &format!("/{database}?"));
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    runtime.block_on(async {
+        let open = || async {
+            let target = postgres::connect::parse(&url, None, None, 4, Duration::from_secs(5))
+                .expect("url");
+            let location = Location::Postgres(Box::new(target));
+            Store::open(location, TUNING).await.expect("open").0
+        };
+        let (a, b) = (open().await, open().await);
+        for name in ["p", "z", "z2"] {
+            add(&a, new_pet(name, Some(PetStatus::Available)))
+                .await
+                .expect("create");
+        }
+        let hold = |pet: i64, secs: f64| {
+            let cluster = Arc::clone(&cluster);
+            std::thread::spawn(move || {
+                cluster.psql(&format!(
+                    "\\connect {database}\nBEGIN;\nSELECT 1 FROM pets WHERE id = {pet} FOR UPDATE;\n\
+                     SELECT pg_sleep({secs});\nCOMMIT;"
+                ))
+            })
+        };
+        let (first, second) = (hold(2, 2.0), hold(3, 3.0));
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let complete = {
+            let b = b.clone();
+            tokio::spawn(async move {
+                let patched = b.patch(2, sold(), Precondition::None);
+                let moved = b.move_order(1, OrderAction::Complete, Precondition::None);
+                tokio::join!(patched, moved).1
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        place(&a, 1).await.expect("A places order 1 for pet 1");
+        let cancel = {
+            let a = a.clone();
+            tokio::spawn(async move {
+                let moved = a.move_order(1, OrderAction::Cancel, Precondition::None);
+                tokio::join!(moved, a.patch(3, sold(), Precondition::None)).0
+            })
+        };
+        let (completed, cancelled) = (complete.await.expect("B"), cancel.await.expect("A"));
+        first.join().expect("a psql session");
+        second.join().expect("a psql session");
+        assert!(
+            !(completed.is_ok() && cancelled.is_ok()),
+            "both moves of order 1 went through"
+        );
+        let order = a.get_order(1).await.expect("get").expect("placed");
+        let pet = status_of(&pet_now(&a, 1).await);
+        let agree = match order.status {
+            OrderStatus::Completed => pet == Some(PetStatus::Sold),
+            OrderStatus::Cancelled => pet == Some(PetStatus::Available),
+            _ => pet == Some(PetStatus::Pending),
+        };
+        assert!(agree, "order 1 is {:?} and its pet {pet:?}", order.status);
+        assert_eq!(a.inventory().await.expect("inventory"), counted(&a).await);
+        a.close().await;
+        b.close().await;
+    });
+}
+
 /// Two instances on one database (two `Store`s, each with its own writer and pool) race
 /// orders, completions and cancellations for the same 20 pets from many tasks. Every pet ends
 /// in at most one order that is placed or completed, with the status that order gives it; no

@@ -81,8 +81,8 @@ async fn run_batch(
 ) -> Result<Option<Vec<Change>>, StoreError> {
     let txn = client.transaction().await.map_err(pg_error)?;
     let mut tally = Tally::default();
-    let Locked { next_id, expiring } = lock_rows(&txn, batch, &mut tally).await?;
-    let mut rules = PgTxn::new(&txn, tally, next_id, expiring, unix_now(), now_ms());
+    let locked = lock_rows(&txn, batch, &mut tally).await?;
+    let mut rules = PgTxn::new(&txn, tally, locked, unix_now(), now_ms());
     for write in batch.iter_mut() {
         if ops::run(&mut rules, write).await? {
             continue;
@@ -137,11 +137,14 @@ async fn run_batch(
     Ok(Some(changes))
 }
 
-/// What `lock_rows` hands the writes: the first pet id the batch's creates take, and the
-/// orders each `Expire` of the batch took, in batch order.
-struct Locked {
-    next_id: PetId,
-    expiring: Vec<Vec<OrderId>>,
+/// What `lock_rows` hands the writes: the first pet id the batch's creates take, the orders
+/// each `Expire` of the batch took, in batch order, and every order and pet row it locked, in
+/// id order.
+pub(super) struct Locked {
+    pub(super) next_id: PetId,
+    pub(super) expiring: Vec<Vec<OrderId>>,
+    pub(super) orders: Vec<OrderId>,
+    pub(super) pets: Vec<PetId>,
 }
 
 /// Takes every lock the batch needs before any write runs (what its writes touch,
@@ -169,33 +172,39 @@ async fn lock_rows(
         new_pets,
         counters,
     } = ops::touches(batch);
+    let (mut orders, mut locked_pets) = (Vec::new(), Vec::new());
     if !moving.is_empty() {
         moving.sort_unstable();
         moving.dedup();
         let rows = txn
             .query(
-                "SELECT pet_id FROM orders WHERE id = ANY($1) ORDER BY id FOR UPDATE",
+                "SELECT id, pet_id FROM orders WHERE id = ANY($1) ORDER BY id FOR UPDATE",
                 &[&moving],
             )
             .await
             .map_err(pg_error)?;
-        pets.extend(rows.iter().map(|row| row.get::<_, i64>(0)));
+        orders.extend(rows.iter().map(|row| row.get::<_, i64>(0)));
+        pets.extend(rows.iter().map(|row| row.get::<_, i64>(1)));
     }
     let mut expiring = Vec::new();
     for at_ms in ended_holds {
         let (taken, their_pets) = take_ended_holds(txn, at_ms).await?;
         pets.extend(their_pets);
+        orders.extend_from_slice(&taken);
         expiring.push(taken);
     }
+    orders.sort_unstable();
     if !pets.is_empty() {
         pets.sort_unstable();
         pets.dedup();
-        txn.execute(
-            "SELECT 1 FROM pets WHERE id = ANY($1) ORDER BY id FOR UPDATE",
-            &[&pets],
-        )
-        .await
-        .map_err(pg_error)?;
+        let rows = txn
+            .query(
+                "SELECT id FROM pets WHERE id = ANY($1) ORDER BY id FOR UPDATE",
+                &[&pets],
+            )
+            .await
+            .map_err(pg_error)?;
+        locked_pets.extend(rows.iter().map(|row| row.get::<_, i64>(0)));
     }
     let next_id = match new_pets {
         0 => 0,
@@ -208,7 +217,12 @@ async fn lock_rows(
     if counters.contains(&ops::Counter::Categories) {
         tally.next_category = Some(CounterRow::lock(txn, "next_category_id").await?);
     }
-    Ok(Locked { next_id, expiring })
+    Ok(Locked {
+        next_id,
+        expiring,
+        orders,
+        pets: locked_pets,
+    })
 }
 
 /// Locks up to `PURGE_BATCH` placed orders whose hold ended by `at_ms`, the oldest end first,

@@ -10,6 +10,7 @@ use bytes::Bytes;
 use super::errors::pg_error;
 use tokio_postgres::types::ToSql;
 
+use super::batch::Locked;
 use super::rows::{INVENTORY_COUNTERS, READ_RECORD, record_of, revision, status_code};
 use crate::category::CategoryId;
 use crate::order::OrderId;
@@ -21,7 +22,7 @@ use crate::store::model::{
 use crate::store::resource::{Column, Resource};
 use crate::store::txn::{Counter, Ledger, Txn, next_revision};
 use crate::store::write::Keyed;
-use crate::subject::Subject;
+use crate::subject::{Kind, Subject};
 
 /// The transaction a batch runs in.
 pub(super) type Transaction<'a> = deadpool_postgres::Transaction<'a>;
@@ -149,6 +150,12 @@ pub(super) struct PgTxn<'t, 'c> {
     next_pet_id: PetId,
     /// The orders each `Expire` of the batch took in `lock_rows`, in batch order.
     expiring: std::vec::IntoIter<Vec<OrderId>>,
+    /// Every order and pet row `lock_rows` locked, in id order: of the rows there before the
+    /// batch, only these may change (`unlocked`).
+    locked_orders: Vec<OrderId>,
+    locked_pets: Vec<PetId>,
+    /// The first id of the pets this batch creates: those are its own.
+    first_new_pet: PetId,
     pub(super) ledger: Ledger,
 }
 
@@ -165,8 +172,7 @@ impl<'t, 'c> PgTxn<'t, 'c> {
     pub(super) fn new(
         txn: &'t Transaction<'c>,
         tally: Tally,
-        next_pet_id: PetId,
-        expiring: Vec<Vec<OrderId>>,
+        locked: Locked,
         now: u64,
         now_ms: u64,
     ) -> PgTxn<'t, 'c> {
@@ -174,8 +180,11 @@ impl<'t, 'c> PgTxn<'t, 'c> {
             txn,
             tally,
             new_pets: NewRows::default(),
-            next_pet_id,
-            expiring: expiring.into_iter(),
+            next_pet_id: locked.next_id,
+            expiring: locked.expiring.into_iter(),
+            locked_orders: locked.orders,
+            locked_pets: locked.pets,
+            first_new_pet: locked.next_id,
             ledger: Ledger {
                 now,
                 now_ms,
@@ -235,6 +244,27 @@ impl<'t, 'c> PgTxn<'t, 'c> {
     ) -> Result<u64, StoreError> {
         let statement = self.txn.prepare_cached(sql).await.map_err(pg_error)?;
         self.txn.execute(&statement, params).await.map_err(pg_error)
+    }
+
+    /// Refuses to change `subject` unless `lock_rows` locked it (or the batch made it). A row
+    /// that was not there when the locks were taken (made by another instance since) is not
+    /// locked, nor are the rows it names: changed now, a concurrent change of it could commit
+    /// too and one of the two be lost. The batch runs again instead, and locks it first.
+    fn locked(&self, subject: Subject) -> Result<(), StoreError> {
+        let held = match subject.kind {
+            Kind::Order => self.locked_orders.binary_search(&subject.id).is_ok(),
+            Kind::Pet => {
+                subject.id >= self.first_new_pet && self.first_new_pet > 0
+                    || self.locked_pets.binary_search(&subject.id).is_ok()
+            }
+            Kind::Category => true,
+        };
+        if held {
+            return Ok(());
+        }
+        Err(StoreError::Contended(format!(
+            "{subject} was made after this transaction took its locks"
+        )))
     }
 
     fn counter(&mut self, counter: Counter) -> Result<&mut CounterRow, StoreError> {
@@ -305,6 +335,7 @@ impl Txn for PgTxn<'_, '_> {
                 json: Bytes::from(json),
             });
         };
+        self.locked(Subject::pet(new.id))?;
         self.flush_for(new.id).await?;
         self.exec(
             "UPDATE pets SET status = $2, category_id = $3, revision = $4, json = $5
@@ -326,6 +357,7 @@ impl Txn for PgTxn<'_, '_> {
     }
 
     async fn remove_pet(&mut self, old: &Pet) -> Result<(), StoreError> {
+        self.locked(Subject::pet(old.id))?;
         self.flush_for(old.id).await?;
         self.txn
             .execute("DELETE FROM pets WHERE id = $1", &[&old.id])
@@ -364,6 +396,16 @@ impl Txn for PgTxn<'_, '_> {
         new: &R,
     ) -> Result<(), StoreError> {
         let (id, columns) = (new.id(), new.columns());
+        if R::KIND == Kind::Order {
+            match old {
+                Some(_) => self.locked(Subject::order(id))?,
+                // Made by this batch, so its own to change.
+                None => {
+                    let at = self.locked_orders.partition_point(|&locked| locked < id);
+                    self.locked_orders.insert(at, id);
+                }
+            }
+        }
         let names = R::POSTGRES.columns;
         let sql = match old {
             None => {
