@@ -626,7 +626,7 @@ mod tests {
                     .expect("insert");
                 let mut names = txn.open_table(OLD_CATEGORY_NAMES).expect("names");
                 names.insert("dogs", 2).expect("insert");
-                meta.insert(tables::META_NEXT_CATEGORY_ID, 3)
+                meta.insert(crate::store::txn::Counter::Categories.key(), 3)
                     .expect("insert");
             }
         }

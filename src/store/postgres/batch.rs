@@ -210,12 +210,11 @@ async fn lock_rows(
         0 => 0,
         n => allocate_ids(txn, n).await?,
     };
-    // The order counter before the category counter, as every transaction takes them.
-    if counters.contains(&ops::Counter::Orders) {
-        tally.next_order = Some(CounterRow::lock(txn, "next_order_id").await?);
-    }
-    if counters.contains(&ops::Counter::Categories) {
-        tally.next_category = Some(CounterRow::lock(txn, "next_category_id").await?);
+    // In `Counter::ALL`'s order, as every transaction takes them (the pets' is `allocate_ids`).
+    for counter in ops::Counter::ALL {
+        if counter != ops::Counter::Pets && counters.contains(&counter) {
+            tally.counters.push(CounterRow::lock(txn, counter).await?);
+        }
     }
     Ok(Locked {
         next_id,

@@ -32,8 +32,8 @@ pub(super) type Transaction<'a> = deadpool_postgres::Transaction<'a>;
 #[derive(Default)]
 pub(super) struct Tally {
     pub(super) inventory: InventoryDelta,
-    pub(super) next_order: Option<CounterRow>,
-    pub(super) next_category: Option<CounterRow>,
+    /// The counters other than the pets' that the batch locked (`lock_rows`).
+    pub(super) counters: Vec<CounterRow>,
 }
 
 impl Tally {
@@ -41,12 +41,9 @@ impl Tally {
     /// since `lock_rows`), then the inventory's.
     pub(super) async fn write(&self, txn: &Transaction<'_>) -> Result<(), StoreError> {
         let (mut names, mut values) = (Vec::new(), Vec::new());
-        for counter in [&self.next_order, &self.next_category]
-            .into_iter()
-            .flatten()
-        {
+        for counter in &self.counters {
             if counter.next != counter.read {
-                names.push(counter.name);
+                names.push(counter.counter.key());
                 values.push(counter.next);
             }
         }
@@ -67,28 +64,28 @@ impl Tally {
 /// An id counter row of `petstore_meta`, locked for the rest of the transaction, and the ids
 /// the batch gives from it: only the ids of writes that went ahead, so none is skipped.
 pub(super) struct CounterRow {
-    name: &'static str,
+    counter: Counter,
     read: i64,
     next: i64,
 }
 
 impl CounterRow {
-    /// Locks the counter row `name` to the commit: every other transaction giving ids from it,
+    /// Locks the row of `counter` to the commit: every other transaction giving ids from it,
     /// in any instance, waits, so ids increase in commit order.
     pub(super) async fn lock(
         txn: &Transaction<'_>,
-        name: &'static str,
+        counter: Counter,
     ) -> Result<CounterRow, StoreError> {
         let row = txn
             .query_one(
                 "SELECT value FROM petstore_meta WHERE name = $1 FOR UPDATE",
-                &[&name],
+                &[&counter.key()],
             )
             .await
             .map_err(pg_error)?;
         let read = row.get(0);
         Ok(CounterRow {
-            name,
+            counter,
             read,
             next: read,
         })
@@ -268,12 +265,8 @@ impl<'t, 'c> PgTxn<'t, 'c> {
     }
 
     fn counter(&mut self, counter: Counter) -> Result<&mut CounterRow, StoreError> {
-        let locked = match counter {
-            Counter::Orders => self.tally.next_order.as_mut(),
-            Counter::Categories => self.tally.next_category.as_mut(),
-            Counter::Pets => None,
-        };
-        locked.ok_or_else(|| {
+        let mut locked = self.tally.counters.iter_mut();
+        locked.find(|row| row.counter == counter).ok_or_else(|| {
             StoreError::Corrupt(format!(
                 "an id of {counter:?} was asked for without its lock"
             ))

@@ -21,7 +21,7 @@ use super::indexes;
 use super::open::require_openable;
 use super::tables::{
     EVENTS, META, META_EVENT_SEQ, META_EVENTS_TRIMMED, META_FEED, META_INVENTORY, META_NEXT_ID,
-    PETS, RECORDS, REVISIONS, SCHEMA_VERSION, counter_key, holding_order, meta_value, read_event,
+    PETS, RECORDS, REVISIONS, SCHEMA_VERSION, holding_order, meta_value, read_event,
 };
 use crate::category::Category;
 use crate::clock::unix_now;
@@ -296,7 +296,7 @@ fn check_tables(
         }
         // An order's record keeps the order's id negated (`model::record_id`).
         if id < 0 {
-            let next_order = meta_value(&meta, counter_key(Counter::Orders))?;
+            let next_order = meta_value(&meta, Counter::Orders.key())?;
             if id.unsigned_abs() >= next_order {
                 report.problem(format!(
                     "idempotency record: order {} was never given out",
@@ -357,7 +357,7 @@ struct Walk<'a> {
 impl ForEach for Walk<'_> {
     fn visit<R: Resource>(&mut self) -> Result<(), StoreError> {
         let kind = R::KIND.name();
-        let next = meta_value(self.meta, counter_key(R::COUNTER))?.max(1);
+        let next = meta_value(self.meta, R::COUNTER.key())?.max(1);
         let mut declared = vec![0u64; R::INDEXES.len()];
         let table = self.txn.open_table(indexes::records::<R>());
         for row in table

@@ -19,14 +19,14 @@ use super::idempotency::{self, Index};
 use super::indexes::{self, Open};
 use super::open::count_inventory;
 use super::tables::{
-    META, META_INVENTORY, META_NEXT_CATEGORY_ID, META_NEXT_ID, META_NEXT_ORDER_ID, PETS, RECORDS,
-    REVISIONS, declared_names, meta_value,
+    META, META_INVENTORY, META_NEXT_ID, PETS, RECORDS, REVISIONS, declared_names, meta_value,
 };
 use crate::category::Category;
 use crate::clock::unix_now;
 use crate::pet::Pet;
 use crate::store::model::{Chunk, Exporting, IdempotencyRecord, NextIds, StoreError, StoredPet};
 use crate::store::resource::Resource;
+use crate::store::txn::Counter;
 
 impl RedbStore {
     /// Starts streaming the store into `sender` from one read transaction; returns its id
@@ -155,8 +155,8 @@ impl RedbImport {
                 let mut meta = txn.open_table(META).map_err(StoreError::storage)?;
                 for (key, value) in [
                     (META_NEXT_ID, next.pets),
-                    (META_NEXT_ORDER_ID, next.orders),
-                    (META_NEXT_CATEGORY_ID, next.categories),
+                    (Counter::Orders.key(), next.orders),
+                    (Counter::Categories.key(), next.categories),
                 ] {
                     meta.insert(key, value).map_err(StoreError::storage)?;
                 }
@@ -193,7 +193,7 @@ impl RedbImport {
             idempotency::create_tables(txn)?;
             let mut meta = txn.open_table(META).map_err(StoreError::storage)?;
             meta.insert(META_NEXT_ID, 1).map_err(StoreError::storage)?;
-            for key in [META_NEXT_ORDER_ID, META_NEXT_CATEGORY_ID]
+            for key in [Counter::Orders.key(), Counter::Categories.key()]
                 .into_iter()
                 .chain(META_INVENTORY)
             {
@@ -248,8 +248,8 @@ fn next_ids_in(txn: &ReadTransaction) -> Result<NextIds, StoreError> {
     let meta = txn.open_table(META).map_err(StoreError::storage)?;
     Ok(NextIds {
         pets: meta_value(&meta, META_NEXT_ID)?.max(1),
-        orders: meta_value(&meta, META_NEXT_ORDER_ID)?.max(1),
-        categories: meta_value(&meta, META_NEXT_CATEGORY_ID)?.max(1),
+        orders: meta_value(&meta, Counter::Orders.key())?.max(1),
+        categories: meta_value(&meta, Counter::Categories.key())?.max(1),
     })
 }
 

@@ -94,7 +94,7 @@ pub(super) fn holding_order(
 }
 
 pub(super) const META_SCHEMA_VERSION: &str = "schema_version";
-pub(super) const META_NEXT_ID: &str = "next_id";
+pub(super) const META_NEXT_ID: &str = Counter::Pets.key();
 /// The number of the last batch the writer committed: after a commit that failed, the file
 /// opened again says whether that batch is in it (`redb/writer.rs`).
 pub(super) const META_BATCH: &str = "batch";
@@ -110,19 +110,6 @@ pub(super) const META_EVENT_SEQ: &str = "event_seq";
 /// The highest sequence number purged: every event at or below it is gone.
 pub(super) const META_EVENTS_TRIMMED: &str = "events_trimmed";
 
-/// The id the next order gets.
-pub(super) const META_NEXT_ORDER_ID: &str = "next_order_id";
-/// The id the next category gets.
-pub(super) const META_NEXT_CATEGORY_ID: &str = "next_category_id";
-
-/// The `META` key of each id counter.
-pub(super) fn counter_key(counter: Counter) -> &'static str {
-    match counter {
-        Counter::Pets => META_NEXT_ID,
-        Counter::Orders => META_NEXT_ORDER_ID,
-        Counter::Categories => META_NEXT_CATEGORY_ID,
-    }
-}
 /// The inventory: pets by status, kept by every write (`store::Inventory`), in the order of
 /// `InventoryDelta::each`.
 pub(super) const META_INVENTORY: [&str; 4] =

@@ -9,7 +9,7 @@ use bytes::Bytes;
 use redb::ReadableTable;
 
 use super::idempotency;
-use super::tables::{META_NEXT_CATEGORY_ID, META_NEXT_ORDER_ID, holding_order};
+use super::tables::holding_order;
 use super::writer::Run;
 use crate::category::CategoryId;
 use crate::order::OrderId;
@@ -151,14 +151,7 @@ impl Txn for Run<'_> {
     async fn next_id(&mut self, counter: Counter) -> Result<Result<i64, StoreError>, StoreError> {
         let next = match counter {
             Counter::Pets => self.next_id,
-            Counter::Orders => {
-                let next = self.counter(META_NEXT_ORDER_ID, self.next_order_id)?;
-                *self.next_order_id.insert(next)
-            }
-            Counter::Categories => {
-                let next = self.counter(META_NEXT_CATEGORY_ID, self.next_category_id)?;
-                *self.next_category_id.insert(next)
-            }
+            other => *self.counter(other)?,
         };
         Ok(i64::try_from(next).map_err(|_| StoreError::IdsExhausted))
     }
@@ -167,9 +160,10 @@ impl Txn for Run<'_> {
         match counter {
             Counter::Pets => self.next_id += 1,
             // Read by `next_id` first, so the counter is there to move.
-            Counter::Orders => self.next_order_id = self.next_order_id.map(|next| next + 1),
-            Counter::Categories => {
-                self.next_category_id = self.next_category_id.map(|next| next + 1)
+            other => {
+                if let Some((_, next)) = self.counters.iter_mut().find(|(c, _)| *c == other) {
+                    *next += 1;
+                }
             }
         }
     }

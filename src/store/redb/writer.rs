@@ -18,15 +18,14 @@ use super::idempotency::{self, Changes, Index};
 use super::indexes::Open;
 use super::open::{Opening, open_database};
 use super::tables::{
-    META, META_BATCH, META_EVENT_SEQ, META_EVENTS_TRIMMED, META_INVENTORY, META_NEXT_CATEGORY_ID,
-    META_NEXT_ID, META_NEXT_ORDER_ID, SESSIONS, Tables, WEBHOOKS, begin, event_head, event_length,
-    meta_value, write_event,
+    META, META_BATCH, META_EVENT_SEQ, META_EVENTS_TRIMMED, META_INVENTORY, META_NEXT_ID, SESSIONS,
+    Tables, WEBHOOKS, begin, event_head, event_length, meta_value, write_event,
 };
 use crate::clock::unix_now;
 use crate::store::events::{StoredEvent, now_ms};
 use crate::store::model::{Change, InventoryDelta, StoreError};
 use crate::store::ops;
-use crate::store::txn::Ledger;
+use crate::store::txn::{Counter, Ledger};
 use crate::store::write::{Engine, PURGE_BATCH, Write};
 
 /// The longest wait between two reopens. A disk that stays full fails every batch, and each
@@ -274,8 +273,7 @@ fn write_batch(
                 changes: std::mem::take(pushed),
             },
             next_id,
-            next_order_id: None,
-            next_category_id: None,
+            counters: Vec::new(),
             inventory: InventoryDelta::default(),
         };
         for write in batch.iter_mut() {
@@ -358,9 +356,9 @@ pub(super) struct Run<'txn> {
     pub(super) ledger: Ledger,
     /// The id the next create gets; written back to `META` when the batch created any.
     pub(super) next_id: u64,
-    /// The ids the next order and category get, once read; written back with the batch.
-    pub(super) next_order_id: Option<u64>,
-    pub(super) next_category_id: Option<u64>,
+    /// The ids the other counters give next, each once read (`counter`); written back with
+    /// the batch.
+    pub(super) counters: Vec<(Counter, u64)>,
     /// How the batch moves the inventory's counters.
     pub(super) inventory: InventoryDelta,
 }
@@ -404,13 +402,18 @@ impl<'txn> Run<'txn> {
         Ok(())
     }
 
-    /// A `META` counter as this batch sees it: its own value once read, else the file's
-    /// (1 when absent).
-    pub(super) fn counter(&self, key: &str, kept: Option<u64>) -> Result<u64, StoreError> {
-        match kept {
-            Some(value) => Ok(value),
-            None => Ok(meta_value(&self.tables.meta, key)?.max(1)),
-        }
+    /// The id `counter` gives next as this batch sees it: its own value once read, else the
+    /// file's (1 when absent).
+    pub(super) fn counter(&mut self, counter: Counter) -> Result<&mut u64, StoreError> {
+        let at = match self.counters.iter().position(|(c, _)| *c == counter) {
+            Some(at) => at,
+            None => {
+                let next = meta_value(&self.tables.meta, counter.key())?.max(1);
+                self.counters.push((counter, next));
+                self.counters.len() - 1
+            }
+        };
+        Ok(&mut self.counters[at].1)
     }
 
     /// Writes back the counters the batch moved: the pet id counter (read as `next_id`), the
@@ -421,12 +424,8 @@ impl<'txn> Run<'txn> {
             meta.insert(META_NEXT_ID, self.next_id)
                 .map_err(StoreError::storage)?;
         }
-        if let Some(next) = self.next_order_id {
-            meta.insert(META_NEXT_ORDER_ID, next)
-                .map_err(StoreError::storage)?;
-        }
-        if let Some(next) = self.next_category_id {
-            meta.insert(META_NEXT_CATEGORY_ID, next)
+        for (counter, next) in &self.counters {
+            meta.insert(counter.key(), *next)
                 .map_err(StoreError::storage)?;
         }
         if !self.inventory.is_zero() {
