@@ -1,5 +1,6 @@
 //! The embedded engine: one redb file. Its parts: `handle.rs` (the open file the writer and
-//! the reads share, and the reads), `tables.rs` (the one table list), `open.rs` (open,
+//! the reads share, and the reads), `tables.rs` (the tables no declaration names),
+//! `indexes.rs` (the declared records and indexes, `store/resource.rs`), `open.rs` (open,
 //! upgrade, repair, and the refusal of files it cannot open), `writer.rs` (the engine under
 //! the write front), `idempotency.rs` (records and their index), `snapshot.rs` (the snapshot
 //! reads share), `file.rs` (the file's zero-filled growth), and `backup.rs`, `check.rs`,

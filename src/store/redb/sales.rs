@@ -1,7 +1,8 @@
-//! The reads of orders and categories in the redb file (issue 29), through their indexes; their
-//! writes are their rules' (`store/ops`), kept with their index entries by `txn.rs`. Invariants: a pet has at most one placed order in `ORDERS_BY_PET`
-//! (the one that holds it), and a held pet is `pending`; `HOLD_ENDS` holds exactly the placed
-//! orders that have an end; `CATEGORY_NAMES` holds exactly each category's name key.
+//! The reads of declared records in the redb file: any resource's record by id and its pages
+//! in id order, from its declaration (`get_record`, `list_records`), and the lists filtered
+//! by an index (orders by pet or status, a category's pets), each read from its index's range
+//! from the cursor on. The writes are their rules' (`store/ops`), kept with their index
+//! entries by `txn.rs`.
 
 use redb::{ReadTransaction, ReadableDatabase};
 

@@ -1,7 +1,7 @@
-//! The one list of the redb file's tables and `meta` keys, and the layout version they make:
-//! every other part of the engine (the writer, the open and its upgrades, snapshots, backup,
-//! check, copy) names a table only through here. `Tables` opens every table a write
-//! transaction changes, so no write can reach one without the others.
+//! The redb file's tables that no resource declares (revisions, idempotency records, events,
+//! webhooks, sessions), its `meta` keys, the list of every table (`names`: these and the
+//! declared ones) and the layout version they make. `Tables` opens the ones every write
+//! transaction changes together.
 
 use redb::{Database, Table, TableDefinition, WriteTransaction};
 
