@@ -2183,24 +2183,8 @@ fn on_postgres_one_instance_holds_a_webhook_lease_and_a_save_without_it_is_refus
 /// goes through, the order and its pet agree, and the inventory counts what a walk counts.
 #[test]
 fn on_postgres_an_order_placed_after_a_batch_took_its_locks_is_not_moved_unlocked() {
-    let cluster = shared_cluster();
     let database = "unlocked_move";
-    cluster.psql(&format!("CREATE DATABASE {database}"));
-    let url = cluster
-        .url()
-        .replace("/petstore?", &format!("/{database}?"));
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
-    runtime.block_on(async {
-        let open = || async {
-            let target = postgres::connect::parse(&url, None, None, 4, Duration::from_secs(5))
-                .expect("url");
-            let location = Location::Postgres(Box::new(target));
-            Store::open(location, TUNING).await.expect("open").0
-        };
-        let (a, b) = (open().await, open().await);
+    on_two_instances(database, TUNING, async |cluster, a, b| {
         for name in ["p", "z", "z2"] {
             add(&a, new_pet(name, Some(PetStatus::Available)))
                 .await
