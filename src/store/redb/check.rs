@@ -699,7 +699,7 @@ mod tests {
         let mut table = txn.open_table(indexes::table(index)).expect("opens");
         let value = entry.value_bytes();
         table
-            .insert(entry.key.as_slice(), value.as_slice())
+            .insert(entry.key.as_slice(), value.as_ref())
             .expect("inserts");
     }
 

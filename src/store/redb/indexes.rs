@@ -127,7 +127,7 @@ impl<'txn> Open<'txn> {
                 let value = came.value_bytes();
                 let table = self.index(came.index)?;
                 table
-                    .insert(came.key.as_slice(), value.as_slice())
+                    .insert(came.key.as_slice(), value.as_ref())
                     .map_err(StoreError::storage)?;
             }
         }
@@ -222,7 +222,7 @@ impl Read {
             .table(entry.index)?
             .get(entry.key.as_slice())
             .map_err(StoreError::storage)?;
-        Ok(held.map(|held| held.value() == entry.value_bytes().as_slice()))
+        Ok(held.map(|held| held.value() == entry.value_bytes().as_ref()))
     }
 
     /// The number of entries `index` holds.
