@@ -667,6 +667,16 @@ async fn walk_orders(
 }
 
 /// The inventory a walk of every pet counts.
+/// The ids of the orders the feed says expired, in feed order.
+async fn expired_in_feed(store: &Store) -> Vec<i64> {
+    let (events, _) = feed(store, None).await;
+    events
+        .iter()
+        .filter(|e| e["type"] == "order.expired")
+        .map(|e| e["orderId"].as_i64().expect("orderId"))
+        .collect()
+}
+
 async fn counted(store: &Store) -> Inventory {
     let mut inventory = Inventory::default();
     for (_, status) in walk_pets(store, None, None).await {
@@ -1041,12 +1051,7 @@ pub(super) async fn an_ended_hold_expires_once_and_frees_its_pet(store: Store) {
             ..Inventory::default()
         }
     );
-    let (events, _) = feed(store, None).await;
-    let expired: Vec<i64> = events
-        .iter()
-        .filter(|e| e["type"] == "order.expired")
-        .map(|e| e["orderId"].as_i64().expect("orderId"))
-        .collect();
+    let expired = expired_in_feed(store).await;
     assert_eq!(expired, [orders[0].id, orders[1].id], "one event each");
 }
 
@@ -1144,12 +1149,7 @@ pub(super) async fn an_order_that_cannot_expire_is_left_and_the_rest_of_its_batc
             ..Inventory::default()
         }
     );
-    let (events, _) = feed(store, None).await;
-    let expired: Vec<i64> = events
-        .iter()
-        .filter(|e| e["type"] == "order.expired")
-        .map(|e| e["orderId"].as_i64().expect("orderId"))
-        .collect();
+    let expired = expired_in_feed(store).await;
     assert_eq!(expired, [1, 3], "an event for each order that expired");
     copy.close().await;
 }
