@@ -17,7 +17,7 @@ use tokio_postgres::types::{ToSql, Type};
 
 use super::errors::pg_error;
 use super::handle::PgStore;
-use super::rows::{RECOUNT_INVENTORY, status_code};
+use super::rows::{RECOUNT_INVENTORY, record_in, select_after, status_code};
 use super::txn::sql_value;
 use crate::store::model::read_pet;
 use crate::store::model::{
@@ -320,15 +320,8 @@ async fn records_by_id<R: Resource>(
     sender: &mpsc::Sender<Result<Chunk, StoreError>>,
     wrap: fn(Vec<R>) -> Chunk,
 ) -> Result<bool, StoreError> {
-    let select = format!(
-        "SELECT id, {} FROM {} WHERE id > $1 ORDER BY id LIMIT $2",
-        R::POSTGRES.stored,
-        R::TABLE
-    );
-    by_id(client, &select, chunk, sender, |rows| {
-        let records = rows
-            .iter()
-            .map(|row| R::decode(row.get(0), row.get::<_, &str>(1).as_bytes()));
+    by_id(client, &select_after::<R>(), chunk, sender, |rows| {
+        let records = rows.iter().map(|row| record_in::<R>(row.get(0), row, 1));
         Ok(wrap(records.collect::<Result<Vec<R>, _>>()?))
     })
     .await

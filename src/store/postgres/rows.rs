@@ -5,6 +5,7 @@
 
 use crate::pet::PetStatus;
 use crate::store::model::{Inventory, Record, StoreError};
+use crate::store::resource::Resource;
 
 /// An idempotency record, by its scope.
 pub(super) const READ_RECORD: &str =
@@ -83,6 +84,31 @@ pub(super) fn inventory_of(row: &tokio_postgres::Row) -> Result<Inventory, Store
             .map_err(|_| StoreError::Corrupt(format!("the counter {name} is {value}")))?;
     }
     Ok(inventory)
+}
+
+/// The statement reading record `$1` of `R`: its stored form, as text.
+pub(super) fn select_one<R: Resource>() -> String {
+    format!(
+        "SELECT {} FROM {} WHERE id = $1",
+        R::POSTGRES.stored,
+        R::TABLE
+    )
+}
+
+/// The statement reading up to `$2` records of `R` with ids above `$1`, in id order: the id
+/// and the stored form.
+pub(super) fn select_after<R: Resource>() -> String {
+    let (stored, table) = (R::POSTGRES.stored, R::TABLE);
+    format!("SELECT id, {stored} FROM {table} WHERE id > $1 ORDER BY id LIMIT $2")
+}
+
+/// Record `id` of `R` from its stored form in `row`'s column `at`.
+pub(super) fn record_in<R: Resource>(
+    id: i64,
+    row: &tokio_postgres::Row,
+    at: usize,
+) -> Result<R, StoreError> {
+    R::decode(id, row.get::<_, &str>(at).as_bytes())
 }
 
 /// The condition of a page of a list filtered by `equal` (each a column and the number of the

@@ -7,7 +7,9 @@ use tokio_postgres::types::ToSql;
 
 use super::errors::pg_error;
 use super::handle::{FEED_NOW, PgStore, feed_state};
-use super::rows::{READ_INVENTORY, after_cursor, inventory_of};
+use super::rows::{
+    READ_INVENTORY, after_cursor, inventory_of, record_in, select_after, select_one,
+};
 use crate::event::Position;
 use crate::order::Order;
 use crate::store::model::{Inventory, OrderQuery, Page, PageBuilder, StoreError};
@@ -19,11 +21,7 @@ impl PgStore {
         &self,
         id: i64,
     ) -> Result<Option<R>, StoreError> {
-        let sql = format!(
-            "SELECT {} FROM {} WHERE id = $1",
-            R::POSTGRES.stored,
-            R::TABLE
-        );
+        let sql = select_one::<R>();
         let row = self
             .pool
             .run(async |client| {
@@ -31,8 +29,7 @@ impl PgStore {
                 client.query_opt(&statement, &[&id]).await.map_err(pg_error)
             })
             .await?;
-        row.map(|row| R::decode(id, row.get::<_, &str>(0).as_bytes()))
-            .transpose()
+        row.map(|row| record_in(id, &row, 0)).transpose()
     }
 
     /// A page of orders in id order, each filter read from its index (`orders_by_status`,
@@ -75,7 +72,7 @@ impl PgStore {
             })
             .await?;
         page_of(&rows, query.limit, |row| {
-            Ok(Order::decode(row.get(3), row.get::<_, &str>(4).as_bytes())?.to_json())
+            Ok(record_in::<Order>(row.get(3), row, 4)?.to_json())
         })
     }
 
@@ -104,11 +101,8 @@ impl PgStore {
         let after = after.unwrap_or(i64::MIN);
         let fetch = i64::try_from(limit + 1).unwrap_or(i64::MAX);
         let sql = format!(
-            "{FEED_NOW} LEFT JOIN LATERAL (
-                 SELECT id, {} FROM {} WHERE id > $1 ORDER BY id LIMIT $2
-             ) p ON true ORDER BY p.id",
-            R::POSTGRES.stored,
-            R::TABLE
+            "{FEED_NOW} LEFT JOIN LATERAL ({}) p ON true ORDER BY p.id",
+            select_after::<R>()
         );
         let rows = self
             .pool
@@ -121,7 +115,7 @@ impl PgStore {
             })
             .await?;
         page_of(&rows, limit, |row| {
-            Ok(R::decode(row.get(3), row.get::<_, &str>(4).as_bytes())?.json())
+            Ok(record_in::<R>(row.get(3), row, 4)?.json())
         })
     }
 }

@@ -11,7 +11,9 @@ use super::errors::pg_error;
 use tokio_postgres::types::ToSql;
 
 use super::batch::Locked;
-use super::rows::{INVENTORY_COUNTERS, READ_RECORD, record_of, revision, status_code};
+use super::rows::{
+    INVENTORY_COUNTERS, READ_RECORD, record_in, record_of, revision, select_one, status_code,
+};
 use crate::category::CategoryId;
 use crate::order::OrderId;
 use crate::pet::{Pet, PetId};
@@ -373,14 +375,8 @@ impl Txn for PgTxn<'_, '_> {
     }
 
     async fn get<R: Resource + Send>(&mut self, id: i64) -> Result<Option<R>, StoreError> {
-        let sql = format!(
-            "SELECT {} FROM {} WHERE id = $1",
-            R::POSTGRES.stored,
-            R::TABLE
-        );
-        let row = self.row(&sql, &[&id]).await?;
-        row.map(|row| R::decode(id, row.get::<_, &str>(0).as_bytes()))
-            .transpose()
+        let row = self.row(&select_one::<R>(), &[&id]).await?;
+        row.map(|row| record_in(id, &row, 0)).transpose()
     }
 
     async fn put<R: Resource + Sync>(

@@ -113,25 +113,16 @@ impl Txn for Run<'_> {
     }
 
     async fn category_named(&mut self, key: &str) -> Result<Option<CategoryId>, StoreError> {
-        let name = CATEGORY_NAMES.entry(
-            0,
-            &[Part::Text(key)],
-            crate::store::resource::Value::Nothing,
-        );
+        // A unique index's key is its parts alone; its value, the holder's id.
+        let name = CATEGORY_NAMES.prefix(&[Part::Text(key)]);
         let table = self.open.index(&CATEGORY_NAMES)?;
-        let holder = table
-            .get(name.key.as_slice())
-            .map_err(StoreError::storage)?;
-        holder
-            .map(|id| {
-                CATEGORY_NAMES
-                    .read(&name.key, id.value())
-                    .map(|entry| entry.owner)
-                    .ok_or_else(|| {
-                        StoreError::Corrupt(format!("category name {key:?} names no id"))
-                    })
-            })
-            .transpose()
+        let Some(holder) = table.get(name.as_slice()).map_err(StoreError::storage)? else {
+            return Ok(None);
+        };
+        let entry = CATEGORY_NAMES.read(&name, holder.value());
+        let entry = entry
+            .ok_or_else(|| StoreError::Corrupt(format!("category name {key:?} names no id")))?;
+        Ok(Some(entry.owner))
     }
 
     async fn category_in_use(&mut self, id: CategoryId) -> Result<bool, StoreError> {
