@@ -1,5 +1,6 @@
 //! A kind of animal the store sells (issue 29): `Category`, `NewCategory`, `CategoryPatch`,
-//! their JSON, and the name rule (1 to 100 characters, unique ignoring case: `name_key`). A
+//! their JSON, and the name rule (1 to 100 characters, no control characters, unique ignoring
+//! case: `name_key`). A
 //! pet's `categoryId` may still name no category, as the spec allows any int64. Pure.
 
 use serde::{Deserialize, Serialize};
@@ -74,6 +75,13 @@ fn check_name(name: String) -> Result<String, String> {
     if name.trim() != name {
         return Err("name must not begin or end with white space".into());
     }
+    // A label on the console and in lists: a control character in it is a mistake, and
+    // PostgreSQL's text cannot keep a 0 at all.
+    if name.chars().any(char::is_control) {
+        return Err(
+            "name must not hold control characters (U+0000 to U+001F, U+007F to U+009F)".into(),
+        );
+    }
     Ok(name)
 }
 
@@ -102,6 +110,8 @@ mod tests {
             r#"{"name":""}"#,
             r#"{"name":"  "}"#,
             r#"{"name":" Dogs"}"#,
+            r#"{"name":"Õ\u0000"}"#,
+            r#"{"name":"Do\tgs"}"#,
             r#"{"name":"Dogs","id":1}"#,
             r#"{"name":"Dogs","x":1}"#,
             r#"{"name":1}"#,

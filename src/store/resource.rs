@@ -15,14 +15,15 @@ use crate::store::txn::Counter;
 use crate::subject::Kind;
 
 /// One part of an index key, in the order keys compare.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Part<'a> {
     Int(i64),
     /// A time in Unix seconds or milliseconds.
     Time(u64),
     /// A small code (a status), named in words by its index's `PartKind::Code`.
     Code(u8),
-    Text(&'a str),
+    /// Text; owned only when read back from a key that escaped a 0 byte in it.
+    Text(Cow<'a, str>),
 }
 
 /// What a part of an index's keys is, to read keys back and name them in words.
@@ -100,10 +101,10 @@ impl Index {
     ) -> Entry<'a> {
         let mut key = Key::default();
         for part in parts {
-            key.push(*part);
+            key.push(part);
         }
         if !self.unique {
-            key.push(Part::Int(owner));
+            key.push(&Part::Int(owner));
         }
         Entry {
             index: self,
@@ -117,7 +118,7 @@ impl Index {
     pub(crate) fn prefix(&self, parts: &[Part]) -> Vec<u8> {
         let mut key = Key::default();
         for part in parts {
-            key.push(*part);
+            key.push(part);
         }
         key.0
     }
@@ -226,11 +227,11 @@ impl Key {
         ((n as u64) ^ (1 << 63)).to_be_bytes()
     }
 
-    fn push(&mut self, part: Part) {
+    fn push(&mut self, part: &Part) {
         match part {
-            Part::Int(n) => self.0.extend_from_slice(&Key::int(n)),
+            Part::Int(n) => self.0.extend_from_slice(&Key::int(*n)),
             Part::Time(n) => self.0.extend_from_slice(&n.to_be_bytes()),
-            Part::Code(code) => self.0.push(code),
+            Part::Code(code) => self.0.push(*code),
             Part::Text(text) => {
                 for &byte in text.as_bytes() {
                     self.0.push(byte);
@@ -255,12 +256,33 @@ impl Key {
             PartKind::Time => Part::Time(u64::from_be_bytes(fixed(rest, 8)?.try_into().ok()?)),
             PartKind::Code(_) => Part::Code(fixed(rest, 1)?[0]),
             PartKind::Text => {
-                // Text with an escaped 0 is read back only to name it: such a name keeps
-                // its bytes up to the first escape.
-                let end = rest.windows(2).position(|pair| pair == [0, 0])?;
-                let text = std::str::from_utf8(&rest[..end]).ok()?;
-                *rest = &rest[end + 2..];
-                Part::Text(text)
+                // A 0 byte is followed by 0xFF where the text had a 0, by 0 where it ends.
+                let mut text = Cow::Borrowed(&rest[..0]);
+                let mut at = 0;
+                loop {
+                    let zero = at + rest[at..].iter().position(|&byte| byte == 0)?;
+                    match rest.get(zero + 1)? {
+                        0 => {
+                            if let Cow::Owned(text) = &mut text {
+                                text.extend_from_slice(&rest[at..zero]);
+                            } else {
+                                text = Cow::Borrowed(&rest[..zero]);
+                            }
+                            *rest = &rest[zero + 2..];
+                            break;
+                        }
+                        0xFF => {
+                            let owned = text.to_mut();
+                            owned.extend_from_slice(&rest[at..=zero]);
+                            at = zero + 2;
+                        }
+                        _ => return None,
+                    }
+                }
+                Part::Text(match text {
+                    Cow::Borrowed(bytes) => Cow::Borrowed(std::str::from_utf8(bytes).ok()?),
+                    Cow::Owned(bytes) => Cow::Owned(String::from_utf8(bytes).ok()?),
+                })
             }
         })
     }
@@ -386,9 +408,13 @@ mod tests {
 
     #[test]
     fn keys_compare_as_their_parts_and_read_back() {
-        let key = |name, code, id| {
+        let key = |name: &str, code, id| {
             BY_NAME
-                .entry(id, &[Part::Text(name), Part::Code(code)], Value::Nothing)
+                .entry(
+                    id,
+                    &[Part::Text(name.into()), Part::Code(code)],
+                    Value::Nothing,
+                )
                 .key
         };
         let mut keys = vec![
@@ -416,6 +442,20 @@ mod tests {
             (entry.owner, entry.key_text()),
             (-9, "\"ab\", 4, -9".to_owned())
         );
+        // A 0 in text is escaped and read back as it was, borrowed where nothing was escaped.
+        for text in ["\u{d5}\0", "\0\0", "a\0b", "\0"] {
+            let entry = BY_NAME.read(&key(text, 1, 3), &[]).expect("reads back");
+            assert_eq!(entry.key_text(), format!("{text:?}, 1, 3"));
+        }
+        let mut rest = &key("a\0", 0, 3)[..];
+        assert_eq!(
+            Key::take(&mut rest, PartKind::Text),
+            Some(Part::Text(Cow::Owned("a\0".into())))
+        );
+        assert!(matches!(
+            Key::take(&mut &key("ab", 0, 3)[..], PartKind::Text),
+            Some(Part::Text(Cow::Borrowed("ab")))
+        ));
         let cut = key("ab", 4, -9);
         assert!(BY_NAME.read(&cut[..cut.len() - 1], &[]).is_none());
         assert_eq!(owner_of(&key("x", 0, 42)).ok(), Some(42));

@@ -140,6 +140,14 @@ async fn a_name_is_1_to_100_characters_without_outer_white_space_and_id_or_anoth
             "name must not begin or end with white space",
         ),
         (
+            r#"{"name":"\u00d5\u0000"}"#.to_owned(),
+            "name must not hold control characters (U+0000 to U+001F, U+007F to U+009F)",
+        ),
+        (
+            r#"{"name":"Do\u0085gs"}"#.to_owned(),
+            "name must not hold control characters (U+0000 to U+001F, U+007F to U+009F)",
+        ),
+        (
             format!(r#"{{"name":"{long}"}}"#),
             "name must be at most 100 characters long",
         ),

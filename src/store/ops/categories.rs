@@ -65,7 +65,7 @@ impl Resource for Category {
 
     fn entries<'a>(&self, _stored: &'a [u8]) -> Vec<Entry<'a>> {
         let key = name_key(&self.name);
-        vec![CATEGORY_NAMES.entry(self.id, &[Part::Text(&key)], Value::Nothing)]
+        vec![CATEGORY_NAMES.entry(self.id, &[Part::Text(key.into())], Value::Nothing)]
     }
 }
 

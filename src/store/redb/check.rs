@@ -890,7 +890,7 @@ mod tests {
                         txn,
                         &CATEGORY_NAMES,
                         1,
-                        &[Part::Text("cats")],
+                        &[Part::Text("cats".into())],
                         Value::Nothing,
                     )
                 },
@@ -902,7 +902,7 @@ mod tests {
                         txn,
                         &CATEGORY_NAMES,
                         2,
-                        &[Part::Text("dogs")],
+                        &[Part::Text("dogs".into())],
                         Value::Nothing,
                     )
                 },

@@ -114,7 +114,7 @@ impl Txn for Run<'_> {
 
     async fn category_named(&mut self, key: &str) -> Result<Option<CategoryId>, StoreError> {
         // A unique index's key is its parts alone; its value, the holder's id.
-        let name = CATEGORY_NAMES.prefix(&[Part::Text(key)]);
+        let name = CATEGORY_NAMES.prefix(&[Part::Text(key.into())]);
         let table = self.open.index(&CATEGORY_NAMES)?;
         let Some(holder) = table.get(name.as_slice()).map_err(StoreError::storage)? else {
             return Ok(None);
