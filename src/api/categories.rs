@@ -14,6 +14,7 @@ use super::{Reply, content_type, path_id, query_error, read_body};
 use crate::category::{Category, CategoryId, CategoryPatch, NewCategory};
 use crate::error::Error;
 use crate::query::{self, CategoriesQuery};
+use crate::store::ops::{CreateCategory, DeleteCategory, PatchCategory};
 use crate::store::{Store, StoreError};
 use crate::subject::Subject;
 
@@ -43,7 +44,7 @@ pub async fn create_category(
         return Err(Error::UnsupportedMediaType);
     }
     let new = NewCategory::from_json(&body).map_err(Error::InvalidBody)?;
-    let category = store.create_category(new).await?;
+    let category = store.write(CreateCategory(new)).await?;
     let id = category.id;
     Ok(reply(StatusCode::CREATED, &category).located("/v1/categories/", id))
 }
@@ -73,7 +74,7 @@ pub async fn patch_category(
         return Err(Error::UnsupportedPatchType);
     }
     let patch = CategoryPatch::from_json(&body).map_err(Error::InvalidBody)?;
-    let category = store.patch_category(id, patch).await?;
+    let category = store.write(PatchCategory { id, patch }).await?;
     Ok(reply(StatusCode::OK, &category))
 }
 
@@ -81,7 +82,7 @@ pub async fn patch_category(
 /// pet names it.
 pub async fn delete_category(store: &Store, raw_id: &str) -> Result<Reply, Error> {
     let id = category_id(raw_id)?;
-    store.delete_category(id).await?;
+    store.write(DeleteCategory(id)).await?;
     Ok(Reply::empty(StatusCode::NO_CONTENT, None))
 }
 

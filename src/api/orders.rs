@@ -20,6 +20,7 @@ use crate::conditional;
 use crate::error::Error;
 use crate::order::{NewOrder, Order, OrderAction, OrderId};
 use crate::query::{self, OrdersQuery};
+use crate::store::ops::MoveOrder;
 use crate::store::{Inventory, OrderQuery, Store, StoreError};
 use crate::subject::Subject;
 
@@ -101,8 +102,13 @@ pub async fn move_order(
     headers: &HeaderMap,
 ) -> Result<Reply, Error> {
     let id = order_id(raw_id)?;
+    let precondition = precondition(headers, id);
     let moved = store
-        .move_order(id, action, precondition(headers, id))
+        .write(MoveOrder {
+            id,
+            action,
+            precondition,
+        })
         .await
         .map_err(|e| match e {
             // The tag compared is the order's, and the message says so.

@@ -18,6 +18,7 @@ use crate::conditional;
 use crate::error::Error;
 use crate::pet::{NewPet, PetId, PetPatch};
 use crate::query::{self, ListQuery};
+use crate::store::ops::{DeletePet, PatchPet};
 use crate::store::{Store, StoredPet};
 
 /// On every listPets answer: the event feed's position at the page's read snapshot.
@@ -99,14 +100,22 @@ pub async fn patch_pet(
         return Err(Error::UnsupportedPatchType);
     }
     let patch = PetPatch::from_json(&body).map_err(|e| Error::InvalidBody(e.0))?;
-    let pet = store.patch(id, patch, precondition(headers, id)).await?;
+    let precondition = precondition(headers, id);
+    let pet = store
+        .write(PatchPet {
+            id,
+            patch,
+            precondition,
+        })
+        .await?;
     Ok(reply(StatusCode::OK, pet))
 }
 
 /// `DELETE /v1/pets/{petId}` (deletePet): 204 once the pet is gone, if `If-Match` allows.
 pub async fn delete_pet(store: &Store, raw_id: &str, headers: &HeaderMap) -> Result<Reply, Error> {
     let id = pet_id(raw_id)?;
-    store.delete(id, precondition(headers, id)).await?;
+    let precondition = precondition(headers, id);
+    store.write(DeletePet { id, precondition }).await?;
     Ok(Reply::empty(StatusCode::NO_CONTENT, None))
 }
 

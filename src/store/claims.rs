@@ -25,6 +25,13 @@ impl IdempotencyKey {
     }
 }
 
+/// A key a write carries into its batch, with the expiry its record gets if the write goes
+/// ahead.
+pub(crate) struct Keyed {
+    pub(crate) key: IdempotencyKey,
+    pub(crate) expires_at: u64,
+}
+
 /// The scopes claimed in this process.
 #[derive(Debug, Default)]
 pub(super) struct Claims(Mutex<HashSet<[u8; 32]>>);

@@ -1,8 +1,8 @@
 //! The store's face: what the service needs of a pet database (create, get, list a page
 //! after a cursor, patch, delete, idempotency keys, health, close, a feed of what committed),
 //! what `petstore copy` needs (a whole-store export, a bulk import into an empty store) and
-//! which store to open. Its vocabulary is `store/model.rs`; every write goes through the one
-//! write front, `store/write.rs`; the engines under it are `redb` (the embedded file, the
+//! which store to open. Its vocabulary is `store/model.rs`; every write is a rule of `store/ops/`
+//! (`Store::write`) through the one write front, `store/write.rs`; the engines under it are `redb` (the embedded file, the
 //! default) and `postgres` (for several instances), and no engine type crosses this module.
 //! Invariants every engine keeps: an answer leaves only after its change is durable; ids are
 //! unique, never reused, and increase in commit order, so a cursor walk sees every lasting pet
@@ -10,15 +10,17 @@
 //! together or not at all.
 
 use std::path::PathBuf;
+use std::time::Instant;
 
-use crate::category::{Category, CategoryId, CategoryPatch, NewCategory};
-use crate::order::{NewOrder, Order, OrderAction, OrderId};
-use crate::pet::{NewPet, PetId, PetPatch, PetStatus};
+use crate::category::{Category, CategoryId};
+use crate::order::{NewOrder, Order, OrderId};
+use crate::pet::{NewPet, PetId, PetStatus};
+use model::Record;
 
 mod claims;
 pub(crate) mod events;
 pub(crate) mod model;
-mod ops;
+pub(crate) mod ops;
 mod postgres;
 mod redb;
 mod resource;
@@ -32,7 +34,7 @@ mod write;
 pub use claims::{IdempotencyKey, KeyClaim};
 pub use events::{EventPage, EventQuery, FeedState, ReadError, StoredEvent};
 pub use model::{
-    Chunk, Created, Inventory, Moved, NextIds, OrderQuery, Page, Placed, Precondition, Settled,
+    Chunk, Created, Inventory, NextIds, OrderQuery, Page, Placed, Precondition, Settled,
     StoreError, StoredPet,
 };
 pub use postgres::connect::{PgTarget, parse as parse_postgres};
@@ -148,6 +150,15 @@ impl Store {
         self.front.claim_key(scope)
     }
 
+    /// Runs a resource's write (`store/ops/`) in the next batch; resolves once it is durably
+    /// committed, with what it answers.
+    pub(crate) async fn write<R: ops::Rule>(&self, rule: R) -> Result<R::Answer, StoreError>
+    where
+        ops::Write: From<ops::Job<R>>,
+    {
+        self.front.write(rule).await
+    }
+
     /// Adds a pet; resolves once it is durably committed. With an idempotency key, a live
     /// record for the key answers instead (`replayed`), a record for another pet is
     /// `IdempotencyKeyReused`, and the record is written with the pet.
@@ -156,42 +167,37 @@ impl Store {
         pet: NewPet,
         key: Option<IdempotencyKey>,
     ) -> Result<Created, StoreError> {
-        let record = self.record_of(key.as_ref());
-        self.front.create(pet, key, record).await
+        let started = Instant::now();
+        let keyed = match key {
+            None => None,
+            Some(key) => {
+                let record = self.record_of(&key);
+                let answer =
+                    |record: Record, key: &IdempotencyKey, now| record.answer(key, &pet, now);
+                match self.front.keyed(started, key, record, answer).await? {
+                    Ok(keyed) => Some(keyed),
+                    Err(answer) => return Ok(answer),
+                }
+            }
+        };
+        self.front
+            .write_since(started, ops::CreatePet { pet, keyed })
+            .await
     }
 
-    /// The engine's idempotency record for `key`'s scope (none without a key), for the front
-    /// to answer a retry from; the engine checks again in its transaction.
+    /// The engine's idempotency record for `key`'s scope, for the front to answer a retry
+    /// from; the engine checks again in its transaction.
     fn record_of(
         &self,
-        key: Option<&IdempotencyKey>,
-    ) -> impl std::future::Future<Output = Result<Option<model::Record>, StoreError>> + '_ {
-        let scope = key.map(IdempotencyKey::scope);
+        key: &IdempotencyKey,
+    ) -> impl std::future::Future<Output = Result<Option<Record>, StoreError>> + '_ {
+        let scope = key.scope();
         async move {
-            let Some(scope) = scope else {
-                return Ok(None);
-            };
             match &self.backend {
                 Backend::Redb(store) => Ok(store.record(&scope)),
                 Backend::Postgres(store) => Box::pin(store.record(&scope)).await,
             }
         }
-    }
-
-    /// Applies `patch` to the pet `id` if its revision meets `precondition`; returns the pet
-    /// at its new revision.
-    pub async fn patch(
-        &self,
-        id: PetId,
-        patch: PetPatch,
-        precondition: Precondition,
-    ) -> Result<StoredPet, StoreError> {
-        self.front.patch(id, patch, precondition).await
-    }
-
-    /// Removes the pet `id` if its revision meets `precondition`.
-    pub async fn delete(&self, id: PetId, precondition: Precondition) -> Result<(), StoreError> {
-        self.front.delete(id, precondition).await
     }
 
     /// Places an order for a pet that is `available`: in one transaction the order is stored
@@ -203,31 +209,34 @@ impl Store {
         order: NewOrder,
         key: Option<IdempotencyKey>,
     ) -> Result<Placed, StoreError> {
-        let record = self.record_of(key.as_ref());
-        match self.front.place_order(order, key, record).await? {
-            Ok(placed) => Ok(placed),
-            Err(id) => {
-                let order = self.get_order(id).await?.ok_or_else(|| {
-                    StoreError::Corrupt(format!("order {id} has a record but is missing"))
-                })?;
-                Ok(Placed {
-                    order: order.as_placed(),
-                    pet: None,
-                    replayed: true,
-                })
+        let started = Instant::now();
+        let keyed = match key {
+            None => None,
+            Some(key) => {
+                let record = self.record_of(&key);
+                let answer =
+                    |record: Record, key: &IdempotencyKey, now| record.order_answer(key, now);
+                match self.front.keyed(started, key, record, answer).await? {
+                    Ok(keyed) => Some(keyed),
+                    Err(id) => return self.replayed(id).await,
+                }
             }
-        }
+        };
+        let hold = self.front.order_hold();
+        let place = ops::PlaceOrder { order, keyed, hold };
+        self.front.write_since(started, place).await
     }
 
-    /// Completes or cancels a placed order if its revision meets `precondition`; its pet
-    /// becomes `sold` or `available` in the same transaction.
-    pub async fn move_order(
-        &self,
-        id: OrderId,
-        action: OrderAction,
-        precondition: Precondition,
-    ) -> Result<Moved, StoreError> {
-        self.front.move_order(id, action, precondition).await
+    /// What a live idempotency record answers a retried order: order `id` as it was placed.
+    async fn replayed(&self, id: OrderId) -> Result<Placed, StoreError> {
+        let order = self.get_order(id).await?.ok_or_else(|| {
+            StoreError::Corrupt(format!("order {id} has a record but is missing"))
+        })?;
+        Ok(Placed {
+            order: order.as_placed(),
+            pet: None,
+            replayed: true,
+        })
     }
 
     pub async fn get_order(&self, id: OrderId) -> Result<Option<Order>, StoreError> {
@@ -251,28 +260,11 @@ impl Store {
         self.front.trim(before_ms).await
     }
 
-    pub async fn create_category(&self, new: NewCategory) -> Result<Category, StoreError> {
-        self.front.create_category(new).await
-    }
-
-    pub async fn patch_category(
-        &self,
-        id: CategoryId,
-        patch: CategoryPatch,
-    ) -> Result<Category, StoreError> {
-        self.front.patch_category(id, patch).await
-    }
-
     /// Expires the placed orders whose hold ended by `now_ms` now, as the once-a-second loop
     /// does; answers how many. For tests, which cannot wait for the loop.
     #[cfg(test)]
     pub async fn expire_holds(&self, now_ms: u64) -> Result<usize, StoreError> {
         self.front.expire(now_ms).await
-    }
-
-    /// Removes a category no pet names; `CategoryInUse` otherwise.
-    pub async fn delete_category(&self, id: CategoryId) -> Result<(), StoreError> {
-        self.front.delete_category(id).await
     }
 
     pub async fn get_category(&self, id: CategoryId) -> Result<Option<Category>, StoreError> {

@@ -54,6 +54,10 @@ mod tests {
 
     use std::time::Duration;
 
+    use crate::store::ops::{
+        CreateCategory, DeleteCategory, DeletePet, MoveOrder, PatchCategory, PatchPet,
+    };
+
     use std::path::Path;
     use std::sync::Arc;
 
@@ -310,7 +314,11 @@ mod tests {
                 status: None,
             };
             store
-                .patch(1, patch, Precondition::None)
+                .write(PatchPet {
+                    id: 1,
+                    patch,
+                    precondition: Precondition::None,
+                })
                 .await
                 .expect("patch");
             let after = list(store, None, 2).await.expect("list");
@@ -318,7 +326,13 @@ mod tests {
                 &after[..],
                 br#"[{"id":1,"name":"renamed","categoryId":1},{"id":2,"name":"b","categoryId":1}]"#
             );
-            store.delete(2, Precondition::None).await.expect("delete");
+            store
+                .write(DeletePet {
+                    id: 2,
+                    precondition: Precondition::None,
+                })
+                .await
+                .expect("delete");
             let after = list(store, None, 2).await.expect("list");
             assert_eq!(
                 &after[..],
@@ -717,7 +731,7 @@ mod tests {
                 };
                 assert!(
                     matches!(
-                        store.create_category(taken).await,
+                        store.write(CreateCategory(taken)).await,
                         Err(StoreError::NameTaken(_))
                     ),
                     "the name index of version {version} is read anew"
@@ -745,7 +759,10 @@ mod tests {
         runtime().block_on(async {
             let (store, _) = open(&path, tuning).await.expect("open");
             let name = |name: &str| NewCategory { name: name.into() };
-            let dogs = store.create_category(name("Dogs")).await.expect("category");
+            let dogs = store
+                .write(CreateCategory(name("Dogs")))
+                .await
+                .expect("category");
             let mut pets = Vec::new();
             for n in 0..3 {
                 let pet = crate::pet::NewPet {
@@ -762,21 +779,31 @@ mod tests {
             let sold = place(pets[0]).await;
             let complete = OrderAction::Complete;
             store
-                .move_order(sold.id, complete, Precondition::None)
+                .write(MoveOrder {
+                    id: sold.id,
+                    action: complete,
+                    precondition: Precondition::None,
+                })
                 .await
                 .expect("complete");
             let ends = place(pets[1]).await.expires_at_ms.expect("a hold");
             assert_eq!(store.front.expire(ends + 1).await.expect("expire"), 1);
             place(pets[2]).await;
-            let cats = store.create_category(name("Cats")).await.expect("category");
+            let cats = store
+                .write(CreateCategory(name("Cats")))
+                .await
+                .expect("category");
             let renamed = CategoryPatch {
                 name: Some("CATS".into()),
             };
             store
-                .patch_category(cats.id, renamed)
+                .write(PatchCategory {
+                    id: cats.id,
+                    patch: renamed,
+                })
                 .await
                 .expect("rename");
-            store.delete_category(cats.id).await.expect("unused");
+            store.write(DeleteCategory(cats.id)).await.expect("unused");
             store.close().await;
         });
         let report = check::check_file(&path).expect("checks");

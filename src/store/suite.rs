@@ -17,9 +17,11 @@ use std::time::Duration;
 use bytes::Bytes;
 
 use super::model::{Change, IdempotencyRecord, SHORT_DIGEST};
+use super::ops::{CreateCategory, DeleteCategory, DeletePet, MoveOrder, PatchCategory, PatchPet};
 use super::*;
+use crate::category::{CategoryPatch, NewCategory};
 use crate::event::{EventType, Position, Types};
-use crate::order::{OrderStatus, Refused};
+use crate::order::{OrderAction, OrderStatus, Refused};
 use crate::pet::PetPatch;
 use crate::subject::{Kind, Subject};
 use pg_cluster::Cluster;
@@ -143,7 +145,11 @@ pub(super) async fn a_patch_moves_the_index_entry_and_bumps_the_revision(store: 
         .expect("create");
     assert_eq!(pet.revision, 1);
     let patched = store
-        .patch(pet.id, sold(), Precondition::RevisionIn(vec![1]))
+        .write(PatchPet {
+            id: pet.id,
+            patch: sold(),
+            precondition: Precondition::RevisionIn(vec![1]),
+        })
         .await
         .expect("patch");
     assert_eq!(patched.revision, 2);
@@ -165,7 +171,11 @@ pub(super) async fn a_patch_moves_the_index_entry_and_bumps_the_revision(store: 
         ..PetPatch::default()
     };
     let patched = store
-        .patch(1, removed, Precondition::None)
+        .write(PatchPet {
+            id: 1,
+            patch: removed,
+            precondition: Precondition::None,
+        })
         .await
         .expect("patch");
     assert_eq!(&patched.json[..], br#"{"id":1,"name":"a","categoryId":1}"#);
@@ -183,16 +193,33 @@ pub(super) async fn a_stale_revision_or_a_missing_pet_changes_nothing(store: Sto
         Precondition::RevisionIn(vec![]),
     ] {
         assert!(matches!(
-            store.patch(1, sold(), precondition.clone()).await,
+            store
+                .write(PatchPet {
+                    id: 1,
+                    patch: sold(),
+                    precondition: precondition.clone()
+                })
+                .await,
             Err(StoreError::PreconditionFailed)
         ));
         assert!(matches!(
-            store.delete(1, precondition).await,
+            store
+                .write(DeletePet {
+                    id: 1,
+                    precondition
+                })
+                .await,
             Err(StoreError::PreconditionFailed)
         ));
     }
     assert!(matches!(
-        store.patch(2, sold(), Precondition::None).await,
+        store
+            .write(PatchPet {
+                id: 2,
+                patch: sold(),
+                precondition: Precondition::None
+            })
+            .await,
         Err(StoreError::NotFound(Subject {
             kind: Kind::Pet,
             id: 2
@@ -211,17 +238,29 @@ pub(super) async fn a_delete_removes_the_pet_its_index_entry_and_its_revision_an
         .await
         .expect("create");
     store
-        .patch(1, PetPatch::default(), Precondition::None)
+        .write(PatchPet {
+            id: 1,
+            patch: PetPatch::default(),
+            precondition: Precondition::None,
+        })
         .await
         .expect("patch");
     store
-        .delete(1, Precondition::RevisionIn(vec![2]))
+        .write(DeletePet {
+            id: 1,
+            precondition: Precondition::RevisionIn(vec![2]),
+        })
         .await
         .expect("delete");
     assert!(store.get(1).await.expect("get").is_none());
     assert_eq!(ids(store, Some(PetStatus::Sold)).await, Vec::<i64>::new());
     assert!(matches!(
-        store.delete(1, Precondition::None).await,
+        store
+            .write(DeletePet {
+                id: 1,
+                precondition: Precondition::None
+            })
+            .await,
         Err(StoreError::NotFound(Subject {
             kind: Kind::Pet,
             id: 1
@@ -242,7 +281,11 @@ pub(super) async fn a_key_replays_its_first_answer_refuses_another_pet_and_is_sc
         .expect("create");
     assert!(!first.replayed);
     store
-        .patch(first.pet.id, sold(), Precondition::None)
+        .write(PatchPet {
+            id: first.pet.id,
+            patch: sold(),
+            precondition: Precondition::None,
+        })
         .await
         .expect("patch");
     let again = store
@@ -307,15 +350,26 @@ async fn a_mix_of_writes(store: &Store) -> Mix {
         .expect("replay");
     assert!(replayed.replayed);
     let patched = store
-        .patch(first.id, sold(), Precondition::None)
+        .write(PatchPet {
+            id: first.id,
+            patch: sold(),
+            precondition: Precondition::None,
+        })
         .await
         .expect("patch");
     let stale = store
-        .patch(first.id, sold(), Precondition::RevisionIn(vec![1]))
+        .write(PatchPet {
+            id: first.id,
+            patch: sold(),
+            precondition: Precondition::RevisionIn(vec![1]),
+        })
         .await;
     assert!(matches!(stale, Err(StoreError::PreconditionFailed)));
     store
-        .delete(keyed.pet.id, Precondition::None)
+        .write(DeletePet {
+            id: keyed.pet.id,
+            precondition: Precondition::None,
+        })
         .await
         .expect("delete");
     Mix {
@@ -376,13 +430,29 @@ pub(super) async fn an_export_reads_every_pet_in_id_order_with_its_revision_the_
         .pet;
     for id in [2, 2, 3] {
         store
-            .patch(id, sold(), Precondition::None)
+            .write(PatchPet {
+                id,
+                patch: sold(),
+                precondition: Precondition::None,
+            })
             .await
             .expect("patch");
     }
     add(store, new_pet("gone", None)).await.expect("create");
-    store.delete(6, Precondition::None).await.expect("delete");
-    store.delete(1, Precondition::None).await.expect("delete");
+    store
+        .write(DeletePet {
+            id: 6,
+            precondition: Precondition::None,
+        })
+        .await
+        .expect("delete");
+    store
+        .write(DeletePet {
+            id: 1,
+            precondition: Precondition::None,
+        })
+        .await
+        .expect("delete");
 
     let now = crate::clock::unix_now();
     let (next_id, chunks) = exported(store, 2, now).await;
@@ -720,7 +790,11 @@ pub(super) async fn an_order_holds_its_pet_until_it_is_completed_or_cancelled(st
     assert_eq!(store.get_order(1).await.expect("get"), Some(placed.order));
 
     let done = store
-        .move_order(1, OrderAction::Complete, Precondition::None)
+        .write(MoveOrder {
+            id: 1,
+            action: OrderAction::Complete,
+            precondition: Precondition::None,
+        })
         .await
         .expect("completed");
     assert_eq!(
@@ -737,7 +811,11 @@ pub(super) async fn an_order_holds_its_pet_until_it_is_completed_or_cancelled(st
     let second = place(store, b.id).await.expect("placed").order;
     assert_eq!(second.id, 2);
     let cancelled = store
-        .move_order(2, OrderAction::Cancel, Precondition::None)
+        .write(MoveOrder {
+            id: 2,
+            action: OrderAction::Cancel,
+            precondition: Precondition::None,
+        })
         .await
         .expect("cancelled");
     assert_eq!(cancelled.order.status, OrderStatus::Cancelled);
@@ -837,7 +915,11 @@ pub(super) async fn only_a_placed_order_moves_and_if_match_is_the_order_s_revisi
     let order = place(store, pet.id).await.expect("placed").order;
     assert!(matches!(
         store
-            .move_order(99, OrderAction::Complete, Precondition::None)
+            .write(MoveOrder {
+                id: 99,
+                action: OrderAction::Complete,
+                precondition: Precondition::None
+            })
             .await,
         Err(StoreError::NotFound(Subject {
             kind: Kind::Order,
@@ -846,11 +928,11 @@ pub(super) async fn only_a_placed_order_moves_and_if_match_is_the_order_s_revisi
     ));
     for stale in [vec![2], vec![]] {
         let moved = store
-            .move_order(
-                order.id,
-                OrderAction::Complete,
-                Precondition::RevisionIn(stale),
-            )
+            .write(MoveOrder {
+                id: order.id,
+                action: OrderAction::Complete,
+                precondition: Precondition::RevisionIn(stale),
+            })
             .await;
         assert!(
             matches!(moved, Err(StoreError::PreconditionFailed)),
@@ -863,15 +945,22 @@ pub(super) async fn only_a_placed_order_moves_and_if_match_is_the_order_s_revisi
         "unchanged"
     );
     store
-        .move_order(
-            order.id,
-            OrderAction::Complete,
-            Precondition::RevisionIn(vec![1]),
-        )
+        .write(MoveOrder {
+            id: order.id,
+            action: OrderAction::Complete,
+            precondition: Precondition::RevisionIn(vec![1]),
+        })
         .await
         .expect("completed at revision 1");
     for action in [OrderAction::Complete, OrderAction::Cancel] {
-        match store.move_order(order.id, action, Precondition::None).await {
+        match store
+            .write(MoveOrder {
+                id: order.id,
+                action,
+                precondition: Precondition::None,
+            })
+            .await
+        {
             Err(StoreError::InvalidTransition {
                 order: id,
                 action: asked,
@@ -896,7 +985,11 @@ pub(super) async fn an_ended_hold_cannot_complete(store: Store) {
     let end = order.expires_at_ms.expect("a hold");
     assert_eq!(end, order.placed_at_ms + 1);
     let completed = store
-        .move_order(order.id, OrderAction::Complete, Precondition::None)
+        .write(MoveOrder {
+            id: order.id,
+            action: OrderAction::Complete,
+            precondition: Precondition::None,
+        })
         .await;
     // The store's own loop may have expired it first; either way it is not sold.
     match completed {
@@ -915,7 +1008,11 @@ pub(super) async fn an_ended_hold_cannot_complete(store: Store) {
         Some(PetStatus::Sold)
     );
     match store
-        .move_order(order.id, OrderAction::Cancel, Precondition::None)
+        .write(MoveOrder {
+            id: order.id,
+            action: OrderAction::Cancel,
+            precondition: Precondition::None,
+        })
         .await
     {
         Ok(cancelled) => assert_eq!(status_of(&cancelled.pet), Some(PetStatus::Available)),
@@ -948,16 +1045,31 @@ pub(super) async fn a_held_pet_keeps_its_status_and_stays_while_its_order_is_pla
         };
         reserved(
             store
-                .patch(pet.id, patch, Precondition::None)
+                .write(PatchPet {
+                    id: pet.id,
+                    patch,
+                    precondition: Precondition::None,
+                })
                 .await
                 .map(|_| ()),
         );
     }
-    reserved(store.delete(pet.id, Precondition::None).await);
+    reserved(
+        store
+            .write(DeletePet {
+                id: pet.id,
+                precondition: Precondition::None,
+            })
+            .await
+            .map(|_| ()),
+    );
     // The older checks answer first.
     assert!(matches!(
         store
-            .delete(pet.id, Precondition::RevisionIn(vec![1]))
+            .write(DeletePet {
+                id: pet.id,
+                precondition: Precondition::RevisionIn(vec![1])
+            })
             .await,
         Err(StoreError::PreconditionFailed)
     ));
@@ -967,7 +1079,11 @@ pub(super) async fn a_held_pet_keeps_its_status_and_stays_while_its_order_is_pla
         ..PetPatch::default()
     };
     let patched = store
-        .patch(pet.id, renamed, Precondition::RevisionIn(vec![2]))
+        .write(PatchPet {
+            id: pet.id,
+            patch: renamed,
+            precondition: Precondition::RevisionIn(vec![2]),
+        })
         .await
         .expect("a name and a category go through");
     assert_eq!(
@@ -983,15 +1099,26 @@ pub(super) async fn a_held_pet_keeps_its_status_and_stays_while_its_order_is_pla
         [(pet.id, Some(PetStatus::Pending))]
     );
     store
-        .move_order(order.id, OrderAction::Cancel, Precondition::None)
+        .write(MoveOrder {
+            id: order.id,
+            action: OrderAction::Cancel,
+            precondition: Precondition::None,
+        })
         .await
         .expect("cancelled");
     store
-        .patch(pet.id, sold(), Precondition::None)
+        .write(PatchPet {
+            id: pet.id,
+            patch: sold(),
+            precondition: Precondition::None,
+        })
         .await
         .expect("free again");
     store
-        .delete(pet.id, Precondition::None)
+        .write(DeletePet {
+            id: pet.id,
+            precondition: Precondition::None,
+        })
         .await
         .expect("and deleted");
     let inventory = store.inventory().await.expect("inventory");
@@ -1008,7 +1135,11 @@ pub(super) async fn an_ended_hold_expires_once_and_frees_its_pet(store: Store) {
         orders.push(place(store, pet.id).await.expect("placed").order);
     }
     store
-        .move_order(orders[2].id, OrderAction::Complete, Precondition::None)
+        .write(MoveOrder {
+            id: orders[2].id,
+            action: OrderAction::Complete,
+            precondition: Precondition::None,
+        })
         .await
         .expect("completed before its hold ended");
     let end = orders[0].expires_at_ms.expect("a hold");
@@ -1203,21 +1334,36 @@ pub(super) async fn the_inventory_counts_what_a_walk_of_every_pet_counts(store: 
                             ..PetPatch::default()
                         };
                         store
-                            .patch(pet, patch, Precondition::None)
+                            .write(PatchPet {
+                                id: pet,
+                                patch,
+                                precondition: Precondition::None,
+                            })
                             .await
                             .map(|_| (None, None))
                     }
                     3 => store
-                        .delete(pet, Precondition::None)
+                        .write(DeletePet {
+                            id: pet,
+                            precondition: Precondition::None,
+                        })
                         .await
                         .map(|_| (None, None)),
                     4 | 5 => place(&store, pet).await.map(|p| (None, Some(p.order.id))),
                     6 => store
-                        .move_order(order, OrderAction::Complete, Precondition::None)
+                        .write(MoveOrder {
+                            id: order,
+                            action: OrderAction::Complete,
+                            precondition: Precondition::None,
+                        })
                         .await
                         .map(|_| (None, None)),
                     _ => store
-                        .move_order(order, OrderAction::Cancel, Precondition::None)
+                        .write(MoveOrder {
+                            id: order,
+                            action: OrderAction::Cancel,
+                            precondition: Precondition::None,
+                        })
                         .await
                         .map(|_| (None, None)),
                 }
@@ -1265,7 +1411,10 @@ pub(super) async fn categories_have_unique_names_ignoring_case_and_leave_only_wh
 ) {
     let store = &store;
     let named = |name: &str| NewCategory { name: name.into() };
-    let dogs = store.create_category(named("Dogs")).await.expect("create");
+    let dogs = store
+        .write(CreateCategory(named("Dogs")))
+        .await
+        .expect("create");
     assert_eq!(
         dogs,
         Category {
@@ -1273,33 +1422,52 @@ pub(super) async fn categories_have_unique_names_ignoring_case_and_leave_only_wh
             name: "Dogs".into()
         }
     );
-    match store.create_category(named("dOGS")).await {
+    match store.write(CreateCategory(named("dOGS"))).await {
         Err(StoreError::NameTaken(name)) => assert_eq!(name.to_lowercase(), "dogs"),
         other => panic!("{other:?}"),
     }
-    let cats = store.create_category(named("Cats")).await.expect("create");
+    let cats = store
+        .write(CreateCategory(named("Cats")))
+        .await
+        .expect("create");
     assert_eq!(cats.id, 2, "a name taken took no id");
     let rename = |name: &str| CategoryPatch {
         name: Some(name.into()),
     };
     assert!(matches!(
-        store.patch_category(cats.id, rename("DOGS")).await,
+        store
+            .write(PatchCategory {
+                id: cats.id,
+                patch: rename("DOGS")
+            })
+            .await,
         Err(StoreError::NameTaken(_))
     ));
     let renamed = store
-        .patch_category(cats.id, rename("cats"))
+        .write(PatchCategory {
+            id: cats.id,
+            patch: rename("cats"),
+        })
         .await
         .expect("its own name in another case");
     assert_eq!(renamed.name, "cats");
     assert_eq!(
         store
-            .patch_category(cats.id, CategoryPatch::default())
+            .write(PatchCategory {
+                id: cats.id,
+                patch: CategoryPatch::default()
+            })
             .await
             .expect("an empty patch"),
         renamed
     );
     assert!(matches!(
-        store.patch_category(9, rename("x")).await,
+        store
+            .write(PatchCategory {
+                id: 9,
+                patch: rename("x")
+            })
+            .await,
         Err(StoreError::NotFound(Subject {
             kind: Kind::Category,
             id: 9
@@ -1309,25 +1477,28 @@ pub(super) async fn categories_have_unique_names_ignoring_case_and_leave_only_wh
     let pet = add(store, new_pet("rex", None)).await.expect("create");
     assert_eq!(pet.id, 1);
     assert!(matches!(
-        store.delete_category(dogs.id).await,
+        store.write(DeleteCategory(dogs.id)).await,
         Err(StoreError::CategoryInUse(1))
     ));
-    store.delete_category(cats.id).await.expect("unused");
+    store.write(DeleteCategory(cats.id)).await.expect("unused");
     assert_eq!(store.get_category(cats.id).await.expect("get"), None);
     assert!(matches!(
-        store.delete_category(cats.id).await,
+        store.write(DeleteCategory(cats.id)).await,
         Err(StoreError::NotFound(Subject {
             kind: Kind::Category,
             id: 2
         }))
     ));
     let cats = store
-        .create_category(named("Cats"))
+        .write(CreateCategory(named("Cats")))
         .await
         .expect("the name is free");
     assert_eq!(cats.id, 3, "ids are not reused");
     for name in ["Birds", "Fish", "Newts"] {
-        store.create_category(named(name)).await.expect("create");
+        store
+            .write(CreateCategory(named(name)))
+            .await
+            .expect("create");
     }
     let mut listed = Vec::new();
     let mut after = None;
@@ -1382,14 +1553,14 @@ pub(super) async fn pets_list_by_category_with_and_without_status_across_pages(s
     }
     // A patch moves a pet to another category's list.
     store
-        .patch(
-            1,
-            PetPatch {
+        .write(PatchPet {
+            id: 1,
+            patch: PetPatch {
                 category_id: Some(9),
                 ..PetPatch::default()
             },
-            Precondition::None,
-        )
+            precondition: Precondition::None,
+        })
         .await
         .expect("patch");
     assert_eq!(walk_pets(store, None, Some(9)).await, [(1, None)]);
@@ -1414,7 +1585,11 @@ pub(super) async fn every_order_and_category_change_appends_its_event_with_its_s
         .expect("create");
     let placed = place(store, a.id).await.expect("placed");
     let done = store
-        .move_order(placed.order.id, OrderAction::Complete, Precondition::None)
+        .write(MoveOrder {
+            id: placed.order.id,
+            action: OrderAction::Complete,
+            precondition: Precondition::None,
+        })
         .await
         .expect("completed");
     let second = place(store, b.id).await.expect("placed");
@@ -1428,24 +1603,24 @@ pub(super) async fn every_order_and_category_change_appends_its_event_with_its_s
     // Category 1 is the pets' (`new_pet`), so it stays.
     for name in ["Cats", "Dogs"] {
         store
-            .create_category(NewCategory { name: name.into() })
+            .write(CreateCategory(NewCategory { name: name.into() }))
             .await
             .expect("create");
     }
     let dogs = store.get_category(2).await.expect("get").expect("created");
     let renamed = store
-        .patch_category(
-            dogs.id,
-            CategoryPatch {
+        .write(PatchCategory {
+            id: dogs.id,
+            patch: CategoryPatch {
                 name: Some("Hounds".into()),
             },
-        )
+        })
         .await
         .expect("patch");
-    store.delete_category(dogs.id).await.expect("delete");
+    store.write(DeleteCategory(dogs.id)).await.expect("delete");
     // Writes that change nothing make no event.
     assert!(place(store, 99).await.is_err());
-    assert!(store.delete_category(dogs.id).await.is_err());
+    assert!(store.write(DeleteCategory(dogs.id)).await.is_err());
 
     let (events, _) = feed(store, None).await;
     let order_events: Vec<(&str, i64, i64)> = events
@@ -1538,7 +1713,11 @@ pub(super) async fn a_keyed_order_replays_its_first_answer_and_refuses_another_b
         .expect("placed");
     assert!(!first.replayed);
     store
-        .move_order(first.order.id, OrderAction::Complete, Precondition::None)
+        .write(MoveOrder {
+            id: first.order.id,
+            action: OrderAction::Complete,
+            precondition: Precondition::None,
+        })
         .await
         .expect("completed");
     let again = store
@@ -1566,14 +1745,14 @@ pub(super) async fn a_keyed_order_replays_its_first_answer_and_refuses_another_b
         Err(StoreError::IdempotencyKeyReused)
     ));
     store
-        .patch(
-            sold_pet.id,
-            PetPatch {
+        .write(PatchPet {
+            id: sold_pet.id,
+            patch: PetPatch {
                 status: Some(Some(PetStatus::Available)),
                 ..PetPatch::default()
             },
-            Precondition::None,
-        )
+            precondition: Precondition::None,
+        })
         .await
         .expect("patch");
     let later = store
@@ -1588,11 +1767,11 @@ pub(super) async fn a_copy_carries_categories_orders_next_ids_and_the_inventory(
     let source = &store;
     for name in ["Dogs", "Cats", "Gone"] {
         source
-            .create_category(NewCategory { name: name.into() })
+            .write(CreateCategory(NewCategory { name: name.into() }))
             .await
             .expect("create");
     }
-    source.delete_category(3).await.expect("delete");
+    source.write(DeleteCategory(3)).await.expect("delete");
     let mut pets = Vec::new();
     for i in 0..5 {
         let pet = NewPet {
@@ -1609,16 +1788,27 @@ pub(super) async fn a_copy_carries_categories_orders_next_ids_and_the_inventory(
         .order;
     let completed = place(source, pets[1]).await.expect("placed").order;
     source
-        .move_order(completed.id, OrderAction::Complete, Precondition::None)
+        .write(MoveOrder {
+            id: completed.id,
+            action: OrderAction::Complete,
+            precondition: Precondition::None,
+        })
         .await
         .expect("complete");
     let cancelled = place(source, pets[2]).await.expect("placed").order;
     source
-        .move_order(cancelled.id, OrderAction::Cancel, Precondition::None)
+        .write(MoveOrder {
+            id: cancelled.id,
+            action: OrderAction::Cancel,
+            precondition: Precondition::None,
+        })
         .await
         .expect("cancel");
     source
-        .delete(pets[4], Precondition::None)
+        .write(DeletePet {
+            id: pets[4],
+            precondition: Precondition::None,
+        })
         .await
         .expect("delete");
 
@@ -1688,7 +1878,12 @@ pub(super) async fn a_copy_carries_categories_orders_next_ids_and_the_inventory(
     assert_eq!(target.inventory().await.expect("inventory"), inventory);
     // The copy's placed order still holds its pet, and its key still replays.
     assert!(matches!(
-        target.delete(pets[0], Precondition::None).await,
+        target
+            .write(DeletePet {
+                id: pets[0],
+                precondition: Precondition::None
+            })
+            .await,
         Err(StoreError::PetReserved { .. })
     ));
     let replayed = target
@@ -1698,9 +1893,9 @@ pub(super) async fn a_copy_carries_categories_orders_next_ids_and_the_inventory(
     assert_eq!((replayed.replayed, replayed.order), (true, keyed));
     // The next ids go on from the source's.
     let cat = target
-        .create_category(NewCategory {
+        .write(CreateCategory(NewCategory {
             name: "Gone".into(),
-        })
+        }))
         .await
         .expect("create");
     assert_eq!(cat.id, 4);
@@ -2077,7 +2272,14 @@ fn on_postgres_a_transaction_that_commits_later_numbers_its_event_later() {
         tokio::time::sleep(Duration::from_millis(500)).await;
         let patching = {
             let a = a.clone();
-            tokio::spawn(async move { a.patch(held.id, sold(), Precondition::None).await })
+            tokio::spawn(async move {
+                a.write(PatchPet {
+                    id: held.id,
+                    patch: sold(),
+                    precondition: Precondition::None,
+                })
+                .await
+            })
         };
         tokio::time::sleep(Duration::from_millis(300)).await;
         assert!(!patching.is_finished(), "A's patch waits on the held row");
@@ -2204,8 +2406,16 @@ fn on_postgres_an_order_placed_after_a_batch_took_its_locks_is_not_moved_unlocke
         let complete = {
             let b = b.clone();
             tokio::spawn(async move {
-                let patched = b.patch(2, sold(), Precondition::None);
-                let moved = b.move_order(1, OrderAction::Complete, Precondition::None);
+                let patched = b.write(PatchPet {
+                    id: 2,
+                    patch: sold(),
+                    precondition: Precondition::None,
+                });
+                let moved = b.write(MoveOrder {
+                    id: 1,
+                    action: OrderAction::Complete,
+                    precondition: Precondition::None,
+                });
                 tokio::join!(patched, moved).1
             })
         };
@@ -2214,8 +2424,20 @@ fn on_postgres_an_order_placed_after_a_batch_took_its_locks_is_not_moved_unlocke
         let cancel = {
             let a = a.clone();
             tokio::spawn(async move {
-                let moved = a.move_order(1, OrderAction::Cancel, Precondition::None);
-                tokio::join!(moved, a.patch(3, sold(), Precondition::None)).0
+                let moved = a.write(MoveOrder {
+                    id: 1,
+                    action: OrderAction::Cancel,
+                    precondition: Precondition::None,
+                });
+                tokio::join!(
+                    moved,
+                    a.write(PatchPet {
+                        id: 3,
+                        patch: sold(),
+                        precondition: Precondition::None
+                    })
+                )
+                .0
             })
         };
         let (completed, cancelled) = (complete.await.expect("B"), cancel.await.expect("A"));
@@ -2266,11 +2488,19 @@ fn on_postgres_two_instances_sell_each_pet_at_most_once() {
                     let outcome = match rng.below(6) {
                         0..=2 => place(&store, pets[rng.below(pets.len())]).await.map(|_| ()),
                         3 | 4 => store
-                            .move_order(order, OrderAction::Complete, Precondition::None)
+                            .write(MoveOrder {
+                                id: order,
+                                action: OrderAction::Complete,
+                                precondition: Precondition::None,
+                            })
                             .await
                             .map(|_| ()),
                         _ => store
-                            .move_order(order, OrderAction::Cancel, Precondition::None)
+                            .write(MoveOrder {
+                                id: order,
+                                action: OrderAction::Cancel,
+                                precondition: Precondition::None,
+                            })
                             .await
                             .map(|_| ()),
                     };

@@ -13,9 +13,9 @@ use crate::category::CategoryId;
 use crate::order::OrderId;
 use crate::pet::{Pet, PetId};
 use crate::store::claims::IdempotencyKey;
+use crate::store::claims::Keyed;
 use crate::store::model::{Change, Record, StoreError, StoredPet};
 use crate::store::resource::Resource;
-use crate::store::write::Keyed;
 use crate::subject::Subject;
 
 /// What a write answers its caller (the inner result), or the error that fails its whole

@@ -12,17 +12,13 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::{broadcast, mpsc, oneshot, watch};
 
-use super::claims::{Claims, IdempotencyKey, KeyClaim};
+use super::claims::{Claims, IdempotencyKey, KeyClaim, Keyed};
 use super::events::now_ms;
-use super::model::{
-    Change, Created, Moved, Placed, Precondition, Record, Settled, StoreError, StoredPet,
-};
+use super::model::{Change, Record, Settled, StoreError};
+use super::ops::{ExpireOrders, Job, Pending, Rule, Write};
 use super::sessions::{SessionRecord, SessionsGone};
 use super::webhooks::WebhookState;
-use crate::category::{Category, CategoryId, CategoryPatch, NewCategory};
 use crate::clock::unix_now;
-use crate::order::{NewOrder, OrderAction, OrderId};
-use crate::pet::{NewPet, PetId, PetPatch};
 
 /// How long the event feed keeps an event unless told otherwise (`--events-keep`).
 pub const DEFAULT_EVENTS_KEEP: Duration = Duration::from_secs(7 * 24 * 3600);
@@ -61,184 +57,6 @@ pub struct Tuning {
 pub(super) enum Command {
     Write(Write),
     Close(oneshot::Sender<()>),
-}
-
-/// A key with the expiry its record gets if the create goes ahead.
-pub(crate) struct Keyed {
-    pub(crate) key: IdempotencyKey,
-    pub(crate) expires_at: u64,
-}
-
-/// A write waiting for its transaction: what to do and whom to answer.
-pub(crate) enum Write {
-    Create(NewPet, Option<Keyed>, Pending<Created>),
-    Patch(PetId, PetPatch, Precondition, Pending<StoredPet>),
-    /// Answers the revision the pet was at when it was removed.
-    Delete(PetId, Precondition, Pending<u64>),
-    /// Remove up to `PURGE_BATCH` records that expired by this Unix time; answers how many.
-    Purge(u64, Pending<usize>),
-    /// Remove up to `PURGE_BATCH` of the oldest events, those from before this Unix time in
-    /// milliseconds; answers how many.
-    Trim(u64, Pending<usize>),
-    /// Place an order: its pet goes from `available` to `pending`.
-    PlaceOrder(Box<PlaceOrder>, Pending<Placed>),
-    /// Complete or cancel a placed order (never `Expire`: see `Expire`), if its revision
-    /// meets the precondition; its pet becomes `sold` or `available`.
-    MoveOrder(OrderId, OrderAction, Precondition, Pending<Moved>),
-    /// Expire up to `PURGE_BATCH` placed orders whose hold ended by this Unix time in
-    /// milliseconds, oldest end first; answers each with its pet.
-    Expire(u64, Pending<Vec<Moved>>),
-    CreateCategory(NewCategory, Pending<Category>),
-    PatchCategory(CategoryId, CategoryPatch, Pending<Category>),
-    /// Answers the id of the category removed.
-    DeleteCategory(CategoryId, Pending<CategoryId>),
-    /// Keep a webhook endpoint's delivery state (redb only: PostgreSQL saves it with its
-    /// lease, outside the batches).
-    SaveWebhook(Box<(String, WebhookState)>, Pending<()>),
-    /// Keep a console session under its token's hash (redb only, as `SaveWebhook`).
-    SaveSession(Box<([u8; 32], SessionRecord)>, Pending<()>),
-    /// Remove console sessions; answers how many (redb only).
-    RemoveSessions(SessionsGone, Pending<usize>),
-}
-
-/// An order to place: the client's, its key if it sent one, and how long it holds its pet.
-pub(crate) struct PlaceOrder {
-    pub(crate) order: NewOrder,
-    pub(crate) keyed: Option<Keyed>,
-    pub(crate) hold: Option<Duration>,
-}
-
-/// A caller waiting for one write, and that write's outcome once the transaction has run it.
-pub(crate) struct Pending<T> {
-    reply: Option<oneshot::Sender<Result<T, StoreError>>>,
-    pub(crate) outcome: Option<Result<T, StoreError>>,
-}
-
-impl<T> Pending<T> {
-    fn new(reply: oneshot::Sender<Result<T, StoreError>>) -> Pending<T> {
-        Pending {
-            reply: Some(reply),
-            outcome: None,
-        }
-    }
-}
-
-/// Whether an outcome changed anything that needs a commit: a replay or a purge of nothing
-/// did not.
-pub(crate) trait Changes {
-    fn changed(&self) -> bool {
-        true
-    }
-}
-
-impl Changes for Created {
-    fn changed(&self) -> bool {
-        !self.replayed
-    }
-}
-
-impl Changes for Placed {
-    fn changed(&self) -> bool {
-        !self.replayed
-    }
-}
-
-impl Changes for Vec<Moved> {
-    fn changed(&self) -> bool {
-        !self.is_empty()
-    }
-}
-
-impl Changes for usize {
-    fn changed(&self) -> bool {
-        *self > 0
-    }
-}
-
-impl Changes for StoredPet {}
-impl Changes for Moved {}
-impl Changes for Category {}
-impl Changes for i64 {}
-impl Changes for u64 {}
-impl Changes for () {}
-
-/// What the front does with a write's pending answer, whatever the write answers.
-trait Settle: Send {
-    /// Whether the caller stopped waiting for the answer.
-    fn abandoned(&self) -> bool;
-    /// Whether the write, once run, changed anything that needs a commit.
-    fn changed(&self) -> bool;
-    /// Answers the caller (once): its outcome if the transaction committed, else the failure.
-    fn answer(&mut self, failure: Option<&StoreError>);
-}
-
-impl<T: Changes + Send> Settle for Pending<T> {
-    fn abandoned(&self) -> bool {
-        self.reply.as_ref().is_none_or(|reply| reply.is_closed())
-    }
-
-    fn changed(&self) -> bool {
-        matches!(&self.outcome, Some(Ok(outcome)) if outcome.changed())
-    }
-
-    fn answer(&mut self, failure: Option<&StoreError>) {
-        let result = match (failure, self.outcome.take()) {
-            (Some(e), _) => Err(e.clone()),
-            (None, Some(outcome)) => outcome,
-            (None, None) => Err(StoreError::Corrupt("a write ran without an outcome".into())),
-        };
-        if let Some(reply) = self.reply.take() {
-            let _ = reply.send(result);
-        }
-    }
-}
-
-/// The pending answer of a write (`&Write` or `&mut Write`): the one match on every kind of
-/// write the front needs.
-macro_rules! pending_of {
-    ($write:expr) => {
-        match $write {
-            Write::Create(.., pending) => pending,
-            Write::Patch(.., pending) => pending,
-            Write::Delete(.., pending) => pending,
-            Write::Purge(_, pending) | Write::Trim(_, pending) => pending,
-            Write::PlaceOrder(_, pending) => pending,
-            Write::MoveOrder(.., pending) => pending,
-            Write::Expire(_, pending) => pending,
-            Write::CreateCategory(_, pending) | Write::PatchCategory(_, _, pending) => pending,
-            Write::DeleteCategory(_, pending) => pending,
-            Write::SaveWebhook(_, pending) | Write::SaveSession(_, pending) => pending,
-            Write::RemoveSessions(_, pending) => pending,
-        }
-    };
-}
-
-impl Write {
-    fn pending(&self) -> &dyn Settle {
-        pending_of!(self)
-    }
-
-    fn answer(mut self, failure: Option<&StoreError>) {
-        // The key's claim ends before the answer leaves: a client that got its 201 and
-        // retries at once must get the replay, not a 409.
-        match &mut self {
-            Write::Create(_, keyed, _) => drop(keyed.take()),
-            Write::PlaceOrder(place, _) => drop(place.keyed.take()),
-            _ => {}
-        }
-        let pending: &mut dyn Settle = pending_of!(&mut self);
-        pending.answer(failure);
-    }
-
-    /// Whether the caller of this write stopped waiting for it.
-    fn abandoned(&self) -> bool {
-        self.pending().abandoned()
-    }
-
-    /// Whether this write, once run, changed anything that needs a commit.
-    pub(super) fn changed(&self) -> bool {
-        self.pending().changed()
-    }
 }
 
 /// An engine under the front: runs a batch and makes it durable, nothing else.
@@ -362,140 +180,55 @@ impl Front {
         self.appended.subscribe()
     }
 
-    /// Adds a pet. With a key, `record` is the engine's record for the key's scope: a live
-    /// one answers instead (`replayed`, or `IdempotencyKeyReused` for another pet); the engine
-    /// checks again in its transaction, since a retry may pass here before the first create
-    /// commits.
-    pub(super) async fn create(
+    /// Runs `rule` in the next batch and waits for its answer.
+    pub(super) async fn write<R: Rule>(&self, rule: R) -> Result<R::Answer, StoreError>
+    where
+        Write: From<Job<R>>,
+    {
+        self.write_since(Instant::now(), rule).await
+    }
+
+    /// `write`, for a caller that began at `started`: the wait for the answer is bounded from
+    /// then (`answer_within`).
+    pub(super) async fn write_since<R: Rule>(
         &self,
-        pet: NewPet,
-        key: Option<IdempotencyKey>,
+        started: Instant,
+        rule: R,
+    ) -> Result<R::Answer, StoreError>
+    where
+        Write: From<Job<R>>,
+    {
+        self.queue(started, |reply| Job::new(rule, Pending::new(reply)).into())
+            .await
+    }
+
+    /// The key a keyed write carries into its batch, with the expiry its record gets, or,
+    /// when `record` (the engine's record for the key's scope, read before the batch) is live,
+    /// what it answers instead (`answer`): a replay, or `IdempotencyKeyReused`. The engine
+    /// checks again in its transaction, since a retry may pass here before the first write
+    /// commits.
+    pub(super) async fn keyed<A>(
+        &self,
+        started: Instant,
+        key: IdempotencyKey,
         record: impl Future<Output = Result<Option<Record>, StoreError>>,
-    ) -> Result<Created, StoreError> {
-        let started = Instant::now();
-        let Some(key) = key else {
-            return self
-                .write(started, |reply| {
-                    Write::Create(pet, None, Pending::new(reply))
-                })
-                .await;
-        };
+        answer: impl FnOnce(Record, &IdempotencyKey, u64) -> Option<Result<A, StoreError>>,
+    ) -> Result<Result<Keyed, A>, StoreError> {
         let now = unix_now();
         let record = self.within(started, record, StoreError::Io).await?;
-        if let Some(answer) = record.and_then(|record| record.answer(&key, &pet, now)) {
-            return answer;
+        if let Some(answer) = record.and_then(|record| answer(record, &key, now)) {
+            return answer.map(Err);
         }
         // The claim travels with the write and ends with it, even if this caller goes away.
-        let keyed = Keyed {
+        Ok(Ok(Keyed {
             key,
             expires_at: now.saturating_add(self.idempotency_ttl.as_secs()),
-        };
-        self.write(started, |reply| {
-            Write::Create(pet, Some(keyed), Pending::new(reply))
-        })
-        .await
+        }))
     }
 
-    /// Applies `patch` to the pet `id` if its revision meets `precondition`.
-    pub(super) async fn patch(
-        &self,
-        id: PetId,
-        patch: PetPatch,
-        precondition: Precondition,
-    ) -> Result<StoredPet, StoreError> {
-        self.write(Instant::now(), |reply| {
-            Write::Patch(id, patch, precondition, Pending::new(reply))
-        })
-        .await
-    }
-
-    /// Removes the pet `id` if its revision meets `precondition`.
-    pub(super) async fn delete(
-        &self,
-        id: PetId,
-        precondition: Precondition,
-    ) -> Result<(), StoreError> {
-        self.write(Instant::now(), |reply| {
-            Write::Delete(id, precondition, Pending::new(reply))
-        })
-        .await
-        .map(|_revision| ())
-    }
-
-    /// Places an order for `order.pet_id`, held for the store's `--order-hold`. With a key,
-    /// `record` is the engine's record for its scope: a live one for this order answers its id
-    /// instead (`replayed`: the caller reads the order), one for another body or a pet is
-    /// `IdempotencyKeyReused`; the engine checks again in its transaction.
-    pub(super) async fn place_order(
-        &self,
-        order: NewOrder,
-        key: Option<IdempotencyKey>,
-        record: impl Future<Output = Result<Option<Record>, StoreError>>,
-    ) -> Result<Result<Placed, OrderId>, StoreError> {
-        let started = Instant::now();
-        let keyed = match key {
-            None => None,
-            Some(key) => {
-                let now = unix_now();
-                let record = self.within(started, record, StoreError::Io).await?;
-                if let Some(answer) = record.and_then(|record| record.order_answer(&key, now)) {
-                    return answer.map(Err);
-                }
-                Some(Keyed {
-                    key,
-                    expires_at: now.saturating_add(self.idempotency_ttl.as_secs()),
-                })
-            }
-        };
-        let place = PlaceOrder {
-            order,
-            keyed,
-            hold: self.order_hold,
-        };
-        self.write(started, |reply| {
-            Write::PlaceOrder(Box::new(place), Pending::new(reply))
-        })
-        .await
-        .map(Ok)
-    }
-
-    /// Completes or cancels order `id` if its revision meets `precondition`.
-    pub(super) async fn move_order(
-        &self,
-        id: OrderId,
-        action: OrderAction,
-        precondition: Precondition,
-    ) -> Result<Moved, StoreError> {
-        self.write(Instant::now(), |reply| {
-            Write::MoveOrder(id, action, precondition, Pending::new(reply))
-        })
-        .await
-    }
-
-    pub(super) async fn create_category(&self, new: NewCategory) -> Result<Category, StoreError> {
-        self.write(Instant::now(), |reply| {
-            Write::CreateCategory(new, Pending::new(reply))
-        })
-        .await
-    }
-
-    pub(super) async fn patch_category(
-        &self,
-        id: CategoryId,
-        patch: CategoryPatch,
-    ) -> Result<Category, StoreError> {
-        self.write(Instant::now(), |reply| {
-            Write::PatchCategory(id, patch, Pending::new(reply))
-        })
-        .await
-    }
-
-    pub(super) async fn delete_category(&self, id: CategoryId) -> Result<(), StoreError> {
-        self.write(Instant::now(), |reply| {
-            Write::DeleteCategory(id, Pending::new(reply))
-        })
-        .await
-        .map(|_| ())
+    /// How long a placed order holds its pet (`None`: until completed or cancelled).
+    pub(super) fn order_hold(&self) -> Option<Duration> {
+        self.order_hold
     }
 
     pub(super) async fn save_webhook(
@@ -503,7 +236,7 @@ impl Front {
         id: String,
         state: WebhookState,
     ) -> Result<(), StoreError> {
-        self.write(Instant::now(), |reply| {
+        self.queue(Instant::now(), |reply| {
             Write::SaveWebhook(Box::new((id, state)), Pending::new(reply))
         })
         .await
@@ -514,14 +247,14 @@ impl Front {
         token: [u8; 32],
         record: SessionRecord,
     ) -> Result<(), StoreError> {
-        self.write(Instant::now(), |reply| {
+        self.queue(Instant::now(), |reply| {
             Write::SaveSession(Box::new((token, record)), Pending::new(reply))
         })
         .await
     }
 
     pub(super) async fn remove_sessions(&self, gone: SessionsGone) -> Result<usize, StoreError> {
-        self.write(Instant::now(), |reply| {
+        self.queue(Instant::now(), |reply| {
             Write::RemoveSessions(gone, Pending::new(reply))
         })
         .await
@@ -559,7 +292,7 @@ impl Front {
     }
 
     /// Queues a write and waits for its answer.
-    async fn write<T>(
+    async fn queue<T>(
         &self,
         started: Instant,
         make: impl FnOnce(oneshot::Sender<Result<T, StoreError>>) -> Write,
@@ -784,10 +517,11 @@ impl Purging {
 }
 
 /// Expires the placed orders whose hold ended by `now_ms`, up to `PURGE_BATCH`.
-async fn expire_once(queue: &mpsc::Sender<Command>, now_ms: u64) -> Result<usize, StoreError> {
+async fn expire_once(queue: &mpsc::Sender<Command>, at_ms: u64) -> Result<usize, StoreError> {
     let (reply, answer) = oneshot::channel();
+    let job = Job::new(ExpireOrders { at_ms }, Pending::new(reply));
     queue
-        .send(Command::Write(Write::Expire(now_ms, Pending::new(reply))))
+        .send(Command::Write(job.into()))
         .await
         .map_err(|_| StoreError::Closed)?;
     let expired = answer.await.map_err(|_| StoreError::Closed)??;
@@ -835,18 +569,20 @@ mod tests {
     use std::sync::Mutex;
 
     use super::*;
+    use crate::store::model::Precondition;
+    use crate::store::ops::DeletePet;
 
     /// An engine that only records which writes reached it, for the front's own rules.
     #[derive(Clone, Default)]
-    struct Recorder(Arc<Mutex<Vec<PetId>>>);
+    struct Recorder(Arc<Mutex<Vec<crate::pet::PetId>>>);
 
     impl Engine for Recorder {
         async fn commit(&mut self, batch: &mut [Write]) -> Result<Option<Vec<Change>>, StoreError> {
             let mut ran = self.0.lock().expect("lock");
             for write in batch.iter_mut() {
-                if let Write::Delete(id, _, pending) = write {
-                    ran.push(*id);
-                    pending.outcome = Some(Ok(1));
+                if let Write::Rule(super::super::ops::Ruled::DeletePet(job)) = write {
+                    ran.push(job.rule.id);
+                    job.set_outcome(Ok(1));
                 }
             }
             Ok(Some(Vec::new()))
@@ -872,11 +608,15 @@ mod tests {
             let front =
                 Front::start(recorder.clone(), tuning, None, Runs::OnRuntime).expect("starts");
             // Queued by one poll, then given up: the loop's task has not run meanwhile.
-            let mut gone = Box::pin(front.delete(1, Precondition::None));
+            let delete = |id| DeletePet {
+                id,
+                precondition: Precondition::None,
+            };
+            let mut gone = Box::pin(front.write(delete(1)));
             let mut polled = std::task::Context::from_waker(std::task::Waker::noop());
             assert!(gone.as_mut().poll(&mut polled).is_pending(), "queued");
             drop(gone);
-            front.delete(2, Precondition::None).await.expect("runs");
+            front.write(delete(2)).await.expect("runs");
             assert_eq!(*recorder.0.lock().expect("lock"), [2]);
             front.close().await;
         });

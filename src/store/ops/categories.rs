@@ -5,6 +5,7 @@
 use crate::category::{Category, CategoryId, CategoryPatch, NewCategory, name_key};
 use crate::event::EventType;
 use crate::store::model::{Change, StoreError};
+use crate::store::ops::{Rule, Touches};
 use crate::store::resource::{
     Column, Entry, Holds, Index, Part, PartKind, Postgres, Resource, Value,
 };
@@ -70,64 +71,99 @@ impl Resource for Category {
 }
 
 /// Creates a category under the next category id: `NameTaken` when another has its name.
-pub(super) async fn create<T: Txn>(txn: &mut T, new: &NewCategory) -> Outcome<Category> {
-    if txn.category_named(&name_key(&new.name)).await?.is_some() {
-        return Ok(Err(StoreError::NameTaken(new.name.clone())));
+pub(crate) struct CreateCategory(pub(crate) NewCategory);
+
+/// Every category write holds the counter, even one that gives no id: names then change one
+/// transaction at a time, so a check for a name taken cannot race a concurrent rename.
+fn touches_names(touches: &mut Touches) {
+    touches.count(Counter::Categories);
+}
+
+impl Rule for CreateCategory {
+    type Answer = Category;
+
+    fn touches(&self, touches: &mut Touches) {
+        touches_names(touches);
     }
-    let id = match txn.next_id(Counter::Categories).await? {
-        Ok(id) => id,
-        Err(e) => return Ok(Err(e)),
-    };
-    txn.take_id(Counter::Categories);
-    let category = Category {
-        id,
-        name: new.name.clone(),
-    };
-    txn.put(None, &category).await?;
-    txn.push(Change::category(
-        EventType::CategoryCreated,
-        id,
-        Some(&category),
-    ));
-    Ok(Ok(category))
+
+    async fn run<T: Txn>(&self, txn: &mut T) -> Outcome<Category> {
+        let new = &self.0;
+        if txn.category_named(&name_key(&new.name)).await?.is_some() {
+            return Ok(Err(StoreError::NameTaken(new.name.clone())));
+        }
+        let id = match txn.next_id(Counter::Categories).await? {
+            Ok(id) => id,
+            Err(e) => return Ok(Err(e)),
+        };
+        txn.take_id(Counter::Categories);
+        let category = Category {
+            id,
+            name: new.name.clone(),
+        };
+        txn.put(None, &category).await?;
+        let created = EventType::CategoryCreated;
+        txn.push(Change::category(created, id, Some(&category)));
+        Ok(Ok(category))
+    }
 }
 
 /// Renames category `id`: `CategoryNotFound`, then `NameTaken` when another category has the
 /// name. An empty patch answers the category as it is.
-pub(super) async fn patch<T: Txn>(
-    txn: &mut T,
-    id: CategoryId,
-    patch: &CategoryPatch,
-) -> Outcome<Category> {
-    let Some(old) = txn.get::<Category>(id).await? else {
-        return Ok(Err(StoreError::NotFound(Subject::category(id))));
-    };
-    let Some(name) = &patch.name else {
-        return Ok(Ok(old));
-    };
-    let holder = txn.category_named(&name_key(name)).await?;
-    if holder.is_some_and(|holder| holder != id) {
-        return Ok(Err(StoreError::NameTaken(name.clone())));
+pub(crate) struct PatchCategory {
+    pub(crate) id: CategoryId,
+    pub(crate) patch: CategoryPatch,
+}
+
+impl Rule for PatchCategory {
+    type Answer = Category;
+
+    fn touches(&self, touches: &mut Touches) {
+        touches_names(touches);
     }
-    let new = Category {
-        id,
-        name: name.clone(),
-    };
-    txn.put(Some(&old), &new).await?;
-    txn.push(Change::category(EventType::CategoryUpdated, id, Some(&new)));
-    Ok(Ok(new))
+
+    async fn run<T: Txn>(&self, txn: &mut T) -> Outcome<Category> {
+        let id = self.id;
+        let Some(old) = txn.get::<Category>(id).await? else {
+            return Ok(Err(StoreError::NotFound(Subject::category(id))));
+        };
+        let Some(name) = &self.patch.name else {
+            return Ok(Ok(old));
+        };
+        let holder = txn.category_named(&name_key(name)).await?;
+        if holder.is_some_and(|holder| holder != id) {
+            return Ok(Err(StoreError::NameTaken(name.clone())));
+        }
+        let new = Category {
+            id,
+            name: name.clone(),
+        };
+        txn.put(Some(&old), &new).await?;
+        txn.push(Change::category(EventType::CategoryUpdated, id, Some(&new)));
+        Ok(Ok(new))
+    }
 }
 
 /// Removes category `id`: `CategoryNotFound`, then `CategoryInUse` while any pet names it.
 /// Answers the id removed.
-pub(super) async fn delete<T: Txn>(txn: &mut T, id: CategoryId) -> Outcome<CategoryId> {
-    let Some(old) = txn.get::<Category>(id).await? else {
-        return Ok(Err(StoreError::NotFound(Subject::category(id))));
-    };
-    if txn.category_in_use(id).await? {
-        return Ok(Err(StoreError::CategoryInUse(id)));
+pub(crate) struct DeleteCategory(pub(crate) CategoryId);
+
+impl Rule for DeleteCategory {
+    type Answer = CategoryId;
+
+    fn touches(&self, touches: &mut Touches) {
+        touches_names(touches);
     }
-    txn.remove(&old).await?;
-    txn.push(Change::category(EventType::CategoryDeleted, id, None));
-    Ok(Ok(id))
+
+    async fn run<T: Txn>(&self, txn: &mut T) -> Outcome<CategoryId> {
+        let id = self.0;
+        let Some(old) = txn.get::<Category>(id).await? else {
+            return Ok(Err(StoreError::NotFound(Subject::category(id))));
+        };
+        if txn.category_in_use(id).await? {
+            return Ok(Err(StoreError::CategoryInUse(id)));
+        }
+        txn.remove(&old).await?;
+        txn.push(Change::category(EventType::CategoryDeleted, id, None));
+        Ok(Ok(id))
+    }
 }

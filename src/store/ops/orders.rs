@@ -4,14 +4,16 @@
 //! it once its hold has ended. Invariant: an order and its pet change together, so a placed
 //! order's pet is `pending` and at most one placed order holds a pet.
 
+use crate::order::NewOrder;
 use crate::order::{Order, OrderAction, OrderId, OrderStatus};
 use crate::pet::{Pet, PetStatus};
+use crate::store::claims::Keyed;
 use crate::store::model::{Change, Moved, Placed, Precondition, StoreError};
+use crate::store::ops::{Rule, Touches};
 use crate::store::resource::{
     Column, Entry, Holds, Index, Part, PartKind, Postgres, Resource, Value,
 };
 use crate::store::txn::{Counter, Outcome, Txn};
-use crate::store::write::PlaceOrder;
 use crate::subject::Subject;
 
 use super::pets::current;
@@ -125,57 +127,78 @@ impl Resource for Order {
     }
 }
 
-/// Places an order for an `available` pet. With a key, a live record answers first (the first
-/// order as placed, or `IdempotencyKeyReused`), before the pet is looked at: a retry finds its
-/// pet pending by its own order. Then `NotFound`, then `PetNotAvailable`.
-pub(super) async fn place<T: Txn>(txn: &mut T, place: &PlaceOrder) -> Outcome<Placed> {
-    if let Some(keyed) = &place.keyed
-        && let Some(record) = txn.record(&keyed.key).await?
-        && let Some(answer) = record.order_answer(&keyed.key, txn.now())
-    {
-        return replay(txn, answer).await;
+/// Places an order for an `available` pet, held for the store's `--order-hold`. With a key, a
+/// live record answers first (the first order as placed, or `IdempotencyKeyReused`), before the
+/// pet is looked at: a retry finds its pet pending by its own order. Then `NotFound`, then
+/// `PetNotAvailable`.
+pub(crate) struct PlaceOrder {
+    pub(crate) order: NewOrder,
+    pub(crate) keyed: Option<Keyed>,
+    /// How long it holds its pet (`None`: until completed or cancelled).
+    pub(crate) hold: Option<std::time::Duration>,
+}
+
+impl Rule for PlaceOrder {
+    type Answer = Placed;
+
+    fn touches(&self, touches: &mut Touches) {
+        touches.pets.push(self.order.pet_id);
+        touches.count(Counter::Orders);
     }
-    let pet_id = place.order.pet_id;
-    let (pet, revision) = match current(txn, pet_id, &Precondition::None).await? {
-        Ok(current) => current,
-        Err(e) => return Ok(Err(e)),
-    };
-    if pet.status != Some(PetStatus::Available) {
-        return Ok(Err(StoreError::PetNotAvailable {
-            pet: pet_id,
-            status: pet.status,
-        }));
-    }
-    let id = match txn.next_id(Counter::Orders).await? {
-        Ok(id) => id,
-        Err(e) => return Ok(Err(e)),
-    };
-    if let Some(keyed) = &place.keyed
-        && let Some(held) = txn.claim_record(keyed, Subject::order(id)).await?
-    {
-        // Another instance placed an order under the same key and committed while this one
-        // waited for its record: that order answers, and this one is not placed.
-        return match held.order_answer(&keyed.key, txn.now()) {
-            Some(answer) => replay(txn, answer).await,
-            None => Ok(Err(StoreError::Corrupt(
-                "a live idempotency record expired mid-transaction".into(),
-            ))),
+
+    async fn run<T: Txn>(&self, txn: &mut T) -> Outcome<Placed> {
+        if let Some(keyed) = &self.keyed
+            && let Some(record) = txn.record(&keyed.key).await?
+            && let Some(answer) = record.order_answer(&keyed.key, txn.now())
+        {
+            return replay(txn, answer).await;
+        }
+        let pet_id = self.order.pet_id;
+        let (pet, revision) = match current(txn, pet_id, &Precondition::None).await? {
+            Ok(current) => current,
+            Err(e) => return Ok(Err(e)),
         };
+        if pet.status != Some(PetStatus::Available) {
+            return Ok(Err(StoreError::PetNotAvailable {
+                pet: pet_id,
+                status: pet.status,
+            }));
+        }
+        let id = match txn.next_id(Counter::Orders).await? {
+            Ok(id) => id,
+            Err(e) => return Ok(Err(e)),
+        };
+        if let Some(keyed) = &self.keyed
+            && let Some(held) = txn.claim_record(keyed, Subject::order(id)).await?
+        {
+            // Another instance placed an order under the same key and committed while this one
+            // waited for its record: that order answers, and this one is not placed.
+            return match held.order_answer(&keyed.key, txn.now()) {
+                Some(answer) => replay(txn, answer).await,
+                None => Ok(Err(StoreError::Corrupt(
+                    "a live idempotency record expired mid-transaction".into(),
+                ))),
+            };
+        }
+        txn.take_id(Counter::Orders);
+        let order = Order::place(id, self.order.clone(), txn.now_ms(), self.hold);
+        txn.put(None, &order).await?;
+        let pending = Pet {
+            status: Some(PetStatus::Pending),
+            ..pet.clone()
+        };
+        let pet = txn.put_pet(Some((&pet, revision)), &pending).await?;
+        txn.push(Change::order(&order, &pet));
+        Ok(Ok(Placed {
+            order,
+            pet: Some(pet),
+            replayed: false,
+        }))
     }
-    txn.take_id(Counter::Orders);
-    let order = Order::place(id, place.order.clone(), txn.now_ms(), place.hold);
-    txn.put(None, &order).await?;
-    let pending = Pet {
-        status: Some(PetStatus::Pending),
-        ..pet.clone()
-    };
-    let pet = txn.put_pet(Some((&pet, revision)), &pending).await?;
-    txn.push(Change::order(&order, &pet));
-    Ok(Ok(Placed {
-        order,
-        pet: Some(pet),
-        replayed: false,
-    }))
+
+    fn release(&mut self) {
+        self.keyed = None;
+    }
 }
 
 /// What a key's record answers a retried order: the order as it was placed, read back.
@@ -196,44 +219,77 @@ async fn replay<T: Txn>(txn: &mut T, answer: Result<OrderId, StoreError>) -> Out
     }
 }
 
-/// Completes or cancels order `id`: `OrderNotFound`, then `PreconditionFailed` on the order's
-/// revision, then `InvalidTransition`; its pet takes the action's status.
-pub(super) async fn settle<T: Txn>(
-    txn: &mut T,
-    id: OrderId,
-    action: OrderAction,
-    precondition: &Precondition,
-) -> Outcome<Moved> {
-    let Some(order) = txn.get::<Order>(id).await? else {
-        return Ok(Err(StoreError::NotFound(Subject::order(id))));
-    };
-    if !precondition.allows(order.revision) {
-        return Ok(Err(StoreError::PreconditionFailed));
-    }
-    let at_ms = txn.now_ms();
-    move_order(txn, &order, action, at_ms).await
+/// Completes or cancels order `id` (never `Expire`: see `ExpireOrders`) if its revision meets
+/// `precondition`: `OrderNotFound`, then `PreconditionFailed`, then `InvalidTransition`; its
+/// pet takes the action's status (`sold` or `available`).
+pub(crate) struct MoveOrder {
+    pub(crate) id: OrderId,
+    pub(crate) action: OrderAction,
+    pub(crate) precondition: Precondition,
 }
 
-/// Expires the placed orders whose hold ended by `at_ms` (up to `PURGE_BATCH`), each pet back
-/// to `available`, each order closed at `at_ms`: the time its pet came free. One that cannot
-/// expire (moved by a write earlier in the batch, or stored data broken by hand) is left, and
-/// the others still expire: one broken order must not fail every batch it shares.
-pub(super) async fn expire<T: Txn>(txn: &mut T, at_ms: u64) -> Result<Vec<Moved>, StoreError> {
-    let ended = txn.ended_holds(at_ms).await?;
-    let mut expired = Vec::with_capacity(ended.len());
-    for id in ended {
-        let Some(order) = txn.get::<Order>(id).await? else {
-            tracing::warn!(order = id, "an order whose hold ended is missing");
-            continue;
-        };
-        match move_order(txn, &order, OrderAction::Expire, at_ms).await? {
-            Ok(moved) => expired.push(moved),
-            // Completed or cancelled earlier in this batch: it holds nothing any more.
-            Err(StoreError::InvalidTransition { .. }) => {}
-            Err(e) => tracing::warn!(order = id, error = %e, "a placed order cannot expire"),
-        }
+impl Rule for MoveOrder {
+    type Answer = Moved;
+
+    fn touches(&self, touches: &mut Touches) {
+        touches.orders.push(self.id);
     }
-    Ok(expired)
+
+    async fn run<T: Txn>(&self, txn: &mut T) -> Outcome<Moved> {
+        let Some(order) = txn.get::<Order>(self.id).await? else {
+            return Ok(Err(StoreError::NotFound(Subject::order(self.id))));
+        };
+        if !self.precondition.allows(order.revision) {
+            return Ok(Err(StoreError::PreconditionFailed));
+        }
+        let at_ms = txn.now_ms();
+        move_order(txn, &order, self.action, at_ms).await
+    }
+}
+
+/// Expires up to `PURGE_BATCH` placed orders whose hold ended by `at_ms` (Unix milliseconds),
+/// oldest end first, each pet back to `available`, each order closed at `at_ms`: the time its
+/// pet came free. Answers each with its pet. One that cannot expire (moved by a write earlier
+/// in the batch, or stored data broken by hand) is left, and the others still expire: one
+/// broken order must not fail every batch it shares.
+pub(crate) struct ExpireOrders {
+    pub(crate) at_ms: u64,
+}
+
+impl Rule for ExpireOrders {
+    type Answer = Vec<Moved>;
+
+    fn touches(&self, touches: &mut Touches) {
+        touches.ended_holds.push(self.at_ms);
+    }
+
+    async fn run<T: Txn>(&self, txn: &mut T) -> Outcome<Vec<Moved>> {
+        let at_ms = self.at_ms;
+        let ended = txn.ended_holds(at_ms).await?;
+        let mut expired = Vec::with_capacity(ended.len());
+        for id in ended {
+            let order = match txn.get::<Order>(id).await {
+                Ok(Some(order)) => order,
+                Ok(None) => {
+                    tracing::warn!(order = id, "an order whose hold ended is missing");
+                    continue;
+                }
+                // Stored data that does not read back: the rest of the batch goes ahead.
+                Err(StoreError::Corrupt(e)) => {
+                    tracing::warn!(order = id, error = %e, "a placed order cannot expire");
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            match move_order(txn, &order, OrderAction::Expire, at_ms).await? {
+                Ok(moved) => expired.push(moved),
+                // Completed or cancelled earlier in this batch: it holds nothing any more.
+                Err(StoreError::InvalidTransition { .. }) => {}
+                Err(e) => tracing::warn!(order = id, error = %e, "a placed order cannot expire"),
+            }
+        }
+        Ok(Ok(expired))
+    }
 }
 
 /// Moves `order` by `action` at `at_ms`, with its pet: the order holds the pet no more. A

@@ -4,12 +4,13 @@
 //! held pet keeps its status and stays).
 
 use crate::pet::{NewPet, Pet, PetId, PetPatch, PetStatus};
+use crate::store::claims::Keyed;
 use crate::store::model::{Change, Created, Precondition, StoreError, StoredPet};
+use crate::store::ops::{Rule, Touches};
 use crate::store::resource::{
     Column, Entry, Holds, Index, Part, PartKind, Postgres, Resource, Value,
 };
 use crate::store::txn::{Counter, Outcome, Txn};
-use crate::store::write::Keyed;
 use crate::subject::Subject;
 
 /// (status code, pet id) to the pet's JSON, for every pet that has a status: a status filter
@@ -127,76 +128,112 @@ impl Resource for Pet {
     }
 }
 
-/// Creates `new` under the next pet id. With a key, a live record of its scope answers instead
+/// Creates `pet` under the next pet id. With a key, a live record of its scope answers instead
 /// (the first create's pet, or `IdempotencyKeyReused`): checked here, in the transaction, since
 /// a retry may have passed the front's check before the key's first create committed.
-pub(super) async fn create<T: Txn>(
-    txn: &mut T,
-    new: &NewPet,
-    keyed: Option<&Keyed>,
-) -> Outcome<Created> {
-    let id = match txn.next_id(Counter::Pets).await? {
-        Ok(id) => id,
-        Err(e) => return Ok(Err(e)),
-    };
-    if let Some(keyed) = keyed
-        && let Some(held) = txn.claim_record(keyed, Subject::pet(id)).await?
-    {
-        return Ok(held.answer(&keyed.key, new, txn.now()).unwrap_or_else(|| {
-            Err(StoreError::Corrupt(
-                "a live idempotency record expired mid-transaction".into(),
-            ))
-        }));
-    }
-    txn.take_id(Counter::Pets);
-    let pet = txn.put_pet(None, &new.clone().into_pet(id)).await?;
-    txn.push(Change::pet(id, 1, Some(pet.json.clone())));
-    Ok(Ok(Created {
-        pet,
-        replayed: false,
-    }))
+pub(crate) struct CreatePet {
+    pub(crate) pet: NewPet,
+    pub(crate) keyed: Option<Keyed>,
 }
 
-/// Applies `patch` to pet `id`: `NotFound`, `PreconditionFailed`, then, for a change of its
-/// status while a placed order holds it, `PetReserved`.
-pub(super) async fn patch<T: Txn>(
-    txn: &mut T,
-    id: PetId,
-    patch: &PetPatch,
-    precondition: &Precondition,
-) -> Outcome<StoredPet> {
-    let (old, revision) = match current(txn, id, precondition).await? {
-        Ok(current) => current,
-        Err(e) => return Ok(Err(e)),
-    };
-    if patch.status.is_some()
-        && let Some(order) = txn.holding_order(id).await?
-    {
-        return Ok(Err(StoreError::PetReserved { pet: id, order }));
+impl Rule for CreatePet {
+    type Answer = Created;
+
+    fn touches(&self, touches: &mut Touches) {
+        touches.new_pets += 1;
     }
-    let new = patch.clone().apply(old.clone());
-    let pet = txn.put_pet(Some((&old, revision)), &new).await?;
-    txn.push(Change::pet(id, pet.revision, Some(pet.json.clone())));
-    Ok(Ok(pet))
+
+    async fn run<T: Txn>(&self, txn: &mut T) -> Outcome<Created> {
+        let id = match txn.next_id(Counter::Pets).await? {
+            Ok(id) => id,
+            Err(e) => return Ok(Err(e)),
+        };
+        if let Some(keyed) = &self.keyed
+            && let Some(held) = txn.claim_record(keyed, Subject::pet(id)).await?
+        {
+            return Ok(held
+                .answer(&keyed.key, &self.pet, txn.now())
+                .unwrap_or_else(|| {
+                    Err(StoreError::Corrupt(
+                        "a live idempotency record expired mid-transaction".into(),
+                    ))
+                }));
+        }
+        txn.take_id(Counter::Pets);
+        let pet = txn.put_pet(None, &self.pet.clone().into_pet(id)).await?;
+        txn.push(Change::pet(id, 1, Some(pet.json.clone())));
+        Ok(Ok(Created {
+            pet,
+            replayed: false,
+        }))
+    }
+
+    fn release(&mut self) {
+        self.keyed = None;
+    }
 }
 
-/// Removes pet `id`: `NotFound`, `PreconditionFailed`, then `PetReserved` while a placed order
-/// holds it. Answers the revision it was removed at.
-pub(super) async fn delete<T: Txn>(
-    txn: &mut T,
-    id: PetId,
-    precondition: &Precondition,
-) -> Outcome<u64> {
-    let (old, revision) = match current(txn, id, precondition).await? {
-        Ok(current) => current,
-        Err(e) => return Ok(Err(e)),
-    };
-    if let Some(order) = txn.holding_order(id).await? {
-        return Ok(Err(StoreError::PetReserved { pet: id, order }));
+/// Applies `patch` to pet `id` if its revision meets `precondition`: `NotFound`,
+/// `PreconditionFailed`, then, for a change of its status while a placed order holds it,
+/// `PetReserved`. Answers the pet at its new revision.
+pub(crate) struct PatchPet {
+    pub(crate) id: PetId,
+    pub(crate) patch: PetPatch,
+    pub(crate) precondition: Precondition,
+}
+
+impl Rule for PatchPet {
+    type Answer = StoredPet;
+
+    fn touches(&self, touches: &mut Touches) {
+        touches.pets.push(self.id);
     }
-    txn.remove_pet(&old).await?;
-    txn.push(Change::pet(id, revision, None));
-    Ok(Ok(revision))
+
+    async fn run<T: Txn>(&self, txn: &mut T) -> Outcome<StoredPet> {
+        let id = self.id;
+        let (old, revision) = match current(txn, id, &self.precondition).await? {
+            Ok(current) => current,
+            Err(e) => return Ok(Err(e)),
+        };
+        if self.patch.status.is_some()
+            && let Some(order) = txn.holding_order(id).await?
+        {
+            return Ok(Err(StoreError::PetReserved { pet: id, order }));
+        }
+        let new = self.patch.clone().apply(old.clone());
+        let pet = txn.put_pet(Some((&old, revision)), &new).await?;
+        txn.push(Change::pet(id, pet.revision, Some(pet.json.clone())));
+        Ok(Ok(pet))
+    }
+}
+
+/// Removes pet `id` if its revision meets `precondition`: `NotFound`, `PreconditionFailed`,
+/// then `PetReserved` while a placed order holds it. Answers the revision it was removed at.
+pub(crate) struct DeletePet {
+    pub(crate) id: PetId,
+    pub(crate) precondition: Precondition,
+}
+
+impl Rule for DeletePet {
+    type Answer = u64;
+
+    fn touches(&self, touches: &mut Touches) {
+        touches.pets.push(self.id);
+    }
+
+    async fn run<T: Txn>(&self, txn: &mut T) -> Outcome<u64> {
+        let id = self.id;
+        let (old, revision) = match current(txn, id, &self.precondition).await? {
+            Ok(current) => current,
+            Err(e) => return Ok(Err(e)),
+        };
+        if let Some(order) = txn.holding_order(id).await? {
+            return Ok(Err(StoreError::PetReserved { pet: id, order }));
+        }
+        txn.remove_pet(&old).await?;
+        txn.push(Change::pet(id, revision, None));
+        Ok(Ok(revision))
+    }
 }
 
 /// The pet `id` and its revision, if it exists (`NotFound`) and meets `precondition`

@@ -20,8 +20,9 @@ use crate::order::OrderId;
 use crate::pet::PetId;
 use crate::store::events::{StoredEvent, now_ms};
 use crate::store::model::{Change, StoreError};
+use crate::store::ops::Write;
 use crate::store::ops::{self, Touches};
-use crate::store::write::{Engine, PURGE_BATCH, Write};
+use crate::store::write::{Engine, PURGE_BATCH};
 use crate::subject::Kind;
 
 /// How many times a batch that a concurrent transaction got in the way of (a serialization

@@ -18,12 +18,12 @@ use crate::category::CategoryId;
 use crate::order::OrderId;
 use crate::pet::{Pet, PetId};
 use crate::store::claims::IdempotencyKey;
+use crate::store::claims::Keyed;
 use crate::store::model::{
     InventoryDelta, Record, StoreError, StoredPet, read_pet, record_id, short,
 };
 use crate::store::resource::{Column, Resource};
 use crate::store::txn::{Counter, Ledger, Txn, next_revision};
-use crate::store::write::Keyed;
 use crate::subject::{Kind, Subject};
 
 /// The transaction a batch runs in.

@@ -606,6 +606,7 @@ mod tests {
     use crate::store::ops::categories::CATEGORY_NAMES;
     use crate::store::ops::orders::{HOLD_ENDS, ORDERS_BY_STATUS};
     use crate::store::ops::pets::PETS_BY_CATEGORY;
+    use crate::store::ops::{CreateCategory, DeletePet, PatchPet};
     use crate::store::resource::{Part, Value};
     use crate::store::{Location, Precondition, Store, Tuning};
     use std::time::Duration;
@@ -658,10 +659,20 @@ mod tests {
                 ..Default::default()
             };
             store
-                .patch(1, patch, Precondition::None)
+                .write(PatchPet {
+                    id: 1,
+                    patch,
+                    precondition: Precondition::None,
+                })
                 .await
                 .expect("patched");
-            store.delete(2, Precondition::None).await.expect("deleted");
+            store
+                .write(DeletePet {
+                    id: 2,
+                    precondition: Precondition::None,
+                })
+                .await
+                .expect("deleted");
             store.close().await;
         });
     }
@@ -787,7 +798,10 @@ mod tests {
             let category = crate::category::NewCategory {
                 name: "Dogs".into(),
             };
-            let category = store.create_category(category).await.expect("created");
+            let category = store
+                .write(CreateCategory(category))
+                .await
+                .expect("created");
             let pet = NewPet {
                 name: "Rex".into(),
                 category_id: category.id,

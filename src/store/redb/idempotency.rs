@@ -17,8 +17,9 @@ use redb::{ReadableTable, Table, WriteTransaction};
 use super::tables::RECORDS;
 use crate::pet::PetId;
 use crate::store::claims::IdempotencyKey;
+use crate::store::claims::Keyed;
 use crate::store::model::{Record, SHORT_DIGEST, StoreError, short};
-use crate::store::write::{Keyed, PURGE_BATCH};
+use crate::store::write::PURGE_BATCH;
 
 /// Bytes kept of a scope or a fingerprint (`store::SHORT_DIGEST`).
 const SHORT: usize = SHORT_DIGEST;

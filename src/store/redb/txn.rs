@@ -15,13 +15,14 @@ use crate::category::CategoryId;
 use crate::order::OrderId;
 use crate::pet::{Pet, PetId};
 use crate::store::claims::IdempotencyKey;
+use crate::store::claims::Keyed;
 use crate::store::model::{Record, StoreError, StoredPet, record_id};
 use crate::store::ops::categories::CATEGORY_NAMES;
 use crate::store::ops::orders::{HOLD_ENDS, ORDERS_BY_PET};
 use crate::store::ops::pets::PETS_BY_CATEGORY;
 use crate::store::resource::{Part, Resource};
 use crate::store::txn::{Counter, Ledger, Txn, next_revision};
-use crate::store::write::{Keyed, PURGE_BATCH};
+use crate::store::write::PURGE_BATCH;
 use crate::subject::Subject;
 
 impl Txn for Run<'_> {

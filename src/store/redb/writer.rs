@@ -25,8 +25,9 @@ use crate::clock::unix_now;
 use crate::store::events::{StoredEvent, now_ms};
 use crate::store::model::{Change, InventoryDelta, StoreError};
 use crate::store::ops;
+use crate::store::ops::Write;
 use crate::store::txn::{Counter, Ledger};
-use crate::store::write::{Engine, PURGE_BATCH, Write};
+use crate::store::write::{Engine, PURGE_BATCH};
 
 /// The longest wait between two reopens. A disk that stays full fails every batch, and each
 /// reopen repairs the file and starts its cache cold: between reopens, writes fail at once
