@@ -15,6 +15,7 @@ use sha2::{Digest, Sha256};
 use crate::clock::unix_now;
 use crate::config::{CopyConfig, Database};
 use crate::store::{self, Chunk, Import, Location, NextIds, Store, StoreError, Tuning};
+use crate::subject::Kind;
 
 /// Pets per chunk: the unit read, written (one transaction or one `COPY` each) and counted.
 const CHUNK: usize = 20_000;
@@ -91,12 +92,10 @@ async fn copy_and_check(
         .context("committing the copy; the target was left empty")?;
     let seconds = started.elapsed().as_secs_f64();
     eprintln!(
-        "copied {} pets, {} idempotency records, {} categories and {} orders in {seconds:.1} s \
-         ({:.0} pets/s)",
+        "copied {} pets, {} idempotency records, {} in {seconds:.1} s ({:.0} pets/s)",
         copied.pets,
         copied.records,
-        copied.categories,
-        copied.orders,
+        counted(&copied.others),
         copied.pets as f64 / seconds.max(0.001)
     );
 
@@ -125,9 +124,37 @@ async fn copy_and_check(
 struct Copied {
     pets: u64,
     records: u64,
-    categories: u64,
-    orders: u64,
+    /// How many records of each other kind, in the export's order.
+    others: Vec<(Kind, u64)>,
     next_ids: NextIds,
+}
+
+/// Adds `n` records of `kind` to `counts`.
+fn count(counts: &mut Vec<(Kind, u64)>, kind: Kind, n: usize) {
+    match counts.iter_mut().find(|(k, _)| *k == kind) {
+        Some((_, count)) => *count += n as u64,
+        None => counts.push((kind, n as u64)),
+    }
+}
+
+/// "3 categories and 2 orders": every kind of `counts` (those of `NextIds::others`, a kind
+/// with none too), in words.
+fn counted(counts: &[(Kind, u64)]) -> String {
+    listed(
+        counts
+            .iter()
+            .map(|(kind, n)| format!("{n} {}", kind.plural())),
+    )
+}
+
+/// "a, b and c".
+fn listed(words: impl Iterator<Item = String>) -> String {
+    let words: Vec<String> = words.collect();
+    match words.split_last() {
+        None => String::new(),
+        Some((last, [])) => last.clone(),
+        Some((last, rest)) => format!("{} and {last}", rest.join(", ")),
+    }
 }
 
 /// Streams the source's export into the import, chunk by chunk; the export reads the next
@@ -137,12 +164,12 @@ async fn transfer(source: &Store, import: &mut Import, total: u64) -> anyhow::Re
         .export(CHUNK, unix_now())
         .await
         .context("reading --from")?;
+    let others = export.next_ids.others().into_iter();
     let mut copied = Copied {
         pets: 0,
         records: 0,
-        categories: 0,
-        orders: 0,
-        next_ids: export.next_ids,
+        others: others.map(|(kind, _)| (kind, 0)).collect(),
+        next_ids: export.next_ids.clone(),
     };
     let started = Instant::now();
     let mut shown = started;
@@ -151,8 +178,7 @@ async fn transfer(source: &Store, import: &mut Import, total: u64) -> anyhow::Re
         match &chunk {
             Chunk::Pets(pets) => copied.pets += pets.len() as u64,
             Chunk::Records(records) => copied.records += records.len() as u64,
-            Chunk::Categories(categories) => copied.categories += categories.len() as u64,
-            Chunk::Orders(orders) => copied.orders += orders.len() as u64,
+            Chunk::Rows(rows) => count(&mut copied.others, rows.kind, rows.records.len()),
         }
         import.write(chunk).await.context("writing --to")?;
         if shown.elapsed() >= PROGRESS_EVERY {
@@ -182,8 +208,8 @@ struct Tally {
     next_ids: NextIds,
     records: u64,
     records_digest: [u8; 32],
-    categories: u64,
-    orders: u64,
+    /// How many records of each other kind, in the export's order.
+    others: Vec<(Kind, u64)>,
     others_digest: [u8; 32],
 }
 
@@ -192,7 +218,9 @@ impl Tally {
         let mut export = store.export(CHUNK, live_after).await?;
         let (mut pets, mut pets_digest) = (0, Sha256::new());
         let mut records = Vec::new();
-        let (mut categories, mut orders, mut others_digest) = (0, 0, Sha256::new());
+        let others = export.next_ids.others().into_iter();
+        let mut others: Vec<(Kind, u64)> = others.map(|(kind, _)| (kind, 0)).collect();
+        let mut others_digest = Sha256::new();
         while let Some(chunk) = export.next().await {
             match chunk? {
                 Chunk::Pets(chunk) => {
@@ -205,19 +233,14 @@ impl Tally {
                     pets += chunk.len() as u64;
                 }
                 Chunk::Records(chunk) => records.extend(chunk),
-                Chunk::Categories(chunk) => {
-                    for category in &chunk {
-                        others_digest.update(b"c");
-                        others_digest.update(category.to_json());
+                Chunk::Rows(rows) => {
+                    for (id, stored) in &rows.records {
+                        others_digest.update(rows.kind.name());
+                        others_digest.update(id.to_be_bytes());
+                        others_digest.update((stored.len() as u64).to_be_bytes());
+                        others_digest.update(stored);
                     }
-                    categories += chunk.len() as u64;
-                }
-                Chunk::Orders(chunk) => {
-                    for order in &chunk {
-                        others_digest.update(b"o");
-                        others_digest.update(order.to_record());
-                    }
-                    orders += chunk.len() as u64;
+                    count(&mut others, rows.kind, rows.records.len());
                 }
             }
         }
@@ -235,8 +258,7 @@ impl Tally {
             next_ids: export.next_ids,
             records: records.len() as u64,
             records_digest: records_digest.finalize().into(),
-            categories,
-            orders,
+            others,
             others_digest: others_digest.finalize().into(),
         })
     }
@@ -246,20 +268,23 @@ impl fmt::Display for Tally {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "{} pets, sha256 {}, next id {}; {} idempotency records, sha256 {}; {} categories \
-             and {} orders, sha256 {}, next ids {} and {}",
+            "{} pets, sha256 {}, next id {}; {} idempotency records, sha256 {}; {}, sha256 {}, \
+             next ids {}",
             self.pets,
             hex(&self.pets_digest),
-            self.next_ids.pets,
+            self.next_ids.pets(),
             self.records,
             hex(&self.records_digest),
-            self.categories,
-            self.orders,
+            counted(&self.others),
             hex(&self.others_digest),
-            self.next_ids.categories,
-            self.next_ids.orders,
+            counted_ids(&self.next_ids),
         )
     }
+}
+
+/// "4 and 3": the next id of every kind but pets, in `counted`'s order.
+fn counted_ids(next: &NextIds) -> String {
+    listed(next.others().iter().map(|(_, id)| id.to_string()))
 }
 
 fn hex(bytes: &[u8]) -> String {

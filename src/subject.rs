@@ -21,6 +21,15 @@ impl Kind {
             Kind::Category => "category",
         }
     }
+
+    /// Records of the kind, as a count names them.
+    pub fn plural(self) -> &'static str {
+        match self {
+            Kind::Pet => "pets",
+            Kind::Order => "orders",
+            Kind::Category => "categories",
+        }
+    }
 }
 
 /// One record: its kind and its id (ids are per kind: pet 7 and order 7 are two records).

@@ -34,10 +34,11 @@ mod write;
 pub use claims::{IdempotencyKey, KeyClaim};
 pub use events::{EventPage, EventQuery, FeedState, ReadError, StoredEvent};
 pub use model::{
-    Chunk, Created, Inventory, NextIds, OrderQuery, Page, Placed, Precondition, Settled,
-    StoreError, StoredPet,
+    Chunk, Created, Inventory, OrderQuery, Page, Placed, Precondition, Settled, StoreError,
+    StoredPet,
 };
 pub use postgres::connect::{PgTarget, parse as parse_postgres};
+pub use resource::NextIds;
 pub use sessions::{SessionRecord, SessionsGone};
 pub use webhooks::WebhookState;
 pub use write::{DEFAULT_EVENTS_KEEP, DEFAULT_MAX_WRITE_BATCH, DEFAULT_ORDER_HOLD, Tuning};
@@ -575,10 +576,9 @@ impl Import {
         let above = self
             .max_id
             .map_or(1, |id| u64::try_from(id).unwrap_or(0).saturating_add(1));
-        let next = NextIds {
-            pets: next.pets.max(above),
-            ..next
-        };
+        let mut next = next;
+        let pets = <crate::pet::Pet as resource::Resource>::COUNTER;
+        next.set(pets, next.of(pets).max(above));
         on_backend!(ImportBackend; self.backend, import => import.commit(next).await)
     }
 

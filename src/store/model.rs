@@ -158,14 +158,6 @@ impl InventoryDelta {
     }
 }
 
-/// The ids each kind of create gives next, as a copy carries them.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct NextIds {
-    pub pets: u64,
-    pub orders: u64,
-    pub categories: u64,
-}
-
 /// An export under way: its chunks' size, the Unix time records must outlive, and where its
 /// chunks go.
 pub(crate) struct Exporting {
@@ -582,13 +574,21 @@ pub struct IdempotencyRecord {
 }
 
 /// A piece of a store in transit: an export yields every pet in ascending id order, in chunks,
-/// then every live idempotency record, then every category, then every order, in chunks.
+/// then every live idempotency record, then the records of every other resource, a resource at
+/// a time in `each_resource`'s order, each in id order, in chunks.
 #[derive(Debug)]
 pub enum Chunk {
     Pets(Vec<StoredPet>),
     Records(Vec<IdempotencyRecord>),
-    Categories(Vec<Category>),
-    Orders(Vec<Order>),
+    Rows(Rows),
+}
+
+/// Records of one resource other than pets, in their stored form (`Resource::encode`).
+#[derive(Debug)]
+pub struct Rows {
+    pub kind: Kind,
+    /// Each record's id and stored form, in id order.
+    pub records: Vec<(i64, Vec<u8>)>,
 }
 
 /// Pet `id` from the JSON a store keeps of it; `Corrupt` if it does not read back.

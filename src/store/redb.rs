@@ -641,8 +641,11 @@ mod tests {
                     .expect("insert");
                 let mut names = txn.open_table(OLD_CATEGORY_NAMES).expect("names");
                 names.insert("dogs", 2).expect("insert");
-                meta.insert(crate::store::txn::Counter::Categories.key(), 3)
-                    .expect("insert");
+                meta.insert(
+                    <crate::category::Category as crate::store::resource::Resource>::COUNTER.key(),
+                    3,
+                )
+                .expect("insert");
             }
         }
         txn.open_table(REVISIONS).expect("revisions");

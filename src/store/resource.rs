@@ -10,8 +10,7 @@
 use std::borrow::Cow;
 use std::fmt::Write as _;
 
-use crate::store::model::StoreError;
-use crate::store::txn::Counter;
+use crate::store::model::{Rows, StoreError};
 use crate::subject::Kind;
 
 /// One part of an index key, in the order keys compare.
@@ -337,6 +336,120 @@ pub(crate) struct Postgres {
     pub(crate) migrations: &'static [(i64, &'static str)],
 }
 
+/// An id counter a transaction gives ids from, declared by its resource
+/// (`Resource::COUNTER`). Both engines keep each under its `key` (a key of redb's `meta`, a
+/// row of PostgreSQL's `petstore_meta`); `ops::COUNTERS` lists them in the order PostgreSQL
+/// locks them in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Counter {
+    key: &'static str,
+}
+
+impl Counter {
+    pub(crate) const fn named(key: &'static str) -> Counter {
+        Counter { key }
+    }
+
+    /// The name it is kept under.
+    pub(crate) const fn key(self) -> &'static str {
+        self.key
+    }
+}
+
+/// The id each counter gives next (1 where none was given yet), as an export reads them and
+/// an import sets them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NextIds(pub(crate) Vec<(Counter, u64)>);
+
+impl NextIds {
+    /// Every counter at 1: a store that gave no id yet.
+    pub(crate) fn untouched() -> NextIds {
+        NextIds(Vec::new())
+    }
+
+    /// The id `counter` gives next.
+    pub(crate) fn of(&self, counter: Counter) -> u64 {
+        let found = self.0.iter().find(|(c, _)| *c == counter);
+        found.map_or(1, |(_, next)| (*next).max(1))
+    }
+
+    pub(crate) fn set(&mut self, counter: Counter, next: u64) {
+        match self.0.iter_mut().find(|(c, _)| *c == counter) {
+            Some((_, value)) => *value = next,
+            None => self.0.push((counter, next)),
+        }
+    }
+
+    /// The id the next pet gets.
+    pub fn pets(&self) -> u64 {
+        self.of(crate::pet::Pet::COUNTER)
+    }
+
+    /// The counters of every kind of record but pets, each with its kind, in `each_resource`'s
+    /// order.
+    pub fn others(&self) -> Vec<(Kind, u64)> {
+        kinds()
+            .into_iter()
+            .filter(|(kind, _)| *kind != Kind::Pet)
+            .map(|(kind, counter)| (kind, self.of(counter)))
+            .collect()
+    }
+}
+
+/// Every kind of record with its id counter, in `each_resource`'s order.
+pub(crate) fn kinds() -> Vec<(Kind, Counter)> {
+    struct Kinds(Vec<(Kind, Counter)>);
+    impl ForEach for Kinds {
+        fn visit<R: Resource>(&mut self) -> Result<(), StoreError> {
+            self.0.push((R::KIND, R::COUNTER));
+            Ok(())
+        }
+    }
+    let mut kinds = Kinds(Vec::new());
+    let _ = each_resource(&mut kinds);
+    kinds.0
+}
+
+#[cfg(test)]
+impl crate::store::model::Chunk {
+    /// A chunk of `records` of a resource other than pets (which travel with their revisions,
+    /// `Chunk::Pets`), in their stored form.
+    pub(crate) fn rows<R: Resource>(records: &[R]) -> crate::store::model::Chunk {
+        crate::store::model::Chunk::Rows(Rows {
+            kind: R::KIND,
+            records: records.iter().map(|r| (r.id(), r.encode())).collect(),
+        })
+    }
+}
+
+/// Work on the records of `rows`, read back as the resource they are of (`Rows::each`).
+pub(crate) trait WithRecords {
+    fn with<R: Resource>(&mut self, records: Vec<R>, stored: &Rows) -> Result<(), StoreError>;
+}
+
+impl Rows {
+    /// Reads the records back as their resource and hands them to `work`; `Corrupt` if one
+    /// does not read back.
+    pub(crate) fn each(&self, work: &mut impl WithRecords) -> Result<(), StoreError> {
+        struct Visit<'r, W> {
+            rows: &'r Rows,
+            work: &'r mut W,
+        }
+        impl<W: WithRecords> ForEach for Visit<'_, W> {
+            fn visit<R: Resource>(&mut self) -> Result<(), StoreError> {
+                if R::KIND != self.rows.kind {
+                    return Ok(());
+                }
+                let records = self.rows.records.iter();
+                let records = records.map(|(id, stored)| R::decode(*id, stored));
+                let records = records.collect::<Result<Vec<R>, _>>()?;
+                self.work.with(records, self.rows)
+            }
+        }
+        each_resource(&mut Visit { rows: self, work })
+    }
+}
+
 /// A kind of record, declared once: where it is kept, in what form, and what it keeps in its
 /// indexes.
 pub(crate) trait Resource: Sized + 'static {
@@ -376,8 +489,8 @@ pub(crate) trait ForEach {
 /// Runs `work` for every kind of record the store keeps: the one list of them.
 pub(crate) fn each_resource(work: &mut impl ForEach) -> Result<(), StoreError> {
     work.visit::<crate::pet::Pet>()?;
-    work.visit::<crate::order::Order>()?;
-    work.visit::<crate::category::Category>()
+    work.visit::<crate::category::Category>()?;
+    work.visit::<crate::order::Order>()
 }
 
 /// Every index of every resource.

@@ -22,7 +22,8 @@ use super::*;
 use crate::category::{CategoryPatch, NewCategory};
 use crate::event::{EventType, Position, Types};
 use crate::order::{OrderAction, OrderStatus, Refused};
-use crate::pet::PetPatch;
+use crate::pet::{Pet, PetPatch};
+use crate::store::resource::Resource;
 use crate::subject::{Kind, Subject};
 use pg_cluster::Cluster;
 
@@ -411,7 +412,7 @@ async fn exported(store: &Store, chunk: usize, now: u64) -> (u64, Vec<Chunk>) {
     while let Some(chunk) = export.next().await {
         chunks.push(chunk.expect("a chunk"));
     }
-    (export.next_ids.pets, chunks)
+    (export.next_ids.pets(), chunks)
 }
 
 pub(super) async fn an_export_reads_every_pet_in_id_order_with_its_revision_the_counter_and_live_records(
@@ -467,7 +468,7 @@ pub(super) async fn an_export_reads_every_pet_in_id_order_with_its_revision_the_
                 pets.extend(chunk);
             }
             Chunk::Records(chunk) => records.extend(chunk),
-            Chunk::Categories(_) | Chunk::Orders(_) => panic!("none were made"),
+            Chunk::Rows(_) => panic!("none were made"),
         }
     }
     let listed: Vec<_> = pets.iter().map(|pet| (pet.id, pet.revision)).collect();
@@ -1215,15 +1216,8 @@ pub(super) async fn an_order_that_cannot_expire_is_left_and_the_rest_of_its_batc
         .to_json()
         .into(),
     };
-    let chunks = vec![
-        Chunk::Pets(vec![held(1), held(3)]),
-        Chunk::Orders(orders.clone()),
-    ];
-    let next = NextIds {
-        pets: 4,
-        orders: 4,
-        categories: 1,
-    };
+    let chunks = vec![Chunk::Pets(vec![held(1), held(3)]), Chunk::rows(&orders)];
+    let next = next_ids(4, 4, 1);
     let copy = imported(store, chunks, next).await;
     let store = &copy;
 
@@ -1816,14 +1810,7 @@ pub(super) async fn a_copy_carries_categories_orders_next_ids_and_the_inventory(
         .export(2, crate::clock::unix_now())
         .await
         .expect("export");
-    assert_eq!(
-        export.next_ids,
-        NextIds {
-            pets: 6,
-            orders: 4,
-            categories: 4
-        }
-    );
+    assert_eq!(export.next_ids, next_ids(6, 4, 4));
     let (target, _keep) = fresh_like(source).await;
     let mut import = target.import().await.expect("an empty target");
     let mut kinds = Vec::new();
@@ -1832,8 +1819,7 @@ pub(super) async fn a_copy_carries_categories_orders_next_ids_and_the_inventory(
         let kind = match &chunk {
             Chunk::Pets(_) => "pets",
             Chunk::Records(_) => "records",
-            Chunk::Categories(_) => "categories",
-            Chunk::Orders(_) => "orders",
+            Chunk::Rows(rows) => rows.kind.plural(),
         };
         if kinds.last() != Some(&kind) {
             kinds.push(kind);
@@ -1993,6 +1979,15 @@ thread_local! {
 /// copy` makes it; the store to go on with. A redb file shared with other processes refuses
 /// the import's chunks, which are durable only with the last: `petstore copy` fills the file
 /// opened alone, and so does this, before it opens the file shared again.
+/// The counters of a store whose next pet, order and category get these ids.
+fn next_ids(pets: u64, orders: u64, categories: u64) -> NextIds {
+    let mut next = NextIds::untouched();
+    next.set(<Pet as Resource>::COUNTER, pets);
+    next.set(<Order as Resource>::COUNTER, orders);
+    next.set(<Category as Resource>::COUNTER, categories);
+    next
+}
+
 async fn imported(store: Store, chunks: Vec<Chunk>, next: NextIds) -> Store {
     let shared_file = SHARED_FILE.with_borrow(Clone::clone);
     let target = match &shared_file {

@@ -15,36 +15,13 @@ use crate::pet::{Pet, PetId};
 use crate::store::claims::IdempotencyKey;
 use crate::store::claims::Keyed;
 use crate::store::model::{Change, Record, StoreError, StoredPet};
-use crate::store::resource::Resource;
+use crate::store::resource::{Counter, Resource};
 use crate::subject::Subject;
 
 /// What a write answers its caller (the inner result), or the error that fails its whole
 /// batch (the outer one): a rule refuses one write with the inner `Err`, and only a fault of
 /// the medium or of stored data fails every write of the batch.
 pub(crate) type Outcome<T> = Result<Result<T, StoreError>, StoreError>;
-
-/// The id counters a transaction gives ids from. Both engines keep each under its `key` (a
-/// key of redb's `meta`, a row of PostgreSQL's `petstore_meta`), in the order of `ALL`, which
-/// is also the order PostgreSQL locks them in.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Counter {
-    Pets,
-    Orders,
-    Categories,
-}
-
-impl Counter {
-    pub(crate) const ALL: [Counter; 3] = [Counter::Pets, Counter::Orders, Counter::Categories];
-
-    /// The name it is kept under (the pets' is the oldest, from before there were others).
-    pub(crate) const fn key(self) -> &'static str {
-        match self {
-            Counter::Pets => "next_id",
-            Counter::Orders => "next_order_id",
-            Counter::Categories => "next_category_id",
-        }
-    }
-}
 
 /// What every engine's transaction keeps alike: the batch's time and the changes its rules
 /// pushed, in order.

@@ -7,9 +7,9 @@ use crate::event::EventType;
 use crate::store::model::{Change, StoreError};
 use crate::store::ops::{Rule, Touches};
 use crate::store::resource::{
-    Column, Entry, Holds, Index, Part, PartKind, Postgres, Resource, Value,
+    Column, Counter, Entry, Holds, Index, Part, PartKind, Postgres, Resource, Value,
 };
-use crate::store::txn::{Counter, Outcome, Txn};
+use crate::store::txn::{Outcome, Txn};
 use crate::subject::Subject;
 
 /// A category's name as it must be unique (`category::name_key`) to its id.
@@ -23,7 +23,7 @@ pub(crate) static CATEGORY_NAMES: Index = Index {
 
 impl Resource for Category {
     const KIND: crate::subject::Kind = crate::subject::Kind::Category;
-    const COUNTER: Counter = Counter::Categories;
+    const COUNTER: Counter = Counter::named("next_category_id");
     const TABLE: &'static str = "categories";
     const INDEXES: &'static [&'static Index] = &[&CATEGORY_NAMES];
     /// The name, and beside it `name_key`, unique.
@@ -76,7 +76,7 @@ pub(crate) struct CreateCategory(pub(crate) NewCategory);
 /// Every category write holds the counter, even one that gives no id: names then change one
 /// transaction at a time, so a check for a name taken cannot race a concurrent rename.
 fn touches_names(touches: &mut Touches) {
-    touches.count(Counter::Categories);
+    touches.count(Category::COUNTER);
 }
 
 impl Rule for CreateCategory {
@@ -91,11 +91,11 @@ impl Rule for CreateCategory {
         if txn.category_named(&name_key(&new.name)).await?.is_some() {
             return Ok(Err(StoreError::NameTaken(new.name.clone())));
         }
-        let id = match txn.next_id(Counter::Categories).await? {
+        let id = match txn.next_id(Category::COUNTER).await? {
             Ok(id) => id,
             Err(e) => return Ok(Err(e)),
         };
-        txn.take_id(Counter::Categories);
+        txn.take_id(Category::COUNTER);
         let category = Category {
             id,
             name: new.name.clone(),

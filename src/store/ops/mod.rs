@@ -8,13 +8,14 @@
 //! the batch.
 
 use super::model::{Created, Moved, Placed, StoreError, StoredPet};
+pub(crate) use super::resource::Counter;
+use super::resource::Resource;
 use super::sessions::{SessionRecord, SessionsGone};
-pub(crate) use super::txn::Counter;
 use super::txn::{Outcome, Txn};
 use super::webhooks::WebhookState;
 use crate::category::Category;
-use crate::order::OrderId;
-use crate::pet::PetId;
+use crate::order::{Order, OrderId};
+use crate::pet::{Pet, PetId};
 
 pub(crate) mod categories;
 pub(crate) mod orders;
@@ -23,6 +24,10 @@ pub(crate) mod pets;
 pub(crate) use categories::{CreateCategory, DeleteCategory, PatchCategory};
 pub(crate) use orders::{ExpireOrders, MoveOrder, PlaceOrder};
 pub(crate) use pets::{CreatePet, DeletePet, PatchPet};
+
+/// Every id counter, in the one order every transaction that takes several locks them in
+/// (PostgreSQL's `lock_rows`, the copy's import).
+pub(crate) const COUNTERS: [Counter; 3] = [Pet::COUNTER, Order::COUNTER, Category::COUNTER];
 
 /// A write of a resource, its rule written once in `store/ops/` against `Txn`.
 pub(crate) trait Rule: Send + Sized + 'static {

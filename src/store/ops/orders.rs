@@ -11,9 +11,9 @@ use crate::store::claims::Keyed;
 use crate::store::model::{Change, Moved, Placed, Precondition, StoreError};
 use crate::store::ops::{Rule, Touches};
 use crate::store::resource::{
-    Column, Entry, Holds, Index, Part, PartKind, Postgres, Resource, Value,
+    Column, Counter, Entry, Holds, Index, Part, PartKind, Postgres, Resource, Value,
 };
-use crate::store::txn::{Counter, Outcome, Txn};
+use crate::store::txn::{Outcome, Txn};
 use crate::subject::Subject;
 
 use super::pets::current;
@@ -55,7 +55,7 @@ fn status_name(code: u8) -> Option<&'static str> {
 
 impl Resource for Order {
     const KIND: crate::subject::Kind = crate::subject::Kind::Order;
-    const COUNTER: Counter = Counter::Orders;
+    const COUNTER: Counter = Counter::named("next_order_id");
     const TABLE: &'static str = "orders";
     const INDEXES: &'static [&'static Index] = &[&ORDERS_BY_STATUS, &ORDERS_BY_PET, &HOLD_ENDS];
     /// The order's record with its status, pet and end of hold beside it for the indexes; at
@@ -143,7 +143,7 @@ impl Rule for PlaceOrder {
 
     fn touches(&self, touches: &mut Touches) {
         touches.pets.push(self.order.pet_id);
-        touches.count(Counter::Orders);
+        touches.count(Order::COUNTER);
     }
 
     async fn run<T: Txn>(&self, txn: &mut T) -> Outcome<Placed> {
@@ -164,7 +164,7 @@ impl Rule for PlaceOrder {
                 status: pet.status,
             }));
         }
-        let id = match txn.next_id(Counter::Orders).await? {
+        let id = match txn.next_id(Order::COUNTER).await? {
             Ok(id) => id,
             Err(e) => return Ok(Err(e)),
         };
@@ -180,7 +180,7 @@ impl Rule for PlaceOrder {
                 ))),
             };
         }
-        txn.take_id(Counter::Orders);
+        txn.take_id(Order::COUNTER);
         let order = Order::place(id, self.order.clone(), txn.now_ms(), self.hold);
         txn.put(None, &order).await?;
         let pending = Pet {

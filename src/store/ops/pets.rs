@@ -8,9 +8,9 @@ use crate::store::claims::Keyed;
 use crate::store::model::{Change, Created, Precondition, StoreError, StoredPet};
 use crate::store::ops::{Rule, Touches};
 use crate::store::resource::{
-    Column, Entry, Holds, Index, Part, PartKind, Postgres, Resource, Value,
+    Column, Counter, Entry, Holds, Index, Part, PartKind, Postgres, Resource, Value,
 };
-use crate::store::txn::{Counter, Outcome, Txn};
+use crate::store::txn::{Outcome, Txn};
 use crate::subject::Subject;
 
 /// (status code, pet id) to the pet's JSON, for every pet that has a status: a status filter
@@ -57,7 +57,8 @@ fn status_name(code: u8) -> Option<&'static str> {
 
 impl Resource for Pet {
     const KIND: crate::subject::Kind = crate::subject::Kind::Pet;
-    const COUNTER: Counter = Counter::Pets;
+    // The oldest counter, from before there were others: its name says only `id`.
+    const COUNTER: Counter = Counter::named("next_id");
     const TABLE: &'static str = "pets";
     const INDEXES: &'static [&'static Index] = &[&PETS_BY_STATUS, &PETS_BY_CATEGORY];
     /// The pet's JSON as the API sends it, with its status, category and revision beside it
@@ -144,7 +145,7 @@ impl Rule for CreatePet {
     }
 
     async fn run<T: Txn>(&self, txn: &mut T) -> Outcome<Created> {
-        let id = match txn.next_id(Counter::Pets).await? {
+        let id = match txn.next_id(Pet::COUNTER).await? {
             Ok(id) => id,
             Err(e) => return Ok(Err(e)),
         };
@@ -159,7 +160,7 @@ impl Rule for CreatePet {
                     ))
                 }));
         }
-        txn.take_id(Counter::Pets);
+        txn.take_id(Pet::COUNTER);
         let pet = txn.put_pet(None, &self.pet.clone().into_pet(id)).await?;
         txn.push(Change::pet(id, 1, Some(pet.json.clone())));
         Ok(Ok(Created {

@@ -17,11 +17,11 @@ use super::pool::Connections;
 use super::txn::{CounterRow, PgTxn, Tally, Transaction};
 use crate::clock::unix_now;
 use crate::order::OrderId;
-use crate::pet::PetId;
+use crate::pet::{Pet, PetId};
 use crate::store::events::{StoredEvent, now_ms};
 use crate::store::model::{Change, StoreError};
-use crate::store::ops::Write;
-use crate::store::ops::{self, Touches};
+use crate::store::ops::{self, Touches, Write};
+use crate::store::resource::Resource;
 use crate::store::write::{Engine, PURGE_BATCH};
 use crate::subject::Kind;
 
@@ -211,9 +211,10 @@ async fn lock_rows(
         0 => 0,
         n => allocate_ids(txn, n).await?,
     };
-    // In `Counter::ALL`'s order, as every transaction takes them (the pets' is `allocate_ids`).
-    for counter in ops::Counter::ALL {
-        if counter != ops::Counter::Pets && counters.contains(&counter) {
+    // In `ops::COUNTERS`' order, as every transaction takes them (the pets' is
+    // `allocate_ids`).
+    for counter in ops::COUNTERS {
+        if counter != Pet::COUNTER && counters.contains(&counter) {
             tally.counters.push(CounterRow::lock(txn, counter).await?);
         }
     }

@@ -17,13 +17,17 @@ use tokio_postgres::types::{ToSql, Type};
 
 use super::errors::pg_error;
 use super::handle::PgStore;
-use super::rows::{RECOUNT_INVENTORY, record_in, select_after, status_code};
+use super::rows::{RECOUNT_INVENTORY, select_after, status_code};
 use super::txn::sql_value;
 use crate::store::model::read_pet;
 use crate::store::model::{
-    Chunk, Exporting, IdempotencyRecord, NextIds, SHORT_DIGEST, StoreError, StoredPet,
+    Chunk, Exporting, IdempotencyRecord, Rows, SHORT_DIGEST, StoreError, StoredPet,
 };
-use crate::store::resource::{Column, Resource};
+use crate::store::ops::COUNTERS;
+use crate::store::resource::{
+    Column, Counter, ForEach, NextIds, Resource, WithRecords, each_resource,
+};
+use crate::subject::Kind;
 
 /// The bound on each statement of a copy, in place of the short one requests get: a chunk or
 /// the final commit may take longer than a request, but never this long.
@@ -41,11 +45,17 @@ const PET_TYPES: [Type; 5] = [Type::INT8, Type::INT2, Type::INT8, Type::INT8, Ty
 const COPY_RECORDS: &str =
     "COPY idempotency (scope, fingerprint, expires_at, pet_id) FROM STDIN (FORMAT binary)";
 const RECORD_TYPES: [Type; 4] = [Type::BYTEA, Type::BYTEA, Type::INT8, Type::INT8];
-/// The id counters, read by the export and locked by the import in the order every writing
-/// transaction locks them (`batch.rs`).
-const ID_COUNTERS: &str = "SELECT value FROM petstore_meta
-     WHERE name IN ('next_id', 'next_order_id', 'next_category_id')
-     ORDER BY array_position(ARRAY['next_id', 'next_order_id', 'next_category_id'], name)";
+/// The id counters' rows, read by the export and locked by the import in the order every
+/// writing transaction locks them (`ops::COUNTERS`).
+fn id_counters() -> String {
+    let names = COUNTERS
+        .map(|counter| format!("'{}'", counter.key()))
+        .join(", ");
+    format!(
+        "SELECT name, value FROM petstore_meta WHERE name IN ({names})
+         ORDER BY array_position(ARRAY[{names}], name)"
+    )
+}
 
 impl PgStore {
     /// Starts streaming the store into `sender` from one snapshot; returns its id counters,
@@ -60,7 +70,7 @@ impl PgStore {
                 ))
                 .await
                 .map_err(pg_error)?;
-            let rows = client.query(ID_COUNTERS, &[]).await.map_err(pg_error)?;
+            let rows = client.query(&id_counters(), &[]).await.map_err(pg_error)?;
             next_ids(&rows)
         })
         .await?;
@@ -83,32 +93,34 @@ impl PgStore {
                 .await
                 .map_err(pg_error)?;
             let rows = client
-                .query(&format!("{ID_COUNTERS} FOR UPDATE"), &[])
+                .query(&format!("{} FOR UPDATE", id_counters()), &[])
                 .await
                 .map_err(pg_error)?;
             let next = next_ids(&rows)?;
+            // Pets, then idempotency records, then every other resource's table.
+            let tables = kinds_and_tables().into_iter();
+            let tables = tables.filter(|(kind, ..)| *kind != Kind::Pet);
+            let others = tables.map(|(.., table)| format!(", (SELECT count(*) FROM {table})"));
             let counts = client
                 .query_one(
-                    "SELECT (SELECT count(*) FROM pets), (SELECT count(*) FROM idempotency),
-                         (SELECT count(*) FROM categories), (SELECT count(*) FROM orders)",
+                    &format!(
+                        "SELECT (SELECT count(*) FROM pets), (SELECT count(*) FROM idempotency){}",
+                        others.collect::<String>()
+                    ),
                     &[],
                 )
                 .await
                 .map_err(pg_error)?;
-            let (pets, records) = (counts.get::<_, i64>(0), counts.get::<_, i64>(1));
-            let (categories, orders) = (counts.get::<_, i64>(2), counts.get::<_, i64>(3));
-            let untouched = NextIds {
-                pets: 1,
-                orders: 1,
-                categories: 1,
-            };
-            if pets > 0 || records > 0 || categories > 0 || orders > 0 || next != untouched {
+            let counts: Vec<i64> = (0..counts.len()).map(|n| counts.get(n)).collect();
+            let given = COUNTERS.iter().any(|counter| next.of(*counter) > 1);
+            if counts.iter().any(|count| *count > 0) || given {
                 // `NotEmpty` names pets, records and the pet counter; a store with only
-                // categories or orders (or their ids given) is refused under the same name.
+                // another resource's records (or their ids given) is refused under the same
+                // name.
                 return Err(StoreError::NotEmpty {
-                    pets: counter(pets),
-                    records: counter(records),
-                    next_id: next.pets,
+                    pets: counter_value(counts[0]),
+                    records: counter_value(counts[1]),
+                    next_id: next.pets(),
                 });
             }
             Ok(())
@@ -170,8 +182,7 @@ impl PgImport {
                     }
                     writer.as_mut().finish().await.map_err(pg_error)?;
                 }
-                Chunk::Categories(categories) => copy_in(client, &categories).await?,
-                Chunk::Orders(orders) => copy_in(client, &orders).await?,
+                Chunk::Rows(rows) => copy_in(client, &rows).await?,
             }
             Ok(())
         })
@@ -189,23 +200,23 @@ impl PgImport {
                 ))
             })
         };
-        let pets = beyond("pet", next.pets)?;
-        let orders = beyond("order", next.orders)?;
-        let categories = beyond("category", next.categories)?;
         within(async {
-            self.client
-                .execute(
-                    "UPDATE petstore_meta SET value = CASE name
-                         WHEN 'next_id' THEN $1
-                         WHEN 'next_order_id' THEN
-                             GREATEST($2, (SELECT COALESCE(max(id), 0) + 1 FROM orders))
-                         ELSE GREATEST($3, (SELECT COALESCE(max(id), 0) + 1 FROM categories))
-                     END
-                     WHERE name IN ('next_id', 'next_order_id', 'next_category_id')",
-                    &[&pets, &orders, &categories],
-                )
-                .await
-                .map_err(pg_error)?;
+            for (kind, counter, table) in kinds_and_tables() {
+                let value = beyond(kind.name(), next.of(counter))?;
+                // The pets' as given (`Import::commit` put it above every pet); the others
+                // also above every id imported.
+                let set = match kind {
+                    Kind::Pet => "$2".to_owned(),
+                    _ => format!("GREATEST($2, (SELECT COALESCE(max(id), 0) + 1 FROM {table}))"),
+                };
+                self.client
+                    .execute(
+                        &format!("UPDATE petstore_meta SET value = {set} WHERE name = $1"),
+                        &[&counter.key(), &value],
+                    )
+                    .await
+                    .map_err(pg_error)?;
+            }
             self.client
                 .execute(RECOUNT_INVENTORY, &[])
                 .await
@@ -240,7 +251,7 @@ async fn stream(
     let pets = by_id(client, SELECT_PETS, chunk, sender, |rows| {
         let pets = rows.iter().map(|row| StoredPet {
             id: row.get(0),
-            revision: counter(row.get(1)),
+            revision: counter_value(row.get(1)),
             json: Bytes::from(row.get::<_, String>(2)),
         });
         Ok(Chunk::Pets(pets.collect()))
@@ -275,36 +286,52 @@ async fn stream(
             break;
         }
     }
-    if !records_by_id(client, chunk, sender, Chunk::Categories).await? {
-        return Ok(());
-    }
-    if !records_by_id(client, chunk, sender, Chunk::Orders).await? {
+    if !others_by_id(client, chunk, sender).await? {
         return Ok(());
     }
     within(async { client.batch_execute("COMMIT").await.map_err(pg_error) }).await
 }
 
-/// Copies `records` of `R` in with one `COPY` statement of its declared columns.
-async fn copy_in<R: Resource>(client: &ClientWrapper, records: &[R]) -> Result<(), StoreError> {
-    let Some(first) = records.first() else {
+/// Records of one resource as `COPY` takes them: the statement, its columns' types and each
+/// record's id and declared columns (`Resource::columns`).
+struct CopyIn {
+    sql: String,
+    types: Vec<Type>,
+    rows: Vec<(i64, Vec<Column>)>,
+}
+
+impl WithRecords for Option<CopyIn> {
+    fn with<R: Resource>(&mut self, records: Vec<R>, _stored: &Rows) -> Result<(), StoreError> {
+        let names = R::POSTGRES.columns.join(", ");
+        let sql = format!("COPY {} (id, {names}) FROM STDIN (FORMAT binary)", R::TABLE);
+        let rows: Vec<(i64, Vec<Column>)> = records.iter().map(|r| (r.id(), r.columns())).collect();
+        // The columns' types, from the kind of each of the first record's values: every record
+        // of a kind fills its columns with values of the same kinds.
+        let mut types = vec![Type::INT8];
+        if let Some((_, first)) = rows.first() {
+            types.extend(first.iter().map(|column| match column {
+                Column::Int(_) => Type::INT8,
+                Column::Code(_) => Type::INT2,
+                Column::Text(_) => Type::TEXT,
+            }));
+        }
+        *self = Some(CopyIn { sql, types, rows });
+        Ok(())
+    }
+}
+
+/// Copies `rows` in with one `COPY` statement of their resource's declared columns.
+async fn copy_in(client: &ClientWrapper, rows: &Rows) -> Result<(), StoreError> {
+    let mut copy = None;
+    rows.each(&mut copy)?;
+    let Some(copy) = copy.filter(|copy| !copy.rows.is_empty()) else {
         return Ok(());
     };
-    let names = R::POSTGRES.columns.join(", ");
-    let sql = format!("COPY {} (id, {names}) FROM STDIN (FORMAT binary)", R::TABLE);
-    // The columns' types, from the kind of each of the first record's values: every record
-    // of a kind fills its columns with values of the same kinds.
-    let mut types = vec![Type::INT8];
-    types.extend(first.columns().iter().map(|column| match column {
-        Column::Int(_) => Type::INT8,
-        Column::Code(_) => Type::INT2,
-        Column::Text(_) => Type::TEXT,
-    }));
-    let sink = client.copy_in(&sql).await.map_err(pg_error)?;
-    let writer = BinaryCopyInWriter::new(sink, &types);
+    let sink = client.copy_in(&copy.sql).await.map_err(pg_error)?;
+    let writer = BinaryCopyInWriter::new(sink, &copy.types);
     let mut writer = std::pin::pin!(writer);
-    for record in records {
-        let (id, columns) = (record.id(), record.columns());
-        let mut row: Vec<&(dyn ToSql + Sync)> = vec![&id];
+    for (id, columns) in &copy.rows {
+        let mut row: Vec<&(dyn ToSql + Sync)> = vec![id];
         row.extend(columns.iter().map(sql_value));
         writer.as_mut().write(&row).await.map_err(pg_error)?;
     }
@@ -312,19 +339,39 @@ async fn copy_in<R: Resource>(client: &ClientWrapper, records: &[R]) -> Result<(
     Ok(())
 }
 
-/// Sends every record of `R` in chunks (`wrap`), read back from its stored form; `false`
-/// when the receiver has gone.
-async fn records_by_id<R: Resource>(
+/// Sends every record of each resource but pets in chunks, as stored, a resource at a time;
+/// `false` when the receiver has gone.
+async fn others_by_id(
     client: &ClientWrapper,
     chunk: usize,
     sender: &mpsc::Sender<Result<Chunk, StoreError>>,
-    wrap: fn(Vec<R>) -> Chunk,
 ) -> Result<bool, StoreError> {
-    by_id(client, &select_after::<R>(), chunk, sender, |rows| {
-        let records = rows.iter().map(|row| record_in::<R>(row.get(0), row, 1));
-        Ok(wrap(records.collect::<Result<Vec<R>, _>>()?))
-    })
-    .await
+    struct Selects(Vec<(Kind, String)>);
+    impl ForEach for Selects {
+        fn visit<R: Resource>(&mut self) -> Result<(), StoreError> {
+            if R::KIND != Kind::Pet {
+                self.0.push((R::KIND, select_after::<R>()));
+            }
+            Ok(())
+        }
+    }
+    let mut selects = Selects(Vec::new());
+    each_resource(&mut selects)?;
+    for (kind, select) in selects.0 {
+        let sent = by_id(client, &select, chunk, sender, |rows| {
+            let records = rows
+                .iter()
+                .map(|row| (row.get(0), row.get::<_, String>(1).into()));
+            Ok(Chunk::Rows(Rows {
+                kind,
+                records: records.collect(),
+            }))
+        });
+        if !sent.await? {
+            return Ok(false);
+        }
+    }
+    Ok(true)
 }
 
 /// Sends the rows of `select` (ids above `$1`, in id order, at most `$2`, the id first) in
@@ -360,20 +407,33 @@ async fn by_id(
     }
 }
 
-/// The three id counters from the rows of `ID_COUNTERS`.
+/// The id counters from the rows of `id_counters()`: every one of them is kept.
 fn next_ids(rows: &[tokio_postgres::Row]) -> Result<NextIds, StoreError> {
-    let [pets, orders, categories] = rows else {
-        return Err(StoreError::Corrupt(format!(
-            "{} of the three id counters are kept",
-            rows.len()
-        )));
-    };
-    let value = |row: &tokio_postgres::Row| counter(row.get(0));
-    Ok(NextIds {
-        pets: value(pets),
-        orders: value(orders),
-        categories: value(categories),
-    })
+    let mut next = NextIds::untouched();
+    for counter in COUNTERS {
+        let row = rows
+            .iter()
+            .find(|row| row.get::<_, &str>(0) == counter.key());
+        let row = row.ok_or_else(|| {
+            StoreError::Corrupt(format!("the id counter {} is not kept", counter.key()))
+        })?;
+        next.set(counter, counter_value(row.get(1)));
+    }
+    Ok(next)
+}
+
+/// Every kind of record with its id counter and its table, in `each_resource`'s order.
+fn kinds_and_tables() -> Vec<(Kind, Counter, &'static str)> {
+    struct Tables(Vec<(Kind, Counter, &'static str)>);
+    impl ForEach for Tables {
+        fn visit<R: Resource>(&mut self) -> Result<(), StoreError> {
+            self.0.push((R::KIND, R::COUNTER, R::TABLE));
+            Ok(())
+        }
+    }
+    let mut tables = Tables(Vec::new());
+    let _ = each_resource(&mut tables);
+    tables.0
 }
 
 /// An `idempotency` row (scope, fingerprint, expires_at, pet_id) as the store's record.
@@ -386,7 +446,7 @@ fn export_record(row: &tokio_postgres::Row) -> Result<IdempotencyRecord, StoreEr
     Ok(IdempotencyRecord {
         scope: digest(0)?,
         fingerprint: digest(1)?,
-        expires_at: counter(row.get(2)),
+        expires_at: counter_value(row.get(2)),
         pet_id: row.get(3),
     })
 }
@@ -398,7 +458,7 @@ fn text(json: &[u8], id: i64) -> Result<&str, StoreError> {
 }
 
 /// A count or counter PostgreSQL keeps as `bigint`, never negative.
-fn counter(value: i64) -> u64 {
+fn counter_value(value: i64) -> u64 {
     u64::try_from(value).unwrap_or(0)
 }
 

@@ -22,8 +22,9 @@ use crate::store::claims::Keyed;
 use crate::store::model::{
     InventoryDelta, Record, StoreError, StoredPet, read_pet, record_id, short,
 };
+use crate::store::resource::Counter;
 use crate::store::resource::{Column, Resource};
-use crate::store::txn::{Counter, Ledger, Txn, next_revision};
+use crate::store::txn::{Ledger, Txn, next_revision};
 use crate::subject::{Kind, Subject};
 
 /// The transaction a batch runs in.
@@ -455,14 +456,14 @@ impl Txn for PgTxn<'_, '_> {
     }
 
     async fn next_id(&mut self, counter: Counter) -> Result<Result<i64, StoreError>, StoreError> {
-        if counter == Counter::Pets {
+        if counter == Pet::COUNTER {
             return Ok(Ok(self.next_pet_id));
         }
         Ok(self.counter(counter)?.next())
     }
 
     fn take_id(&mut self, counter: Counter) {
-        if counter == Counter::Pets {
+        if counter == Pet::COUNTER {
             self.next_pet_id = self.next_pet_id.saturating_add(1);
         } else if let Ok(locked) = self.counter(counter) {
             locked.take();

@@ -31,7 +31,6 @@ use crate::store::model::StoreError;
 use crate::store::ops::orders::ORDERS_BY_PET;
 use crate::store::ops::pets::PETS_BY_STATUS;
 use crate::store::resource::{ForEach, Holds, Index, Resource, each_resource};
-use crate::store::txn::Counter;
 use crate::subject::Kind;
 use std::any::Any;
 
@@ -296,7 +295,7 @@ fn check_tables(
         }
         // An order's record keeps the order's id negated (`model::record_id`).
         if id < 0 {
-            let next_order = meta_value(&meta, Counter::Orders.key())?;
+            let next_order = meta_value(&meta, Order::COUNTER.key())?;
             if id.unsigned_abs() >= next_order {
                 report.problem(format!(
                     "idempotency record: order {} was never given out",

@@ -24,9 +24,11 @@ use super::tables::{
 use crate::category::Category;
 use crate::clock::unix_now;
 use crate::pet::Pet;
-use crate::store::model::{Chunk, Exporting, IdempotencyRecord, NextIds, StoreError, StoredPet};
+use crate::store::model::{Chunk, Exporting, IdempotencyRecord, Rows, StoreError, StoredPet};
+use crate::store::ops::COUNTERS;
 use crate::store::resource::Resource;
-use crate::store::txn::Counter;
+use crate::store::resource::{Counter, ForEach, NextIds, WithRecords, each_resource};
+use crate::subject::Kind;
 
 impl RedbStore {
     /// Starts streaming the store into `sender` from one read transaction; returns its id
@@ -129,19 +131,22 @@ impl RedbImport {
                 }
                 Ok(())
             }
-            Chunk::Categories(categories) => {
-                let mut open = Open::new(txn);
-                for category in &categories {
-                    open.put(None, category, &category.encode())?;
+            Chunk::Rows(rows) => {
+                /// Each record into its table and its indexes.
+                struct Put<'o, 't>(&'o mut Open<'t>);
+                impl WithRecords for Put<'_, '_> {
+                    fn with<R: Resource>(
+                        &mut self,
+                        records: Vec<R>,
+                        stored: &Rows,
+                    ) -> Result<(), StoreError> {
+                        for (record, (_, stored)) in records.iter().zip(&stored.records) {
+                            self.0.put(None, record, stored)?;
+                        }
+                        Ok(())
+                    }
                 }
-                Ok(())
-            }
-            Chunk::Orders(orders) => {
-                let mut open = Open::new(txn);
-                for order in &orders {
-                    open.put(None, order, &order.encode())?;
-                }
-                Ok(())
+                rows.each(&mut Put(&mut Open::new(txn)))
             }
         })
         .await
@@ -153,12 +158,10 @@ impl RedbImport {
         self.transaction(Durability::Immediate, move |txn| {
             {
                 let mut meta = txn.open_table(META).map_err(StoreError::storage)?;
-                for (key, value) in [
-                    (META_NEXT_ID, next.pets),
-                    (Counter::Orders.key(), next.orders),
-                    (Counter::Categories.key(), next.categories),
-                ] {
-                    meta.insert(key, value).map_err(StoreError::storage)?;
+                for counter in COUNTERS {
+                    let next = next.of(counter);
+                    meta.insert(counter.key(), next)
+                        .map_err(StoreError::storage)?;
                 }
             }
             // The chunks wrote every record's entries; the counts are made once, of all pets.
@@ -193,8 +196,9 @@ impl RedbImport {
             idempotency::create_tables(txn)?;
             let mut meta = txn.open_table(META).map_err(StoreError::storage)?;
             meta.insert(META_NEXT_ID, 1).map_err(StoreError::storage)?;
-            for key in [Counter::Orders.key(), Counter::Categories.key()]
-                .into_iter()
+            let others = COUNTERS.into_iter().map(Counter::key);
+            for key in others
+                .filter(|key| *key != META_NEXT_ID)
                 .chain(META_INVENTORY)
             {
                 meta.remove(key).map_err(StoreError::storage)?;
@@ -246,11 +250,11 @@ fn worker_gone() -> StoreError {
 /// Every id counter, as `txn` sees them (1 where none was given yet).
 fn next_ids_in(txn: &ReadTransaction) -> Result<NextIds, StoreError> {
     let meta = txn.open_table(META).map_err(StoreError::storage)?;
-    Ok(NextIds {
-        pets: meta_value(&meta, META_NEXT_ID)?.max(1),
-        orders: meta_value(&meta, Counter::Orders.key())?.max(1),
-        categories: meta_value(&meta, Counter::Categories.key())?.max(1),
-    })
+    let mut next = NextIds::untouched();
+    for counter in COUNTERS {
+        next.set(counter, meta_value(&meta, counter.key())?.max(1));
+    }
+    Ok(next)
 }
 
 fn next_id_in(txn: &ReadTransaction) -> Result<u64, StoreError> {
@@ -335,32 +339,55 @@ fn stream(
     if !batch.is_empty() && sender.blocking_send(Ok(Chunk::Records(batch))).is_err() {
         return Ok(());
     }
-    if stream_records(txn, chunk, sender, Chunk::Categories)? {
-        stream_records(txn, chunk, sender, Chunk::Orders)?;
+    /// Every other resource's records, a resource at a time.
+    struct Others<'a, 't> {
+        txn: &'t ReadTransaction,
+        chunk: usize,
+        sender: &'a mpsc::Sender<Result<Chunk, StoreError>>,
+        gone: bool,
     }
-    Ok(())
+    impl ForEach for Others<'_, '_> {
+        fn visit<R: Resource>(&mut self) -> Result<(), StoreError> {
+            if R::KIND != Kind::Pet && !self.gone {
+                self.gone = !stream_records::<R>(self.txn, self.chunk, self.sender)?;
+            }
+            Ok(())
+        }
+    }
+    let mut others = Others {
+        txn,
+        chunk,
+        sender,
+        gone: false,
+    };
+    each_resource(&mut others)
 }
 
-/// Sends every record of `R` in chunks (`wrap`); `false` when the receiver has gone.
+/// Sends every record of `R` in chunks, as stored; `false` when the receiver has gone.
 fn stream_records<R: Resource>(
     txn: &ReadTransaction,
     chunk: usize,
     sender: &mpsc::Sender<Result<Chunk, StoreError>>,
-    wrap: fn(Vec<R>) -> Chunk,
 ) -> Result<bool, StoreError> {
     let table = txn.open_table(indexes::records::<R>());
     let table = table.map_err(StoreError::storage)?;
+    let wrap = |records| {
+        Ok(Chunk::Rows(Rows {
+            kind: R::KIND,
+            records,
+        }))
+    };
     let mut batch = Vec::new();
     for row in table.iter().map_err(StoreError::storage)? {
         let (id, stored) = row.map_err(StoreError::storage)?;
-        batch.push(R::decode(id.value(), stored.value())?);
+        batch.push((id.value(), stored.value().to_vec()));
         if batch.len() == chunk
             && sender
-                .blocking_send(Ok(wrap(std::mem::take(&mut batch))))
+                .blocking_send(wrap(std::mem::take(&mut batch)))
                 .is_err()
         {
             return Ok(false);
         }
     }
-    Ok(batch.is_empty() || sender.blocking_send(Ok(wrap(batch))).is_ok())
+    Ok(batch.is_empty() || sender.blocking_send(wrap(batch)).is_ok())
 }

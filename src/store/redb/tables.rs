@@ -14,7 +14,6 @@ use crate::store::events::StoredEvent;
 use crate::store::model::{SHORT_DIGEST, StoreError};
 use crate::store::ops::orders::ORDERS_BY_PET;
 use crate::store::resource::{ForEach, Part, Resource, each_resource};
-use crate::store::txn::Counter;
 
 /// Pet id to the pet's JSON object, exactly as the API sends it (`resource::Resource` for
 /// `Pet`; the tables of orders, categories and every index are named by their declarations,
@@ -94,7 +93,7 @@ pub(super) fn holding_order(
 }
 
 pub(super) const META_SCHEMA_VERSION: &str = "schema_version";
-pub(super) const META_NEXT_ID: &str = Counter::Pets.key();
+pub(super) const META_NEXT_ID: &str = <crate::pet::Pet as Resource>::COUNTER.key();
 /// The number of the last batch the writer committed: after a commit that failed, the file
 /// opened again says whether that batch is in it (`redb/writer.rs`).
 pub(super) const META_BATCH: &str = "batch";

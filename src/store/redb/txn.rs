@@ -20,8 +20,9 @@ use crate::store::model::{Record, StoreError, StoredPet, record_id};
 use crate::store::ops::categories::CATEGORY_NAMES;
 use crate::store::ops::orders::{HOLD_ENDS, ORDERS_BY_PET};
 use crate::store::ops::pets::PETS_BY_CATEGORY;
+use crate::store::resource::Counter;
 use crate::store::resource::{Part, Resource};
-use crate::store::txn::{Counter, Ledger, Txn, next_revision};
+use crate::store::txn::{Ledger, Txn, next_revision};
 use crate::store::write::PURGE_BATCH;
 use crate::subject::Subject;
 
@@ -141,22 +142,20 @@ impl Txn for Run<'_> {
     }
 
     async fn next_id(&mut self, counter: Counter) -> Result<Result<i64, StoreError>, StoreError> {
-        let next = match counter {
-            Counter::Pets => self.next_id,
-            other => *self.counter(other)?,
+        let next = if counter == Pet::COUNTER {
+            self.next_id
+        } else {
+            *self.counter(counter)?
         };
         Ok(i64::try_from(next).map_err(|_| StoreError::IdsExhausted))
     }
 
     fn take_id(&mut self, counter: Counter) {
-        match counter {
-            Counter::Pets => self.next_id += 1,
-            // Read by `next_id` first, so the counter is there to move.
-            other => {
-                if let Some((_, next)) = self.counters.iter_mut().find(|(c, _)| *c == other) {
-                    *next += 1;
-                }
-            }
+        if counter == Pet::COUNTER {
+            self.next_id += 1;
+        // Read by `next_id` first, so the counter is there to move.
+        } else if let Some((_, next)) = self.counters.iter_mut().find(|(c, _)| *c == counter) {
+            *next += 1;
         }
     }
 

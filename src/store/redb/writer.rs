@@ -26,7 +26,8 @@ use crate::store::events::{StoredEvent, now_ms};
 use crate::store::model::{Change, InventoryDelta, StoreError};
 use crate::store::ops;
 use crate::store::ops::Write;
-use crate::store::txn::{Counter, Ledger};
+use crate::store::resource::Counter;
+use crate::store::txn::Ledger;
 use crate::store::write::{Engine, PURGE_BATCH};
 
 /// The longest wait between two reopens. A disk that stays full fails every batch, and each
