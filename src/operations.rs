@@ -1,7 +1,7 @@
 //! The API's operations, listed once in `OPERATIONS`: each one's method, path template,
 //! operationId and what it writes. Routing (404, and 405 with its `Allow`), the read-only gate,
-//! the metrics' route labels and the OpenAPI tests all read that list; `service` dispatches with
-//! one `match` on `Op`. It uses nothing of ours: the integration tests include this file.
+//! the metrics' route labels and the OpenAPI tests all read that list; `api::serve` dispatches
+//! with one `match` on `Op`. It uses nothing of ours: the integration tests include this file.
 //! Invariant: a template has at most one parameter, and a path falls under at most one template.
 
 use std::sync::LazyLock;

@@ -1,8 +1,8 @@
 //! Requests: `App` takes each request through the auth gate and the route table (the list in
-//! `operations`) to a handler, with one `match` on the operation, turns the handler's
-//! `Result<Reply, Error>` into a response in one place, and writes one log line for it. It
-//! knows no sockets, TLS or tables. Invariant: every answer, error or not, is JSON with the
-//! right status; nothing a client sends makes it panic.
+//! `operations`) to `api::serve` (the one `match` on the operation, which calls its handler),
+//! turns the handler's `Result<Reply, Error>` into a response in one place, and writes one log
+//! line for it. It knows no sockets, TLS or tables. Invariant: every answer, error or not, is
+//! JSON with the right status; nothing a client sends makes it panic.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -20,14 +20,13 @@ use hyper::header::{
 use hyper::http::request::Parts;
 use hyper::{Method, Request, Response, StatusCode, Version};
 
-use crate::api::{self, Reply, categories, events, orders, pets};
+use crate::api::{self, Reply};
 use crate::auth::{AuthFailure, Keys};
 use crate::console::{Console, Place, session};
 use crate::error::Error;
 use crate::feed::{Feed, Frames};
 use crate::metrics;
 use crate::operations::{self, Op};
-use crate::order::OrderAction;
 use crate::ratelimit::RateLimits;
 use crate::store::Store;
 
@@ -306,7 +305,6 @@ impl App {
                 .map_err(Error::RateLimited)?;
             caller = Some(checked);
         }
-        let headers = &parts.headers;
         let Route { op, id } = routed?;
         // After routing, so a read-only key still learns of a 404 or 405 like any other.
         if caller.as_ref().is_some_and(|caller| caller.read_only)
@@ -314,87 +312,20 @@ impl App {
         {
             return Err(Error::Forbidden { what });
         }
-        // The writes' futures (a body read under a timeout, a wait on the writer) are boxed, as
-        // the store's are on PostgreSQL, so that a read's request future stays small: HTTP/2
-        // copies it into each stream's task, and memcpy was the largest cost of an HTTP/2 list
-        // under callgrind. With the PostgreSQL reads still inline it was 3,264 bytes; now 1,304.
-        // The reads of orders, categories and the inventory are boxed too: they are rarer than
-        // a pet's, and inline the largest of them would set the size of every request's future.
-        let store = &self.0.store;
-        let query = parts.uri.query();
-        match op {
-            Op::ListPets => pets::list_pets(store, query).await,
-            Op::CreatePet => {
-                let caller = caller.expect("every /v1/pets request passed the key check");
-                Box::pin(pets::create_pet(
-                    &self.0.store,
-                    &caller,
-                    headers,
-                    body,
-                    self.0.body_timeout,
-                ))
-                .await
-            }
-            Op::GetPet => pets::get_pet(store, id, headers).await,
-            Op::PatchPet => {
-                Box::pin(pets::patch_pet(
-                    &self.0.store,
-                    id,
-                    headers,
-                    body,
-                    self.0.body_timeout,
-                ))
-                .await
-            }
-            Op::DeletePet => Box::pin(pets::delete_pet(store, id, headers)).await,
-            Op::ListEvents => {
-                let head = parts.method == Method::HEAD;
-                let feed = &self.0.feed;
-                // A stream outlives its request's check: its key is checked again as it goes
-                // (made only for a stream, not for every page).
-                let key = caller.as_ref().map(|caller| caller.key_hash);
-                let allowed = || -> crate::feed::StillAllowed {
-                    let keys = Arc::clone(&self.0.keys);
-                    Box::new(move || key.is_some_and(|key| keys.by_hash(&key).is_ok()))
-                };
-                Box::pin(events::list_events(
-                    store, feed, query, headers, head, allowed,
-                ))
-                .await
-            }
-            Op::PlaceOrder => {
-                let caller = caller.expect("every /v1 request passed the key check");
-                let timeout = self.0.body_timeout;
-                Box::pin(orders::place_order(store, &caller, headers, body, timeout)).await
-            }
-            Op::ListOrders => Box::pin(orders::list_orders(store, query)).await,
-            Op::GetOrder => Box::pin(orders::get_order(store, id, headers)).await,
-            Op::CompleteOrder => {
-                let action = OrderAction::Complete;
-                Box::pin(orders::move_order(store, id, action, headers)).await
-            }
-            Op::CancelOrder => {
-                let action = OrderAction::Cancel;
-                Box::pin(orders::move_order(store, id, action, headers)).await
-            }
-            Op::GetInventory => Box::pin(orders::get_inventory(store)).await,
-            Op::ListCategories => Box::pin(categories::list_categories(store, query)).await,
-            Op::CreateCategory => {
-                let timeout = self.0.body_timeout;
-                Box::pin(categories::create_category(store, headers, body, timeout)).await
-            }
-            Op::GetCategory => Box::pin(categories::get_category(store, id)).await,
-            Op::PatchCategory => {
-                let timeout = self.0.body_timeout;
-                Box::pin(categories::patch_category(
-                    store, id, headers, body, timeout,
-                ))
-                .await
-            }
-            Op::DeleteCategory => Box::pin(categories::delete_category(store, id)).await,
-            Op::GetOpenApi => Ok(api::openapi()),
-            Op::Health => api::healthz(&self.0.store, self.0.certificate_health).await,
-        }
+        let call = api::Call {
+            store: &self.0.store,
+            caller,
+            headers: &parts.headers,
+            body,
+            id,
+            query: parts.uri.query(),
+            head: parts.method == Method::HEAD,
+            body_timeout: self.0.body_timeout,
+            feed: &self.0.feed,
+            keys: &self.0.keys,
+            certificate_health: self.0.certificate_health,
+        };
+        api::serve(op, call).await
     }
 }
 

@@ -54,9 +54,8 @@ mod tests {
 
     use std::time::Duration;
 
-    use crate::store::ops::{
-        CreateCategory, DeleteCategory, DeletePet, MoveOrder, PatchCategory, PatchPet,
-    };
+    use crate::store::ops::any_revision::{deleting, moving, patching};
+    use crate::store::ops::{CreateCategory, DeleteCategory, PatchCategory};
 
     use std::path::Path;
     use std::sync::Arc;
@@ -74,7 +73,7 @@ mod tests {
     use crate::pet::PetStatus;
     use crate::store::model::StoreError;
     use crate::store::suite::{add, key, new_pet};
-    use crate::store::{Backend, Created, Location, Precondition, Store, Tuning};
+    use crate::store::{Backend, Created, Location, Store, Tuning};
 
     const TEST_CACHE_BYTES: usize = 1 << 20;
     const TTL: Duration = Duration::from_secs(3600);
@@ -313,26 +312,13 @@ mod tests {
                 category_id: None,
                 status: None,
             };
-            store
-                .write(PatchPet {
-                    id: 1,
-                    patch,
-                    precondition: Precondition::None,
-                })
-                .await
-                .expect("patch");
+            store.write(patching(1, patch)).await.expect("patch");
             let after = list(store, None, 2).await.expect("list");
             assert_eq!(
                 &after[..],
                 br#"[{"id":1,"name":"renamed","categoryId":1},{"id":2,"name":"b","categoryId":1}]"#
             );
-            store
-                .write(DeletePet {
-                    id: 2,
-                    precondition: Precondition::None,
-                })
-                .await
-                .expect("delete");
+            store.write(deleting(2)).await.expect("delete");
             let after = list(store, None, 2).await.expect("list");
             assert_eq!(
                 &after[..],
@@ -782,11 +768,7 @@ mod tests {
             let sold = place(pets[0]).await;
             let complete = OrderAction::Complete;
             store
-                .write(MoveOrder {
-                    id: sold.id,
-                    action: complete,
-                    precondition: Precondition::None,
-                })
+                .write(moving(sold.id, complete))
                 .await
                 .expect("complete");
             let ends = place(pets[1]).await.expires_at_ms.expect("a hold");

@@ -17,6 +17,7 @@ use std::time::Duration;
 use bytes::Bytes;
 
 use super::model::{Change, IdempotencyRecord, SHORT_DIGEST};
+use super::ops::any_revision::{deleting, moving, patching};
 use super::ops::{CreateCategory, DeleteCategory, DeletePet, MoveOrder, PatchCategory, PatchPet};
 use super::*;
 use crate::category::{CategoryPatch, NewCategory};
@@ -171,14 +172,7 @@ pub(super) async fn a_patch_moves_the_index_entry_and_bumps_the_revision(store: 
         status: Some(None),
         ..PetPatch::default()
     };
-    let patched = store
-        .write(PatchPet {
-            id: 1,
-            patch: removed,
-            precondition: Precondition::None,
-        })
-        .await
-        .expect("patch");
+    let patched = store.write(patching(1, removed)).await.expect("patch");
     assert_eq!(&patched.json[..], br#"{"id":1,"name":"a","categoryId":1}"#);
     assert_eq!(ids(store, Some(PetStatus::Sold)).await, Vec::<i64>::new());
     assert_eq!(ids(store, None).await, vec![1]);
@@ -214,13 +208,7 @@ pub(super) async fn a_stale_revision_or_a_missing_pet_changes_nothing(store: Sto
         ));
     }
     assert!(matches!(
-        store
-            .write(PatchPet {
-                id: 2,
-                patch: sold(),
-                precondition: Precondition::None
-            })
-            .await,
+        store.write(patching(2, sold())).await,
         Err(StoreError::NotFound(Subject {
             kind: Kind::Pet,
             id: 2
@@ -239,11 +227,7 @@ pub(super) async fn a_delete_removes_the_pet_its_index_entry_and_its_revision_an
         .await
         .expect("create");
     store
-        .write(PatchPet {
-            id: 1,
-            patch: PetPatch::default(),
-            precondition: Precondition::None,
-        })
+        .write(patching(1, PetPatch::default()))
         .await
         .expect("patch");
     store
@@ -256,12 +240,7 @@ pub(super) async fn a_delete_removes_the_pet_its_index_entry_and_its_revision_an
     assert!(store.get(1).await.expect("get").is_none());
     assert_eq!(ids(store, Some(PetStatus::Sold)).await, Vec::<i64>::new());
     assert!(matches!(
-        store
-            .write(DeletePet {
-                id: 1,
-                precondition: Precondition::None
-            })
-            .await,
+        store.write(deleting(1)).await,
         Err(StoreError::NotFound(Subject {
             kind: Kind::Pet,
             id: 1
@@ -282,11 +261,7 @@ pub(super) async fn a_key_replays_its_first_answer_refuses_another_pet_and_is_sc
         .expect("create");
     assert!(!first.replayed);
     store
-        .write(PatchPet {
-            id: first.pet.id,
-            patch: sold(),
-            precondition: Precondition::None,
-        })
+        .write(patching(first.pet.id, sold()))
         .await
         .expect("patch");
     let again = store
@@ -351,11 +326,7 @@ async fn a_mix_of_writes(store: &Store) -> Mix {
         .expect("replay");
     assert!(replayed.replayed);
     let patched = store
-        .write(PatchPet {
-            id: first.id,
-            patch: sold(),
-            precondition: Precondition::None,
-        })
+        .write(patching(first.id, sold()))
         .await
         .expect("patch");
     let stale = store
@@ -366,13 +337,7 @@ async fn a_mix_of_writes(store: &Store) -> Mix {
         })
         .await;
     assert!(matches!(stale, Err(StoreError::PreconditionFailed)));
-    store
-        .write(DeletePet {
-            id: keyed.pet.id,
-            precondition: Precondition::None,
-        })
-        .await
-        .expect("delete");
+    store.write(deleting(keyed.pet.id)).await.expect("delete");
     Mix {
         first,
         keyed,
@@ -430,30 +395,11 @@ pub(super) async fn an_export_reads_every_pet_in_id_order_with_its_revision_the_
         .expect("create")
         .pet;
     for id in [2, 2, 3] {
-        store
-            .write(PatchPet {
-                id,
-                patch: sold(),
-                precondition: Precondition::None,
-            })
-            .await
-            .expect("patch");
+        store.write(patching(id, sold())).await.expect("patch");
     }
     add(store, new_pet("gone", None)).await.expect("create");
-    store
-        .write(DeletePet {
-            id: 6,
-            precondition: Precondition::None,
-        })
-        .await
-        .expect("delete");
-    store
-        .write(DeletePet {
-            id: 1,
-            precondition: Precondition::None,
-        })
-        .await
-        .expect("delete");
+    store.write(deleting(6)).await.expect("delete");
+    store.write(deleting(1)).await.expect("delete");
 
     let now = crate::clock::unix_now();
     let (next_id, chunks) = exported(store, 2, now).await;
@@ -791,11 +737,7 @@ pub(super) async fn an_order_holds_its_pet_until_it_is_completed_or_cancelled(st
     assert_eq!(store.get_order(1).await.expect("get"), Some(placed.order));
 
     let done = store
-        .write(MoveOrder {
-            id: 1,
-            action: OrderAction::Complete,
-            precondition: Precondition::None,
-        })
+        .write(moving(1, OrderAction::Complete))
         .await
         .expect("completed");
     assert_eq!(
@@ -812,11 +754,7 @@ pub(super) async fn an_order_holds_its_pet_until_it_is_completed_or_cancelled(st
     let second = place(store, b.id).await.expect("placed").order;
     assert_eq!(second.id, 2);
     let cancelled = store
-        .write(MoveOrder {
-            id: 2,
-            action: OrderAction::Cancel,
-            precondition: Precondition::None,
-        })
+        .write(moving(2, OrderAction::Cancel))
         .await
         .expect("cancelled");
     assert_eq!(cancelled.order.status, OrderStatus::Cancelled);
@@ -915,13 +853,7 @@ pub(super) async fn only_a_placed_order_moves_and_if_match_is_the_order_s_revisi
         .expect("create");
     let order = place(store, pet.id).await.expect("placed").order;
     assert!(matches!(
-        store
-            .write(MoveOrder {
-                id: 99,
-                action: OrderAction::Complete,
-                precondition: Precondition::None
-            })
-            .await,
+        store.write(moving(99, OrderAction::Complete)).await,
         Err(StoreError::NotFound(Subject {
             kind: Kind::Order,
             id: 99
@@ -954,14 +886,7 @@ pub(super) async fn only_a_placed_order_moves_and_if_match_is_the_order_s_revisi
         .await
         .expect("completed at revision 1");
     for action in [OrderAction::Complete, OrderAction::Cancel] {
-        match store
-            .write(MoveOrder {
-                id: order.id,
-                action,
-                precondition: Precondition::None,
-            })
-            .await
-        {
+        match store.write(moving(order.id, action)).await {
             Err(StoreError::InvalidTransition {
                 order: id,
                 action: asked,
@@ -985,13 +910,7 @@ pub(super) async fn an_ended_hold_cannot_complete(store: Store) {
     let order = place(store, pet.id).await.expect("placed").order;
     let end = order.expires_at_ms.expect("a hold");
     assert_eq!(end, order.placed_at_ms + 1);
-    let completed = store
-        .write(MoveOrder {
-            id: order.id,
-            action: OrderAction::Complete,
-            precondition: Precondition::None,
-        })
-        .await;
+    let completed = store.write(moving(order.id, OrderAction::Complete)).await;
     // The store's own loop may have expired it first; either way it is not sold.
     match completed {
         Err(StoreError::InvalidTransition {
@@ -1008,14 +927,7 @@ pub(super) async fn an_ended_hold_cannot_complete(store: Store) {
         status_of(&pet_now(store, pet.id).await),
         Some(PetStatus::Sold)
     );
-    match store
-        .write(MoveOrder {
-            id: order.id,
-            action: OrderAction::Cancel,
-            precondition: Precondition::None,
-        })
-        .await
-    {
+    match store.write(moving(order.id, OrderAction::Cancel)).await {
         Ok(cancelled) => assert_eq!(status_of(&cancelled.pet), Some(PetStatus::Available)),
         Err(StoreError::InvalidTransition {
             refused: Refused::NotPlaced(OrderStatus::Expired),
@@ -1044,26 +956,9 @@ pub(super) async fn a_held_pet_keeps_its_status_and_stays_while_its_order_is_pla
             status: Some(status),
             ..PetPatch::default()
         };
-        reserved(
-            store
-                .write(PatchPet {
-                    id: pet.id,
-                    patch,
-                    precondition: Precondition::None,
-                })
-                .await
-                .map(|_| ()),
-        );
+        reserved(store.write(patching(pet.id, patch)).await.map(|_| ()));
     }
-    reserved(
-        store
-            .write(DeletePet {
-                id: pet.id,
-                precondition: Precondition::None,
-            })
-            .await
-            .map(|_| ()),
-    );
+    reserved(store.write(deleting(pet.id)).await.map(|_| ()));
     // The older checks answer first.
     assert!(matches!(
         store
@@ -1100,28 +995,14 @@ pub(super) async fn a_held_pet_keeps_its_status_and_stays_while_its_order_is_pla
         [(pet.id, Some(PetStatus::Pending))]
     );
     store
-        .write(MoveOrder {
-            id: order.id,
-            action: OrderAction::Cancel,
-            precondition: Precondition::None,
-        })
+        .write(moving(order.id, OrderAction::Cancel))
         .await
         .expect("cancelled");
     store
-        .write(PatchPet {
-            id: pet.id,
-            patch: sold(),
-            precondition: Precondition::None,
-        })
+        .write(patching(pet.id, sold()))
         .await
         .expect("free again");
-    store
-        .write(DeletePet {
-            id: pet.id,
-            precondition: Precondition::None,
-        })
-        .await
-        .expect("and deleted");
+    store.write(deleting(pet.id)).await.expect("and deleted");
     let inventory = store.inventory().await.expect("inventory");
     assert_eq!(inventory.total(), 0);
 }
@@ -1136,11 +1017,7 @@ pub(super) async fn an_ended_hold_expires_once_and_frees_its_pet(store: Store) {
         orders.push(place(store, pet.id).await.expect("placed").order);
     }
     store
-        .write(MoveOrder {
-            id: orders[2].id,
-            action: OrderAction::Complete,
-            precondition: Precondition::None,
-        })
+        .write(moving(orders[2].id, OrderAction::Complete))
         .await
         .expect("completed before its hold ended");
     let end = orders[0].expires_at_ms.expect("a hold");
@@ -1328,36 +1205,18 @@ pub(super) async fn the_inventory_counts_what_a_walk_of_every_pet_counts(store: 
                             ..PetPatch::default()
                         };
                         store
-                            .write(PatchPet {
-                                id: pet,
-                                patch,
-                                precondition: Precondition::None,
-                            })
+                            .write(patching(pet, patch))
                             .await
                             .map(|_| (None, None))
                     }
-                    3 => store
-                        .write(DeletePet {
-                            id: pet,
-                            precondition: Precondition::None,
-                        })
-                        .await
-                        .map(|_| (None, None)),
+                    3 => store.write(deleting(pet)).await.map(|_| (None, None)),
                     4 | 5 => place(&store, pet).await.map(|p| (None, Some(p.order.id))),
                     6 => store
-                        .write(MoveOrder {
-                            id: order,
-                            action: OrderAction::Complete,
-                            precondition: Precondition::None,
-                        })
+                        .write(moving(order, OrderAction::Complete))
                         .await
                         .map(|_| (None, None)),
                     _ => store
-                        .write(MoveOrder {
-                            id: order,
-                            action: OrderAction::Cancel,
-                            precondition: Precondition::None,
-                        })
+                        .write(moving(order, OrderAction::Cancel))
                         .await
                         .map(|_| (None, None)),
                 }
@@ -1579,11 +1438,7 @@ pub(super) async fn every_order_and_category_change_appends_its_event_with_its_s
         .expect("create");
     let placed = place(store, a.id).await.expect("placed");
     let done = store
-        .write(MoveOrder {
-            id: placed.order.id,
-            action: OrderAction::Complete,
-            precondition: Precondition::None,
-        })
+        .write(moving(placed.order.id, OrderAction::Complete))
         .await
         .expect("completed");
     let second = place(store, b.id).await.expect("placed");
@@ -1707,11 +1562,7 @@ pub(super) async fn a_keyed_order_replays_its_first_answer_and_refuses_another_b
         .expect("placed");
     assert!(!first.replayed);
     store
-        .write(MoveOrder {
-            id: first.order.id,
-            action: OrderAction::Complete,
-            precondition: Precondition::None,
-        })
+        .write(moving(first.order.id, OrderAction::Complete))
         .await
         .expect("completed");
     let again = store
@@ -1782,29 +1633,15 @@ pub(super) async fn a_copy_carries_categories_orders_next_ids_and_the_inventory(
         .order;
     let completed = place(source, pets[1]).await.expect("placed").order;
     source
-        .write(MoveOrder {
-            id: completed.id,
-            action: OrderAction::Complete,
-            precondition: Precondition::None,
-        })
+        .write(moving(completed.id, OrderAction::Complete))
         .await
         .expect("complete");
     let cancelled = place(source, pets[2]).await.expect("placed").order;
     source
-        .write(MoveOrder {
-            id: cancelled.id,
-            action: OrderAction::Cancel,
-            precondition: Precondition::None,
-        })
+        .write(moving(cancelled.id, OrderAction::Cancel))
         .await
         .expect("cancel");
-    source
-        .write(DeletePet {
-            id: pets[4],
-            precondition: Precondition::None,
-        })
-        .await
-        .expect("delete");
+    source.write(deleting(pets[4])).await.expect("delete");
 
     let mut export = source
         .export(2, crate::clock::unix_now())
@@ -1864,12 +1701,7 @@ pub(super) async fn a_copy_carries_categories_orders_next_ids_and_the_inventory(
     assert_eq!(target.inventory().await.expect("inventory"), inventory);
     // The copy's placed order still holds its pet, and its key still replays.
     assert!(matches!(
-        target
-            .write(DeletePet {
-                id: pets[0],
-                precondition: Precondition::None
-            })
-            .await,
+        target.write(deleting(pets[0])).await,
         Err(StoreError::PetReserved { .. })
     ));
     let replayed = target
@@ -2267,14 +2099,7 @@ fn on_postgres_a_transaction_that_commits_later_numbers_its_event_later() {
         tokio::time::sleep(Duration::from_millis(500)).await;
         let patching = {
             let a = a.clone();
-            tokio::spawn(async move {
-                a.write(PatchPet {
-                    id: held.id,
-                    patch: sold(),
-                    precondition: Precondition::None,
-                })
-                .await
-            })
+            tokio::spawn(async move { a.write(patching(held.id, sold())).await })
         };
         tokio::time::sleep(Duration::from_millis(300)).await;
         assert!(!patching.is_finished(), "A's patch waits on the held row");
@@ -2401,16 +2226,8 @@ fn on_postgres_an_order_placed_after_a_batch_took_its_locks_is_not_moved_unlocke
         let complete = {
             let b = b.clone();
             tokio::spawn(async move {
-                let patched = b.write(PatchPet {
-                    id: 2,
-                    patch: sold(),
-                    precondition: Precondition::None,
-                });
-                let moved = b.write(MoveOrder {
-                    id: 1,
-                    action: OrderAction::Complete,
-                    precondition: Precondition::None,
-                });
+                let patched = b.write(patching(2, sold()));
+                let moved = b.write(moving(1, OrderAction::Complete));
                 tokio::join!(patched, moved).1
             })
         };
@@ -2419,20 +2236,8 @@ fn on_postgres_an_order_placed_after_a_batch_took_its_locks_is_not_moved_unlocke
         let cancel = {
             let a = a.clone();
             tokio::spawn(async move {
-                let moved = a.write(MoveOrder {
-                    id: 1,
-                    action: OrderAction::Cancel,
-                    precondition: Precondition::None,
-                });
-                tokio::join!(
-                    moved,
-                    a.write(PatchPet {
-                        id: 3,
-                        patch: sold(),
-                        precondition: Precondition::None
-                    })
-                )
-                .0
+                let moved = a.write(moving(1, OrderAction::Cancel));
+                tokio::join!(moved, a.write(patching(3, sold()))).0
             })
         };
         let (completed, cancelled) = (complete.await.expect("B"), cancel.await.expect("A"));
@@ -2483,19 +2288,11 @@ fn on_postgres_two_instances_sell_each_pet_at_most_once() {
                     let outcome = match rng.below(6) {
                         0..=2 => place(&store, pets[rng.below(pets.len())]).await.map(|_| ()),
                         3 | 4 => store
-                            .write(MoveOrder {
-                                id: order,
-                                action: OrderAction::Complete,
-                                precondition: Precondition::None,
-                            })
+                            .write(moving(order, OrderAction::Complete))
                             .await
                             .map(|_| ()),
                         _ => store
-                            .write(MoveOrder {
-                                id: order,
-                                action: OrderAction::Cancel,
-                                precondition: Precondition::None,
-                            })
+                            .write(moving(order, OrderAction::Cancel))
                             .await
                             .map(|_| ()),
                     };

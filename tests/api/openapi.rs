@@ -734,37 +734,40 @@ async fn the_allow_header_lists_the_documented_methods() {
 
 #[test]
 fn the_category_name_pattern_spells_out_the_white_space_the_server_trims() {
-    // The server trims with `str::trim` (Unicode White_Space); regex dialects disagree on `\s`
+    // The server trims with `str::trim` (Unicode White_Space) and refuses control characters
+    // (`char::is_control`, general category Cc) anywhere; regex dialects disagree on `\s`
     // (Python's also takes U+001C..U+001F), so the pattern lists the characters by hand.
     let doc = source();
     let pattern = doc["components"]["schemas"]["Category"]["properties"]["name"]["pattern"]
         .as_str()
         .expect("a pattern");
+    let ends = class(|c| c.is_whitespace() || c.is_control());
+    let inside = class(char::is_control);
+    assert_eq!(pattern, format!("^[^{ends}]([^{inside}]*[^{ends}])?$"));
+}
+
+/// The characters `take` takes, as a regex class's contents: runs as ranges.
+fn class(take: impl Fn(char) -> bool) -> String {
     let mut class = String::new();
-    let white: Vec<u32> = (0..=0x10ffff_u32)
+    let codes: Vec<u32> = (0..=0x10ffff_u32)
         .filter_map(char::from_u32)
-        .filter(|c| c.is_whitespace())
+        .filter(|c| take(*c))
         .map(u32::from)
         .collect();
     let mut at = 0;
-    while at < white.len() {
+    while at < codes.len() {
         let mut end = at;
-        while end + 1 < white.len() && white[end + 1] == white[end] + 1 {
+        while end + 1 < codes.len() && codes[end + 1] == codes[end] + 1 {
             end += 1;
         }
-        let one = |code: u32| match code {
-            0x09 => "\\t".to_owned(),
-            0x0d => "\\r".to_owned(),
-            0x20 => " ".to_owned(),
-            _ => format!("\\u{code:04x}"),
-        };
-        class.push_str(&one(white[at]));
+        let one = |code: u32| format!("\\u{code:04x}");
+        class.push_str(&one(codes[at]));
         if end > at {
             // A run of two is written as two, as a range would be as long.
             class.push_str(if end == at + 1 { "" } else { "-" });
-            class.push_str(&one(white[end]));
+            class.push_str(&one(codes[end]));
         }
         at = end + 1;
     }
-    assert_eq!(pattern, format!("^[^{class}]([\\s\\S]*[^{class}])?$"));
+    class
 }

@@ -330,6 +330,38 @@ pub(crate) fn touches(batch: &[Write]) -> Touches {
     }
     touches
 }
+/// The tests' writes of a pet or an order whatever its revision (`Precondition::None`).
+#[cfg(test)]
+pub(crate) mod any_revision {
+    use super::{DeletePet, MoveOrder, PatchPet};
+    use crate::order::{OrderAction, OrderId};
+    use crate::pet::{PetId, PetPatch};
+    use crate::store::model::Precondition;
+
+    pub(crate) fn patching(id: PetId, patch: PetPatch) -> PatchPet {
+        let precondition = Precondition::None;
+        PatchPet {
+            id,
+            patch,
+            precondition,
+        }
+    }
+
+    pub(crate) fn deleting(id: PetId) -> DeletePet {
+        let precondition = Precondition::None;
+        DeletePet { id, precondition }
+    }
+
+    pub(crate) fn moving(id: OrderId, action: OrderAction) -> MoveOrder {
+        let precondition = Precondition::None;
+        MoveOrder {
+            id,
+            action,
+            precondition,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -602,12 +602,13 @@ fn check_events(
 mod tests {
     use super::*;
     use crate::pet::NewPet;
+    use crate::store::ops::CreateCategory;
+    use crate::store::ops::any_revision::{deleting, patching};
     use crate::store::ops::categories::CATEGORY_NAMES;
     use crate::store::ops::orders::{HOLD_ENDS, ORDERS_BY_STATUS};
     use crate::store::ops::pets::PETS_BY_CATEGORY;
-    use crate::store::ops::{CreateCategory, DeletePet, PatchPet};
     use crate::store::resource::{Part, Value};
-    use crate::store::{Location, Precondition, Store, Tuning};
+    use crate::store::{Location, Store, Tuning};
     use std::time::Duration;
 
     async fn open(path: &Path, shared: bool) -> Store {
@@ -657,21 +658,8 @@ mod tests {
                 status: Some(Some(PetStatus::Sold)),
                 ..Default::default()
             };
-            store
-                .write(PatchPet {
-                    id: 1,
-                    patch,
-                    precondition: Precondition::None,
-                })
-                .await
-                .expect("patched");
-            store
-                .write(DeletePet {
-                    id: 2,
-                    precondition: Precondition::None,
-                })
-                .await
-                .expect("deleted");
+            store.write(patching(1, patch)).await.expect("patched");
+            store.write(deleting(2)).await.expect("deleted");
             store.close().await;
         });
     }
