@@ -281,6 +281,15 @@ impl Store {
         self.list_records::<Category>(after, limit).await
     }
 
+    /// Stores `stored` as order `id`'s record, past every rule (`RedbStore::damage_order`).
+    #[cfg(test)]
+    pub(crate) async fn damage_order(&self, id: OrderId, stored: &str) {
+        match &self.backend {
+            Backend::Redb(store) => store.damage_order(id, stored.as_bytes()),
+            Backend::Postgres(store) => store.damage_order(id, stored).await,
+        }
+    }
+
     /// Record `id` of any declared resource (`store/resource.rs`) but pets, which are read
     /// with their revision (`get`).
     pub(crate) async fn get_record<R: resource::Resource>(

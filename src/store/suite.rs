@@ -1931,6 +1931,7 @@ suite!(
     a_held_pet_keeps_its_status_and_stays_while_its_order_is_placed,
     an_ended_hold_expires_once_and_frees_its_pet with HOLD_A_MINUTE,
     an_order_that_cannot_expire_is_left_and_the_rest_of_its_batch_goes_ahead,
+    an_order_that_does_not_read_back_is_left_by_the_expiry_and_the_rest_expire,
     the_inventory_counts_what_a_walk_of_every_pet_counts,
     categories_have_unique_names_ignoring_case_and_leave_only_when_unused,
     pets_list_by_category_with_and_without_status_across_pages,
@@ -1978,6 +1979,54 @@ async fn a_webhook_s_state_is_made_once_then_saved_and_read_back(store: Store) {
         vec![("ep_1".to_owned(), moved)]
     );
     store.release_webhooks("me").await.expect("release");
+}
+
+/// An ended hold whose order's record does not read back (damaged by hand) is left, logged:
+/// the other ended order of the run expires with its pet, and a create queued with the expiry
+/// commits. Before, one such order failed every batch the expiry shared, once a second.
+async fn an_order_that_does_not_read_back_is_left_by_the_expiry_and_the_rest_expire(store: Store) {
+    let now_ms = crate::store::events::now_ms();
+    let hold = Some(Duration::from_secs(60));
+    let orders: Vec<Order> = (1..=2)
+        .map(|id| Order::place(id, an_order(id), now_ms, hold))
+        .collect();
+    let held = |id: PetId| StoredPet {
+        id,
+        revision: 1,
+        json: crate::pet::Pet {
+            id,
+            name: format!("held {id}"),
+            category_id: 1,
+            status: Some(PetStatus::Pending),
+        }
+        .to_json()
+        .into(),
+    };
+    let chunks = vec![Chunk::Pets(vec![held(1), held(2)]), Chunk::rows(&orders)];
+    let copy = imported(store, chunks, next_ids(3, 3, 1)).await;
+    let store = &copy;
+    store.damage_order(1, "not an order").await;
+
+    let at = orders[1].expires_at_ms.expect("a hold") + 1000;
+    let (expired, created) = tokio::join!(
+        store.expire_holds(at),
+        add(store, new_pet("new", Some(PetStatus::Available)))
+    );
+    assert_eq!(expired.expect("the expiry's batch commits"), 1);
+    assert_eq!(created.expect("the create beside it commits").id, 3);
+    let second = store.get_order(2).await.expect("get").expect("kept");
+    assert_eq!(second.status, OrderStatus::Expired);
+    let freed = store.get(2).await.expect("get").expect("kept");
+    assert!(String::from_utf8_lossy(&freed.json).contains(r#""status":"available""#));
+    // Still there, still broken, and still left by the next run.
+    assert!(matches!(
+        store.get_order(1).await,
+        Err(StoreError::Corrupt(_))
+    ));
+    assert_eq!(
+        store.expire_holds(at).await.expect("the next run commits"),
+        0
+    );
 }
 
 /// Runs `case` on a store opened through `url`, a database of the shared cluster that the

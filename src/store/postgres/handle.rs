@@ -94,6 +94,17 @@ impl PgStore {
         self.pool.run_within(within, operation).await
     }
 
+    /// Stores `stored` as order `id`'s record, past every rule: damage, for the tests of what
+    /// the store does with a record that does not read back.
+    #[cfg(test)]
+    pub(in crate::store) async fn damage_order(&self, id: i64, stored: &str) {
+        let update = async |client: &mut deadpool_postgres::ClientWrapper| {
+            let sql = "UPDATE orders SET record = $1 WHERE id = $2";
+            client.execute(sql, &[&stored, &id]).await.map_err(pg_error)
+        };
+        assert_eq!(self.pool.run(update).await.expect("update"), 1);
+    }
+
     /// The idempotency record of `scope`, live or not, if there is one.
     pub(in crate::store) async fn record(
         &self,

@@ -140,6 +140,22 @@ impl StoreError {
 }
 
 impl RedbStore {
+    /// Stores `stored` as order `id`'s record, past every rule: damage, for the tests of what
+    /// the store does with a record that does not read back.
+    #[cfg(test)]
+    pub(in crate::store) fn damage_order(&self, id: i64, stored: &[u8]) {
+        let db = self.shared.db();
+        let db = db.as_ref().expect("open");
+        let txn = db.begin_write().expect("write");
+        {
+            let records = super::indexes::records::<crate::order::Order>();
+            let mut table = txn.open_table(records).expect("orders");
+            table.insert(id, stored).expect("insert");
+        }
+        txn.commit().expect("commit");
+        self.shared.snapshots.committed();
+    }
+
     /// The idempotency record of `scope`, if the committed file holds one.
     pub(in crate::store) fn record(&self, scope: &[u8; 32]) -> Option<Record> {
         self.shared.index.get(scope)
