@@ -169,36 +169,40 @@ impl Store {
         key: Option<IdempotencyKey>,
     ) -> Result<Created, StoreError> {
         let started = Instant::now();
-        let keyed = match key {
-            None => None,
-            Some(key) => {
-                let record = self.record_of(&key);
-                let answer =
-                    |record: Record, key: &IdempotencyKey, now| record.answer(key, &pet, now);
-                match self.front.keyed(started, key, record, answer).await? {
-                    Ok(keyed) => Some(keyed),
-                    Err(answer) => return Ok(answer),
-                }
-            }
+        let answer = |record: Record, key: &IdempotencyKey, now| record.answer(key, &pet, now);
+        let keyed = match self.keyed(started, key, answer).await? {
+            Ok(keyed) => keyed,
+            Err(answer) => return Ok(answer),
         };
         self.front
             .write_since(started, ops::CreatePet { pet, keyed })
             .await
     }
 
-    /// The engine's idempotency record for `key`'s scope, for the front to answer a retry
-    /// from; the engine checks again in its transaction.
-    fn record_of(
+    /// The key a keyed write carries into its batch (none without one), or what the engine's
+    /// live record of its scope answers instead (`Front::keyed`); the engine checks again in
+    /// its transaction.
+    async fn keyed<A>(
         &self,
-        key: &IdempotencyKey,
-    ) -> impl std::future::Future<Output = Result<Option<Record>, StoreError>> + '_ {
+        started: Instant,
+        key: Option<IdempotencyKey>,
+        answer: impl FnOnce(Record, &IdempotencyKey, u64) -> Option<Result<A, StoreError>>,
+    ) -> Result<Result<Option<claims::Keyed>, A>, StoreError> {
+        let Some(key) = key else {
+            return Ok(Ok(None));
+        };
         let scope = key.scope();
-        async move {
+        let record = async move {
             match &self.backend {
                 Backend::Redb(store) => Ok(store.record(&scope)),
                 Backend::Postgres(store) => Box::pin(store.record(&scope)).await,
             }
-        }
+        };
+        Ok(self
+            .front
+            .keyed(started, key, record, answer)
+            .await?
+            .map(Some))
     }
 
     /// Places an order for a pet that is `available`: in one transaction the order is stored
@@ -211,17 +215,10 @@ impl Store {
         key: Option<IdempotencyKey>,
     ) -> Result<Placed, StoreError> {
         let started = Instant::now();
-        let keyed = match key {
-            None => None,
-            Some(key) => {
-                let record = self.record_of(&key);
-                let answer =
-                    |record: Record, key: &IdempotencyKey, now| record.order_answer(key, now);
-                match self.front.keyed(started, key, record, answer).await? {
-                    Ok(keyed) => Some(keyed),
-                    Err(id) => return self.replayed(id).await,
-                }
-            }
+        let answer = |record: Record, key: &IdempotencyKey, now| record.order_answer(key, now);
+        let keyed = match self.keyed(started, key, answer).await? {
+            Ok(keyed) => keyed,
+            Err(id) => return self.replayed(id).await,
         };
         let hold = self.front.order_hold();
         let place = ops::PlaceOrder { order, keyed, hold };

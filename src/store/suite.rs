@@ -1081,18 +1081,6 @@ pub(super) async fn an_order_that_cannot_expire_is_left_and_the_rest_of_its_batc
         .map(|id| Order::place(id, an_order(id), now_ms, hold))
         .collect();
     // Pet 2, held by order 2, the second to expire, is not there.
-    let held = |id: PetId| StoredPet {
-        id,
-        revision: 1,
-        json: crate::pet::Pet {
-            id,
-            name: format!("held {id}"),
-            category_id: 1,
-            status: Some(PetStatus::Pending),
-        }
-        .to_json()
-        .into(),
-    };
     let chunks = vec![Chunk::Pets(vec![held(1), held(3)]), Chunk::rows(&orders)];
     let next = next_ids(4, 4, 1);
     let copy = imported(store, chunks, next).await;
@@ -1811,6 +1799,21 @@ thread_local! {
 /// copy` makes it; the store to go on with. A redb file shared with other processes refuses
 /// the import's chunks, which are durable only with the last: `petstore copy` fills the file
 /// opened alone, and so does this, before it opens the file shared again.
+/// Pet `id`, pending: held by an order.
+fn held(id: PetId) -> StoredPet {
+    let pet = crate::pet::Pet {
+        id,
+        name: format!("held {id}"),
+        category_id: 1,
+        status: Some(PetStatus::Pending),
+    };
+    StoredPet {
+        id,
+        revision: 1,
+        json: pet.to_json().into(),
+    }
+}
+
 /// The counters of a store whose next pet, order and category get these ids.
 fn next_ids(pets: u64, orders: u64, categories: u64) -> NextIds {
     let mut next = NextIds::untouched();
@@ -1990,18 +1993,6 @@ async fn an_order_that_does_not_read_back_is_left_by_the_expiry_and_the_rest_exp
     let orders: Vec<Order> = (1..=2)
         .map(|id| Order::place(id, an_order(id), now_ms, hold))
         .collect();
-    let held = |id: PetId| StoredPet {
-        id,
-        revision: 1,
-        json: crate::pet::Pet {
-            id,
-            name: format!("held {id}"),
-            category_id: 1,
-            status: Some(PetStatus::Pending),
-        }
-        .to_json()
-        .into(),
-    };
     let chunks = vec![Chunk::Pets(vec![held(1), held(2)]), Chunk::rows(&orders)];
     let copy = imported(store, chunks, next_ids(3, 3, 1)).await;
     let store = &copy;
