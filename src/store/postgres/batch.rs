@@ -14,7 +14,7 @@ use tokio_postgres::error::SqlState;
 use super::errors::pg_error;
 use super::pool::Connections;
 
-use super::txn::{CounterRow, PgTxn, Tally, Transaction};
+use super::txn::{CounterRow, Locked, PgTxn, Tally, Transaction};
 use crate::clock::unix_now;
 use crate::order::OrderId;
 use crate::pet::{Pet, PetId};
@@ -136,16 +136,6 @@ async fn run_batch(
         other => other,
     })?;
     Ok(Some(changes))
-}
-
-/// What `lock_rows` hands the writes: the first pet id the batch's creates take, the orders
-/// each `Expire` of the batch took, in batch order, and every order and pet row it locked, in
-/// id order.
-pub(super) struct Locked {
-    pub(super) next_id: PetId,
-    pub(super) expiring: Vec<Vec<OrderId>>,
-    pub(super) orders: Vec<OrderId>,
-    pub(super) pets: Vec<PetId>,
 }
 
 /// Takes every lock the batch needs before any write runs (what its writes touch,

@@ -10,25 +10,32 @@ use bytes::Bytes;
 use super::errors::pg_error;
 use tokio_postgres::types::ToSql;
 
-use super::batch::Locked;
 use super::rows::{
     INVENTORY_COUNTERS, READ_RECORD, record_in, record_of, revision, select_one, status_code,
 };
 use crate::category::CategoryId;
 use crate::order::OrderId;
 use crate::pet::{Pet, PetId};
-use crate::store::claims::IdempotencyKey;
-use crate::store::claims::Keyed;
+use crate::store::claims::{IdempotencyKey, Keyed};
 use crate::store::model::{
     InventoryDelta, Record, StoreError, StoredPet, read_pet, record_id, short,
 };
-use crate::store::resource::Counter;
-use crate::store::resource::{Column, Resource};
+use crate::store::resource::{Column, Counter, Resource};
 use crate::store::txn::{Ledger, Txn, next_revision};
 use crate::subject::{Kind, Subject};
 
 /// The transaction a batch runs in.
 pub(super) type Transaction<'a> = deadpool_postgres::Transaction<'a>;
+
+/// What `lock_rows` (`batch.rs`) hands the writes: the first pet id the batch's creates take,
+/// the orders each `Expire` of the batch took, in batch order, and every order and pet row it
+/// locked, in id order.
+pub(super) struct Locked {
+    pub(super) next_id: PetId,
+    pub(super) expiring: Vec<Vec<OrderId>>,
+    pub(super) orders: Vec<OrderId>,
+    pub(super) pets: Vec<PetId>,
+}
 
 /// What a batch's writes gather as they run, written once at its end: how the inventory moves
 /// (by each pet's real status before and after), and the order and category ids given out.
