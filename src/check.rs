@@ -7,6 +7,7 @@ use std::path::Path;
 use anyhow::bail;
 
 use crate::store::{self, StoreError};
+use crate::subject::Kind;
 
 /// Checks the file and prints the report on stdout; `Err` when it does not check clean or
 /// cannot be checked.
@@ -54,9 +55,18 @@ pub fn run(path: &Path) -> anyhow::Result<()> {
         report.records, report.live_records
     );
     println!("events: {}", report.events);
+    // Every other kind of record after these two, by its plural.
+    let others: String = report
+        .kinds
+        .iter()
+        .filter(|(kind, _)| !matches!(kind, Kind::Order | Kind::Category))
+        .map(|(kind, n)| format!("; {}: {n}", kind.plural()))
+        .collect();
     println!(
-        "orders: {} ({} placed); categories: {}",
-        report.orders, report.placed_orders, report.categories
+        "orders: {} ({} placed); categories: {}{others}",
+        report.count_of(Kind::Order),
+        report.placed_orders,
+        report.count_of(Kind::Category)
     );
     for problem in &report.problems {
         println!("problem: {problem}");

@@ -89,7 +89,7 @@ impl StoredEvent {
             pet: change.pet.as_ref().and_then(|pet| pet.json.clone()),
             subject_id: match change.subject.kind {
                 Kind::Pet => 0,
-                Kind::Order | Kind::Category => change.subject.id,
+                _ => change.subject.id,
             },
             subject: change.json.clone(),
         }

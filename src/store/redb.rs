@@ -794,7 +794,11 @@ mod tests {
         let report = check::check_file(&path).expect("checks");
         assert_eq!(report.problems, Vec::<String>::new());
         assert_eq!(
-            (report.orders, report.placed_orders, report.categories),
+            (
+                report.count_of(crate::subject::Kind::Order),
+                report.placed_orders,
+                report.count_of(crate::subject::Kind::Category)
+            ),
             (3, 1, 1)
         );
     }

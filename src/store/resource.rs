@@ -3,7 +3,8 @@
 //! keeps in its indexes (`Index`, `Entry`). The redb engine keeps every declared index from
 //! this alone (its writer, the rebuild at open, `petstore check`, `copy`, backups), and a new
 //! index or a new resource adds a declaration, not code in the engine. The declarations sit
-//! with each resource's rules (`store/ops/`). An entry's key is ordered parts; `Key` is their
+//! with each resource's rules (`store/ops/`), whose `each_resource` is the one list of them.
+//! An entry's key is ordered parts; `Key` is their
 //! encoding as bytes that compare as the parts do. Invariant: every declared index holds
 //! exactly the entries its records declare.
 
@@ -384,30 +385,6 @@ impl NextIds {
     pub fn pets(&self) -> u64 {
         self.of(crate::pet::Pet::COUNTER)
     }
-
-    /// The counters of every kind of record but pets, each with its kind, in `each_resource`'s
-    /// order.
-    pub fn others(&self) -> Vec<(Kind, u64)> {
-        kinds()
-            .into_iter()
-            .filter(|(kind, _)| *kind != Kind::Pet)
-            .map(|(kind, counter)| (kind, self.of(counter)))
-            .collect()
-    }
-}
-
-/// Every kind of record with its id counter, in `each_resource`'s order.
-pub(crate) fn kinds() -> Vec<(Kind, Counter)> {
-    struct Kinds(Vec<(Kind, Counter)>);
-    impl ForEach for Kinds {
-        fn visit<R: Resource>(&mut self) -> Result<(), StoreError> {
-            self.0.push((R::KIND, R::COUNTER));
-            Ok(())
-        }
-    }
-    let mut kinds = Kinds(Vec::new());
-    let _ = each_resource(&mut kinds);
-    kinds.0
 }
 
 #[cfg(test)]
@@ -425,29 +402,6 @@ impl crate::store::model::Chunk {
 /// Work on the records of `rows`, read back as the resource they are of (`Rows::each`).
 pub(crate) trait WithRecords {
     fn with<R: Resource>(&mut self, records: Vec<R>, stored: &Rows) -> Result<(), StoreError>;
-}
-
-impl Rows {
-    /// Reads the records back as their resource and hands them to `work`; `Corrupt` if one
-    /// does not read back.
-    pub(crate) fn each(&self, work: &mut impl WithRecords) -> Result<(), StoreError> {
-        struct Visit<'r, W> {
-            rows: &'r Rows,
-            work: &'r mut W,
-        }
-        impl<W: WithRecords> ForEach for Visit<'_, W> {
-            fn visit<R: Resource>(&mut self) -> Result<(), StoreError> {
-                if R::KIND != self.rows.kind {
-                    return Ok(());
-                }
-                let records = self.rows.records.iter();
-                let records = records.map(|(id, stored)| R::decode(*id, stored));
-                let records = records.collect::<Result<Vec<R>, _>>()?;
-                self.work.with(records, self.rows)
-            }
-        }
-        each_resource(&mut Visit { rows: self, work })
-    }
 }
 
 /// A kind of record, declared once: where it is kept, in what form, and what it keeps in its
@@ -481,30 +435,9 @@ pub(crate) trait Resource: Sized + 'static {
     fn entries<'a>(&self, stored: &'a [u8]) -> Vec<Entry<'a>>;
 }
 
-/// Work done for each kind of record in turn (`each_resource`).
+/// Work done for each kind of record in turn (`ops::each_resource`).
 pub(crate) trait ForEach {
     fn visit<R: Resource>(&mut self) -> Result<(), StoreError>;
-}
-
-/// Runs `work` for every kind of record the store keeps: the one list of them.
-pub(crate) fn each_resource(work: &mut impl ForEach) -> Result<(), StoreError> {
-    work.visit::<crate::pet::Pet>()?;
-    work.visit::<crate::category::Category>()?;
-    work.visit::<crate::order::Order>()
-}
-
-/// Every index of every resource.
-pub(crate) fn all_indexes() -> Vec<&'static Index> {
-    struct All(Vec<&'static Index>);
-    impl ForEach for All {
-        fn visit<R: Resource>(&mut self) -> Result<(), StoreError> {
-            self.0.extend_from_slice(R::INDEXES);
-            Ok(())
-        }
-    }
-    let mut all = All(Vec::new());
-    let _ = each_resource(&mut all);
-    all.0
 }
 
 #[cfg(test)]

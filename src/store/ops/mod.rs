@@ -1,4 +1,5 @@
-//! Every write the store queues (`Write`), and the rules of those that are a resource's,
+//! The one list of resources (`each_resource`), every write the store queues (`Write`), and
+//! the rules of those that are a resource's,
 //! written once for both stores against the transaction interface (`store/txn.rs`): a file per
 //! resource (`pets.rs`, `orders.rs`, `categories.rs`), each of its writes a type (`Rule`) that
 //! says what it touches and how it runs. `rules!` below is the one list of them: it makes each
@@ -7,15 +8,16 @@
 //! engine's to run. Invariant: a rule refuses only its own write; an error it returns fails
 //! the batch.
 
-use super::model::{Created, Moved, Placed, StoreError, StoredPet};
+use super::model::{Created, Moved, Placed, Rows, StoreError, StoredPet};
 pub(crate) use super::resource::Counter;
-use super::resource::Resource;
+use super::resource::{ForEach, Index, NextIds, Resource, WithRecords};
 use super::sessions::{SessionRecord, SessionsGone};
 use super::txn::{Outcome, Txn};
 use super::webhooks::WebhookState;
 use crate::category::Category;
 use crate::order::{Order, OrderId};
 use crate::pet::{Pet, PetId};
+use crate::subject::Kind;
 
 pub(crate) mod categories;
 pub(crate) mod orders;
@@ -28,6 +30,76 @@ pub(crate) use pets::{CreatePet, DeletePet, PatchPet};
 /// Every id counter, in the one order every transaction that takes several locks them in
 /// (PostgreSQL's `lock_rows`, the copy's import).
 pub(crate) const COUNTERS: [Counter; 3] = [Pet::COUNTER, Order::COUNTER, Category::COUNTER];
+
+/// Runs `work` for every kind of record the store keeps: the one list of them.
+pub(crate) fn each_resource(work: &mut impl ForEach) -> Result<(), StoreError> {
+    work.visit::<Pet>()?;
+    work.visit::<Category>()?;
+    work.visit::<Order>()
+}
+
+/// Every index of every resource.
+pub(crate) fn all_indexes() -> Vec<&'static Index> {
+    struct All(Vec<&'static Index>);
+    impl ForEach for All {
+        fn visit<R: Resource>(&mut self) -> Result<(), StoreError> {
+            self.0.extend_from_slice(R::INDEXES);
+            Ok(())
+        }
+    }
+    let mut all = All(Vec::new());
+    let _ = each_resource(&mut all);
+    all.0
+}
+
+/// Every kind of record with its id counter, in `each_resource`'s order.
+pub(crate) fn kinds() -> Vec<(Kind, Counter)> {
+    struct Kinds(Vec<(Kind, Counter)>);
+    impl ForEach for Kinds {
+        fn visit<R: Resource>(&mut self) -> Result<(), StoreError> {
+            self.0.push((R::KIND, R::COUNTER));
+            Ok(())
+        }
+    }
+    let mut kinds = Kinds(Vec::new());
+    let _ = each_resource(&mut kinds);
+    kinds.0
+}
+
+impl NextIds {
+    /// The counters of every kind of record but pets, each with its kind, in `each_resource`'s
+    /// order.
+    pub fn others(&self) -> Vec<(Kind, u64)> {
+        kinds()
+            .into_iter()
+            .filter(|(kind, _)| *kind != Kind::Pet)
+            .map(|(kind, counter)| (kind, self.of(counter)))
+            .collect()
+    }
+}
+
+impl Rows {
+    /// Reads the records back as their resource and hands them to `work`; `Corrupt` if one
+    /// does not read back.
+    pub(crate) fn each(&self, work: &mut impl WithRecords) -> Result<(), StoreError> {
+        struct Visit<'r, W> {
+            rows: &'r Rows,
+            work: &'r mut W,
+        }
+        impl<W: WithRecords> ForEach for Visit<'_, W> {
+            fn visit<R: Resource>(&mut self) -> Result<(), StoreError> {
+                if R::KIND != self.rows.kind {
+                    return Ok(());
+                }
+                let records = self.rows.records.iter();
+                let records = records.map(|(id, stored)| R::decode(*id, stored));
+                let records = records.collect::<Result<Vec<R>, _>>()?;
+                self.work.with(records, self.rows)
+            }
+        }
+        each_resource(&mut Visit { rows: self, work })
+    }
+}
 
 /// A write of a resource, its rule written once in `store/ops/` against `Txn`.
 pub(crate) trait Rule: Send + Sized + 'static {

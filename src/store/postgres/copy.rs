@@ -24,9 +24,8 @@ use crate::store::model::{
     Chunk, Exporting, IdempotencyRecord, Rows, SHORT_DIGEST, StoreError, StoredPet,
 };
 use crate::store::ops::COUNTERS;
-use crate::store::resource::{
-    Column, Counter, ForEach, NextIds, Resource, WithRecords, each_resource,
-};
+use crate::store::ops::each_resource;
+use crate::store::resource::{Column, Counter, ForEach, NextIds, Resource, WithRecords};
 use crate::subject::Kind;
 
 /// The bound on each statement of a copy, in place of the short one requests get: a chunk or

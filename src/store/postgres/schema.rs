@@ -9,7 +9,8 @@ use super::errors::pg_error;
 use super::rows::RECOUNT_INVENTORY;
 use crate::store::events::new_feed_id;
 use crate::store::model::StoreError;
-use crate::store::resource::{ForEach, Resource, each_resource};
+use crate::store::ops::each_resource;
+use crate::store::resource::{ForEach, Resource};
 
 /// The schema this binary writes; a database at a newer one is refused, naming both.
 pub(super) const SCHEMA_VERSION: i64 = 5;

@@ -264,7 +264,9 @@ impl<'t, 'c> PgTxn<'t, 'c> {
                 subject.id >= self.first_new_pet && self.first_new_pet > 0
                     || self.locked_pets.binary_search(&subject.id).is_ok()
             }
-            Kind::Category => true,
+            // Every other kind changes under its counter's lock, which each of its writes
+            // takes (`Touches::count`), as categories do: one transaction at a time.
+            _ => true,
         };
         if held {
             return Ok(());

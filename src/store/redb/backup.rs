@@ -19,7 +19,8 @@ use super::indexes;
 use super::tables::{EVENTS, META, META_FEED, PETS, RECORDS, REVISIONS, SESSIONS, WEBHOOKS, names};
 use crate::store::events::new_feed_id;
 use crate::store::model::StoreError;
-use crate::store::resource::{ForEach, Resource, each_resource};
+use crate::store::ops::each_resource;
+use crate::store::resource::{ForEach, Resource};
 
 /// Entries copied between two looks at the cancel flag, and between two rests: after each
 /// slice the copy sleeps as long as the slice took, so it works at most half the time. Run

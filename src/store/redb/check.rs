@@ -23,14 +23,14 @@ use super::tables::{
     EVENTS, META, META_EVENT_SEQ, META_EVENTS_TRIMMED, META_FEED, META_INVENTORY, META_NEXT_ID,
     PETS, RECORDS, REVISIONS, SCHEMA_VERSION, holding_order, meta_value, read_event,
 };
-use crate::category::Category;
 use crate::clock::unix_now;
 use crate::order::{Order, OrderStatus};
 use crate::pet::{Pet, PetStatus};
 use crate::store::model::StoreError;
+use crate::store::ops::each_resource;
 use crate::store::ops::orders::ORDERS_BY_PET;
 use crate::store::ops::pets::PETS_BY_STATUS;
-use crate::store::resource::{ForEach, Holds, Index, Resource, each_resource};
+use crate::store::resource::{ForEach, Holds, Index, Resource};
 use crate::subject::Kind;
 use std::any::Any;
 
@@ -58,10 +58,10 @@ pub struct CheckReport {
     pub live_records: u64,
     /// Events the feed keeps.
     pub events: u64,
-    pub orders: u64,
+    /// The records of every other kind, by kind, in `each_resource`'s order.
+    pub kinds: Vec<(Kind, u64)>,
     /// Orders that hold their pet now.
     pub placed_orders: u64,
-    pub categories: u64,
     pub next_id: u64,
     pub schema_version: u64,
     /// The first `LISTED` disagreements, in words.
@@ -80,6 +80,25 @@ pub struct CheckReport {
 pub const STATUSES: [PetStatus; 3] = [PetStatus::Available, PetStatus::Pending, PetStatus::Sold];
 
 impl CheckReport {
+    /// How many records of `kind` the file keeps (of pets, `pets`).
+    pub fn count_of(&self, kind: Kind) -> u64 {
+        if kind == Kind::Pet {
+            return self.pets;
+        }
+        let counted = self.kinds.iter().find(|(k, _)| *k == kind);
+        counted.map_or(0, |(_, n)| *n)
+    }
+
+    fn count(&mut self, kind: Kind) {
+        if kind == Kind::Pet {
+            self.pets += 1;
+        } else if let Some((_, n)) = self.kinds.iter_mut().find(|(k, _)| *k == kind) {
+            *n += 1;
+        } else {
+            self.kinds.push((kind, 1));
+        }
+    }
+
     fn problem(&mut self, text: String) {
         self.problem_count += 1;
         if self.problems.len() < LISTED {
@@ -381,7 +400,8 @@ impl ForEach for Walk<'_> {
                 }
                 Err(e) => {
                     self.report.problem(format!("{kind} {id}: {}", words(e)));
-                    self.kept_unread(R::KIND);
+                    // A record that does not read back still counts.
+                    self.report.count(R::KIND);
                     continue;
                 }
             };
@@ -402,6 +422,7 @@ impl ForEach for Walk<'_> {
                     )),
                 }
             }
+            self.report.count(R::KIND);
             self.kept(&record as &dyn Any)?;
         }
         for (index, declared) in R::INDEXES.iter().zip(declared) {
@@ -416,29 +437,16 @@ impl Walk<'_> {
     /// the inventory), and a placed order holds its pet, which is `pending`.
     fn kept(&mut self, record: &dyn Any) -> Result<(), StoreError> {
         if let Some(pet) = record.downcast_ref::<Pet>() {
-            self.report.pets += 1;
             match pet.status {
                 Some(status) => self.report.by_status[usize::from(status.to_code())] += 1,
                 None => self.report.without_status += 1,
             }
-        } else if let Some(order) = record.downcast_ref::<Order>() {
-            self.report.orders += 1;
-            if order.status == OrderStatus::Placed {
-                self.check_hold(order)?;
-            }
-        } else if record.downcast_ref::<Category>().is_some() {
-            self.report.categories += 1;
+        } else if let Some(order) = record.downcast_ref::<Order>()
+            && order.status == OrderStatus::Placed
+        {
+            self.check_hold(order)?;
         }
         Ok(())
-    }
-
-    /// A record that does not read back still counts.
-    fn kept_unread(&mut self, kind: Kind) {
-        match kind {
-            Kind::Pet => self.report.pets += 1,
-            Kind::Order => self.report.orders += 1,
-            Kind::Category => self.report.categories += 1,
-        }
     }
 
     fn check_hold(&mut self, order: &Order) -> Result<(), StoreError> {

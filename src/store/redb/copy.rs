@@ -26,8 +26,9 @@ use crate::clock::unix_now;
 use crate::pet::Pet;
 use crate::store::model::{Chunk, Exporting, IdempotencyRecord, Rows, StoreError, StoredPet};
 use crate::store::ops::COUNTERS;
+use crate::store::ops::each_resource;
 use crate::store::resource::Resource;
-use crate::store::resource::{Counter, ForEach, NextIds, WithRecords, each_resource};
+use crate::store::resource::{Counter, ForEach, NextIds, WithRecords};
 use crate::subject::Kind;
 
 impl RedbStore {

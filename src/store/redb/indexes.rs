@@ -9,7 +9,8 @@
 use redb::{ReadTransaction, ReadableTable, ReadableTableMetadata, Table, TableDefinition};
 
 use crate::store::model::StoreError;
-use crate::store::resource::{Entry, ForEach, Index, Part, Resource, each_resource, id_range};
+use crate::store::ops::each_resource;
+use crate::store::resource::{Entry, ForEach, Index, Part, Resource, id_range};
 
 /// The table of an index: its keys as `resource::Key` encodes them.
 pub(super) fn table(index: &Index) -> TableDefinition<'static, &'static [u8], &'static [u8]> {
@@ -201,7 +202,7 @@ pub(super) struct Read {
 impl Read {
     pub(super) fn open(txn: &ReadTransaction) -> Result<Read, StoreError> {
         let mut tables = Vec::new();
-        for index in crate::store::resource::all_indexes() {
+        for index in crate::store::ops::all_indexes() {
             let table = txn.open_table(table(index)).map_err(StoreError::storage)?;
             tables.push((index.name, table));
         }

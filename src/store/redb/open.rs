@@ -24,7 +24,8 @@ use crate::clock::unix_now;
 use crate::store::events::new_feed_id;
 use crate::store::model::read_pet;
 use crate::store::model::{Inventory, StoreError};
-use crate::store::resource::{ForEach, Resource, all_indexes, each_resource};
+use crate::store::ops::{all_indexes, each_resource};
+use crate::store::resource::{ForEach, Resource};
 
 /// Why the file is being opened.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -12,8 +12,9 @@ use crate::event::EventType;
 use crate::pet::Pet;
 use crate::store::events::StoredEvent;
 use crate::store::model::{SHORT_DIGEST, StoreError};
+use crate::store::ops::each_resource;
 use crate::store::ops::orders::ORDERS_BY_PET;
-use crate::store::resource::{ForEach, Part, Resource, each_resource};
+use crate::store::resource::{ForEach, Part, Resource};
 
 /// Pet id to the pet's JSON object, exactly as the API sends it (`resource::Resource` for
 /// `Pet`; the tables of orders, categories and every index are named by their declarations,
@@ -238,10 +239,11 @@ pub(super) fn read_event(seq: u64, value: &[u8]) -> Result<StoredEvent, StoreErr
         subject = (length > 0).then(|| Bytes::copy_from_slice(json));
         pet = &pet[SUBJECT_HEADER + length..];
     }
+    // Only an order's event carries the pet it moves beside its own subject.
     let has_pet = match kind.subject() {
         crate::subject::Kind::Pet => kind != EventType::PetDeleted,
         crate::subject::Kind::Order => true,
-        crate::subject::Kind::Category => false,
+        _ => false,
     };
     Ok(StoredEvent {
         seq,
