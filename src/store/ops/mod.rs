@@ -1,12 +1,12 @@
-//! The one list of resources (`each_resource`), every write the store queues (`Write`), and
-//! the rules of those that are a resource's,
-//! written once for both stores against the transaction interface (`store/txn.rs`): a file per
-//! resource (`pets.rs`, `orders.rs`, `categories.rs`), each of its writes a type (`Rule`) that
-//! says what it touches and how it runs. `rules!` below is the one list of them: it makes each
-//! one's place in the queue and the one dispatch from a queued write to its rule. The writes
-//! that are no resource's (purges, the feed's trim, webhook and session state) are the
-//! engine's to run. Invariant: a rule refuses only its own write; an error it returns fails
-//! the batch.
+//! Where a resource is registered: the one list of resources (`each_resource`), the id
+//! counters in their lock order (`COUNTERS`), every write the store queues (`Write`), and the
+//! rules of those that are a resource's, written once for both stores against the transaction
+//! interface (`store/txn.rs`): a file per resource (`pets.rs`, `orders.rs`, `categories.rs`),
+//! each of its writes a type (`Rule`) that says what it touches and how it runs. `rules!` below
+//! is the one list of them: it makes each one's place in the queue and the one dispatch from a
+//! queued write to its rule. The writes that are no resource's (purges, the feed's trim,
+//! webhook and session state) are the engine's to run. Invariant: a rule refuses only its own
+//! write; an error it returns fails the batch.
 
 use super::model::{Created, Moved, Placed, Rows, StoreError, StoredPet};
 pub(crate) use super::resource::Counter;
