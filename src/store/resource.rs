@@ -257,31 +257,29 @@ impl Key {
             PartKind::Code(_) => Part::Code(fixed(rest, 1)?[0]),
             PartKind::Text => {
                 // A 0 byte is followed by 0xFF where the text had a 0, by 0 where it ends.
-                let mut text = Cow::Borrowed(&rest[..0]);
-                let mut at = 0;
+                let (mut end, mut escaped) = (0, false);
                 loop {
-                    let zero = at + rest[at..].iter().position(|&byte| byte == 0)?;
-                    match rest.get(zero + 1)? {
-                        0 => {
-                            if let Cow::Owned(text) = &mut text {
-                                text.extend_from_slice(&rest[at..zero]);
-                            } else {
-                                text = Cow::Borrowed(&rest[..zero]);
-                            }
-                            *rest = &rest[zero + 2..];
-                            break;
-                        }
-                        0xFF => {
-                            let owned = text.to_mut();
-                            owned.extend_from_slice(&rest[at..=zero]);
-                            at = zero + 2;
-                        }
+                    end += rest.get(end..)?.iter().position(|&byte| byte == 0)?;
+                    match rest.get(end + 1)? {
+                        0 => break,
+                        0xFF => (escaped, end) = (true, end + 2),
                         _ => return None,
                     }
                 }
-                Part::Text(match text {
-                    Cow::Borrowed(bytes) => Cow::Borrowed(std::str::from_utf8(bytes).ok()?),
-                    Cow::Owned(bytes) => Cow::Owned(String::from_utf8(bytes).ok()?),
+                let raw = &rest[..end];
+                *rest = &rest[end + 2..];
+                Part::Text(if escaped {
+                    let mut text = Vec::with_capacity(raw.len());
+                    let mut bytes = raw.iter();
+                    while let Some(&byte) = bytes.next() {
+                        text.push(byte);
+                        if byte == 0 {
+                            bytes.next();
+                        }
+                    }
+                    Cow::Owned(String::from_utf8(text).ok()?)
+                } else {
+                    Cow::Borrowed(std::str::from_utf8(raw).ok()?)
                 })
             }
         })

@@ -52,12 +52,12 @@ pub(crate) fn all_indexes() -> Vec<&'static Index> {
     all.0
 }
 
-/// Every kind of record with its id counter, in `each_resource`'s order.
-pub(crate) fn kinds() -> Vec<(Kind, Counter)> {
-    struct Kinds(Vec<(Kind, Counter)>);
+/// Every kind of record with its id counter and its table, in `each_resource`'s order.
+pub(crate) fn kinds() -> Vec<(Kind, Counter, &'static str)> {
+    struct Kinds(Vec<(Kind, Counter, &'static str)>);
     impl ForEach for Kinds {
         fn visit<R: Resource>(&mut self) -> Result<(), StoreError> {
-            self.0.push((R::KIND, R::COUNTER));
+            self.0.push((R::KIND, R::COUNTER, R::TABLE));
             Ok(())
         }
     }
@@ -72,8 +72,8 @@ impl NextIds {
     pub fn others(&self) -> Vec<(Kind, u64)> {
         kinds()
             .into_iter()
-            .filter(|(kind, _)| *kind != Kind::Pet)
-            .map(|(kind, counter)| (kind, self.of(counter)))
+            .filter(|(kind, ..)| *kind != Kind::Pet)
+            .map(|(kind, counter, _)| (kind, self.of(counter)))
             .collect()
     }
 }

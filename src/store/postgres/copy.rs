@@ -23,9 +23,9 @@ use crate::store::model::read_pet;
 use crate::store::model::{
     Chunk, Exporting, IdempotencyRecord, Rows, SHORT_DIGEST, StoreError, StoredPet,
 };
-use crate::store::ops::COUNTERS;
 use crate::store::ops::each_resource;
-use crate::store::resource::{Column, Counter, ForEach, NextIds, Resource, WithRecords};
+use crate::store::ops::{COUNTERS, kinds};
+use crate::store::resource::{Column, ForEach, NextIds, Resource, WithRecords};
 use crate::subject::Kind;
 
 /// The bound on each statement of a copy, in place of the short one requests get: a chunk or
@@ -97,7 +97,7 @@ impl PgStore {
                 .map_err(pg_error)?;
             let next = next_ids(&rows)?;
             // Pets, then idempotency records, then every other resource's table.
-            let tables = kinds_and_tables().into_iter();
+            let tables = kinds().into_iter();
             let tables = tables.filter(|(kind, ..)| *kind != Kind::Pet);
             let others = tables.map(|(.., table)| format!(", (SELECT count(*) FROM {table})"));
             let counts = client
@@ -200,7 +200,7 @@ impl PgImport {
             })
         };
         within(async {
-            for (kind, counter, table) in kinds_and_tables() {
+            for (kind, counter, table) in kinds() {
                 let value = beyond(kind.name(), next.of(counter))?;
                 // The pets' as given (`Import::commit` put it above every pet); the others
                 // also above every id imported.
@@ -419,20 +419,6 @@ fn next_ids(rows: &[tokio_postgres::Row]) -> Result<NextIds, StoreError> {
         next.set(counter, counter_value(row.get(1)));
     }
     Ok(next)
-}
-
-/// Every kind of record with its id counter and its table, in `each_resource`'s order.
-fn kinds_and_tables() -> Vec<(Kind, Counter, &'static str)> {
-    struct Tables(Vec<(Kind, Counter, &'static str)>);
-    impl ForEach for Tables {
-        fn visit<R: Resource>(&mut self) -> Result<(), StoreError> {
-            self.0.push((R::KIND, R::COUNTER, R::TABLE));
-            Ok(())
-        }
-    }
-    let mut tables = Tables(Vec::new());
-    let _ = each_resource(&mut tables);
-    tables.0
 }
 
 /// An `idempotency` row (scope, fingerprint, expires_at, pet_id) as the store's record.
