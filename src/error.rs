@@ -388,7 +388,11 @@ impl From<StoreError> for Error {
             // A failed commit, a medium that failed, a reopen after one or a store that is
             // stopping leaves the data as it was: the request may be retried, so say so rather
             // than claim a fault.
+            // Stored data that does not read back (a damaged file, a panic inside redb that
+            // the store contained) is a fault of the medium, not of the request: 503 too, and
+            // the cause is logged for the operator, never sent.
             StoreError::Io(_)
+            | StoreError::Corrupt(_)
             | StoreError::Contended(_)
             | StoreError::Refused(_)
             | StoreError::Closed
@@ -399,8 +403,7 @@ impl From<StoreError> for Error {
             | StoreError::OlderFile(_)
             | StoreError::Locked
             | StoreError::NewerSchema { .. }
-            | StoreError::NotEmpty { .. }
-            | StoreError::Corrupt(_) => Error::Internal(e.to_string()),
+            | StoreError::NotEmpty { .. } => Error::Internal(e.to_string()),
         }
     }
 }
@@ -556,7 +559,7 @@ mod tests {
             Error::from(StoreError::InDoubt("EIO".into())).code(),
             "outcome_unknown"
         );
-        assert_eq!(status(StoreError::Corrupt("bad page".into())), 500);
+        assert_eq!(status(StoreError::Corrupt("bad page".into())), 503);
         for (e, message) in [
             (StoreError::NotFound(Subject::order(4)), "no order has id 4"),
             (

@@ -54,6 +54,7 @@ use crate::config::{Action, Cli, Config, Database, LogFormat, TlsSource};
 
 fn main() -> ExitCode {
     one_malloc_arena();
+    store::redb_file::install_panic_hook();
     match run(Cli::parse()) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

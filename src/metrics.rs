@@ -341,6 +341,7 @@ struct Cold {
     accept_errors: Counter,
     handshake_failures: Family<HandshakeLabels, Counter>,
     commit_failures: Counter,
+    store_panics: Counter,
     events_appended: Counter,
     event_subscribers: Gauge,
     streams_closed: Family<StreamLabels, Counter>,
@@ -519,6 +520,11 @@ pub fn events_oldest(at_ms: Option<u64>) {
 /// A store transaction that failed: its writes got 503.
 pub fn store_commit_failed() {
     COLD.commit_failures.inc();
+}
+
+/// redb panicked inside the store's use of it (damage its checks missed); contained.
+pub fn store_panicked() {
+    COLD.store_panics.inc();
 }
 
 /// A snapshot completed; `began` is when its read transaction began, in Unix seconds.
@@ -769,6 +775,11 @@ impl Scrape {
             "petstore_store_commit_failures",
             "Store write transactions that failed; their writes were answered 503",
             cold.commit_failures.clone(),
+        );
+        r.register(
+            "petstore_store_panics",
+            "Panics inside redb that the store contained (answered 503): the file may be damaged",
+            cold.store_panics.clone(),
         );
         r.register(
             "petstore_events_appended",

@@ -49,6 +49,7 @@ use write::{Front, Runs};
 pub mod redb_file {
     pub use super::redb::backup::backup_live as backup;
     pub use super::redb::check::{STATUSES, check_file as check};
+    pub use super::redb::handle::install_panic_hook;
     pub use super::redb::webhooks::states_in_file as webhook_states;
 }
 

@@ -10,7 +10,7 @@ pub(super) mod backup;
 pub(super) mod check;
 pub(super) mod copy;
 mod file;
-mod handle;
+pub(super) mod handle;
 mod idempotency;
 mod indexes;
 mod open;

@@ -14,6 +14,7 @@ mod console_server;
 mod copy;
 mod crash;
 mod create;
+mod damaged;
 mod errors;
 mod events;
 mod faults;

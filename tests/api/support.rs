@@ -161,6 +161,13 @@ impl Server {
     }
 
     fn start_in(dir: TempDir, options: Options) -> Server {
+        Server::try_start_in(dir, options)
+            .unwrap_or_else(|logs| panic!("server did not start:\n{logs}"))
+    }
+
+    /// Starts a server in `dir`, which holds its database, or returns its whole stderr and its
+    /// exit code when it exits before it listens.
+    pub fn try_start_in(dir: TempDir, options: Options) -> Result<Server, String> {
         let mut child = command(dir.path(), &options)
             .spawn()
             .expect("the petstore binary starts");
@@ -182,14 +189,24 @@ impl Server {
                 }
             }
         });
-        let Ok(addr) = address.recv_timeout(START_DEADLINE) else {
-            let _ = child.kill();
-            panic!(
-                "server did not start:\n{}",
-                logs.text.lock().expect("log lock")
-            );
+        let addr = match address.recv_timeout(START_DEADLINE) {
+            Ok(addr) => addr,
+            // The pipe closed: the process has exited.
+            Err(mpsc::RecvTimeoutError::Disconnected) => {
+                let status = wait_exit(child, EXIT_DEADLINE);
+                reader.join().expect("the log reader ends");
+                let text = logs.text.lock().expect("log lock");
+                return Err(format!("{text}(exit: {status})"));
+            }
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                let _ = child.kill();
+                panic!(
+                    "server did not start within {START_DEADLINE:?}:\n{}",
+                    logs.text.lock().expect("log lock")
+                );
+            }
         };
-        Server {
+        Ok(Server {
             child: Some(child),
             addr: addr
                 .parse()
@@ -198,7 +215,7 @@ impl Server {
             options,
             logs,
             reader: Some(reader),
-        }
+        })
     }
 
     pub fn pid(&self) -> u32 {

@@ -17,6 +17,7 @@ use std::rc::Rc;
 
 use redb::{Database, ReadTransaction, ReadableDatabase, ReadableTable, ReadableTableMetadata};
 
+use super::handle::caught;
 use super::indexes;
 use super::open::require_openable;
 use super::tables::{
@@ -158,19 +159,25 @@ pub fn check_file(path: &Path) -> Result<CheckReport, StoreError> {
     // when the last commit does not verify and is rolled back.
     let rolled_back = Rc::new(Cell::new(false));
     let seen = Rc::clone(&rolled_back);
-    let opened = Database::builder()
-        .set_cache_size(CHECK_CACHE_BYTES)
-        .set_check_integrity_on_open(true)
-        .set_repair_callback(move |session| {
-            if session.progress() > 0.0 && session.progress() < 0.5 {
-                seen.set(true);
-            }
-        })
-        .open(&scratch.0);
+    let opened = caught("checking the file", || {
+        Database::builder()
+            .set_cache_size(CHECK_CACHE_BYTES)
+            .set_check_integrity_on_open(true)
+            .set_repair_callback(move |session| {
+                if session.progress() > 0.0 && session.progress() < 0.5 {
+                    seen.set(true);
+                }
+            })
+            .open(&scratch.0)
+    });
     let db = match opened {
-        Ok(db) => db,
-        Err(e) => {
+        Ok(Ok(db)) => db,
+        Ok(Err(e)) => {
             report.problem(format!("file integrity: redb refuses the file: {e}"));
+            return Ok(report);
+        }
+        Err(panic) => {
+            report.problem(format!("file integrity: {panic}"));
             return Ok(report);
         }
     };
@@ -180,7 +187,12 @@ pub fn check_file(path: &Path) -> Result<CheckReport, StoreError> {
         );
     }
     let txn = db.begin_read().map_err(StoreError::storage)?;
-    check_tables(&txn, path, &mut report)?;
+    match caught("checking the file", || {
+        check_tables(&txn, path, &mut report)
+    }) {
+        Ok(checked) => checked?,
+        Err(panic) => report.problem(format!("file integrity: {panic}")),
+    }
     drop(txn);
     if let Err(e) = db.close() {
         tracing::warn!(error = %e, "closing the checked copy failed");

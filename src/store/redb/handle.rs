@@ -275,10 +275,12 @@ impl RedbStore {
         let db = self.shared.db_for_read();
         let db = db.as_ref().ok_or(StoreError::Reopening)?;
         // A fresh transaction, not the shared snapshot: this asks whether the file reads now.
-        let txn = db.begin_read().map_err(StoreError::storage)?;
-        let meta = txn.open_table(META).map_err(StoreError::storage)?;
-        meta.get(META_NEXT_ID).map_err(StoreError::storage)?;
-        Ok(())
+        contain("a health check", || {
+            let txn = db.begin_read().map_err(StoreError::storage)?;
+            let meta = txn.open_table(META).map_err(StoreError::storage)?;
+            meta.get(META_NEXT_ID).map_err(StoreError::storage)?;
+            Ok(())
+        })
     }
 
     /// Runs a read on the calling task. Reads come from redb's page cache or the OS page
@@ -293,6 +295,63 @@ impl RedbStore {
         let db = self.shared.db_for_read();
         // Between a failed write and the reopen; the face says `Closed` once the writer is.
         let db = db.as_ref().ok_or(StoreError::Reopening)?;
-        work(&*self.shared.snapshots.get(db)?)
+        contain("a read", || work(&*self.shared.snapshots.get(db)?))
     }
+}
+
+/// Runs `work`, the store's use of redb, and makes a panic inside it an error of the data
+/// (`Corrupt`: 503 to a client), logged: redb asserts on some damage its checksums do not
+/// reach (a page of zeros where a branch was, an allocator state that does not add up), and
+/// the process must stay up to answer every other request and to say what happened. The
+/// writer opens the file again after one (`writer.rs`), since a panic may leave redb's own
+/// state in the middle of a change.
+pub(super) fn contain<T>(
+    during: &'static str,
+    work: impl FnOnce() -> Result<T, StoreError>,
+) -> Result<T, StoreError> {
+    caught(during, work).unwrap_or_else(|message| Err(StoreError::Corrupt(message)))
+}
+
+/// `work`'s outcome, or what a panic inside it said, logged and counted.
+pub(super) fn caught<T>(during: &'static str, work: impl FnOnce() -> T) -> Result<T, String> {
+    let outer = CATCHING.replace(true);
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(work));
+    CATCHING.set(outer);
+    outcome.map_err(|payload| {
+        let message = payload
+            .downcast_ref::<&str>()
+            .map(|text| (*text).to_owned())
+            .or_else(|| payload.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "no message".to_owned());
+        let at = CAUGHT_AT.take().unwrap_or_default();
+        crate::metrics::store_panicked();
+        tracing::error!(
+            during,
+            panic = %message,
+            at,
+            "redb failed inside; the file may be damaged: run `petstore check` on it"
+        );
+        format!("redb failed during {during} ({message})")
+    })
+}
+
+thread_local! {
+    /// Whether this thread is inside `caught`: its panic is reported there, once, as a log
+    /// line, not by the default hook's lines on stderr.
+    static CATCHING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// Where the panic being caught came from, for `caught`'s line.
+    static CAUGHT_AT: std::cell::Cell<Option<String>> = const { std::cell::Cell::new(None) };
+}
+
+/// The process's panic hook: a panic `caught` contains is kept for its log line; any other
+/// is left to Rust's default hook (its message, and a backtrace under `RUST_BACKTRACE`).
+pub fn install_panic_hook() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        if CATCHING.get() {
+            CAUGHT_AT.set(info.location().map(ToString::to_string));
+        } else {
+            default(info);
+        }
+    }));
 }

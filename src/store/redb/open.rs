@@ -17,8 +17,8 @@ use super::idempotency::{self, Index};
 use super::indexes;
 use super::tables::{
     EVENTS, META, META_BATCH, META_FEED, META_INVENTORY, META_LOG_EPOCH, META_NEXT_ID,
-    META_SCHEMA_VERSION, OLDEST_UPGRADED, PETS, RECORDS, REVISIONS, SCHEMA_VERSION, begin,
-    meta_value,
+    META_SCHEMA_VERSION, OLDEST_UPGRADED, PETS, RECORDS, REVISIONS, SCHEMA_VERSION, SESSIONS,
+    WEBHOOKS, begin, meta_value,
 };
 use crate::clock::unix_now;
 use crate::store::events::new_feed_id;
@@ -55,6 +55,26 @@ pub(super) fn open_database(
     shared: bool,
     opening: Opening,
 ) -> Result<Opened, StoreError> {
+    super::handle::contain("opening the file", || {
+        open_checked(path, cache_bytes, shared, opening)
+    })
+    .map_err(|e| match e {
+        // One line that says what to do: the start stops on it, a reopen logs it.
+        StoreError::Corrupt(what) => StoreError::Corrupt(format!(
+            "{what}; the file is damaged: run `petstore check --db {}` to see what is left, \
+             and restore the newest snapshot (docs/operations.md, Backups and restore)",
+            path.display()
+        )),
+        e => e,
+    })
+}
+
+fn open_checked(
+    path: &Path,
+    cache_bytes: usize,
+    shared: bool,
+    opening: Opening,
+) -> Result<Opened, StoreError> {
     let mut builder = Database::builder();
     builder.set_cache_size(cache_bytes);
     if shared {
@@ -78,6 +98,7 @@ pub(super) fn open_database(
         e => StoreError::storage(e),
     })?;
     prepare(&db, path)?;
+    read_every_end(&db)?;
     let pets = count_pets(&db)?;
     let txn = db.begin_read().map_err(StoreError::storage)?;
     let records = txn.open_table(RECORDS).map_err(StoreError::storage)?;
@@ -91,6 +112,47 @@ pub(super) fn open_database(
         index,
         batch,
     })
+}
+
+/// Reads the first and the last entry of every table: the pages a start and the first reads
+/// and writes go through (each tree's root, its leftmost path and the rightmost one, where
+/// every create appends), so damage there refuses the start, with what to do, instead of
+/// failing the first request that meets it. A few pages a table, whatever the file's size; a
+/// walk of every page is `petstore check`'s.
+fn read_every_end(db: &Database) -> Result<(), StoreError> {
+    struct Ends<'a>(&'a redb::ReadTransaction);
+    impl Ends<'_> {
+        fn of<K: redb::Key + 'static, V: redb::Value + 'static>(
+            &self,
+            table: redb::TableDefinition<K, V>,
+        ) -> Result<(), StoreError> {
+            let table = match self.0.open_table(table) {
+                Ok(table) => table,
+                Err(redb::TableError::TableDoesNotExist(_)) => return Ok(()),
+                Err(e) => return Err(StoreError::storage(e)),
+            };
+            table.first().map_err(StoreError::storage)?;
+            table.last().map_err(StoreError::storage)?;
+            Ok(())
+        }
+    }
+    impl ForEach for Ends<'_> {
+        fn visit<R: Resource>(&mut self) -> Result<(), StoreError> {
+            self.of(indexes::records::<R>())?;
+            R::INDEXES
+                .iter()
+                .try_for_each(|index| self.of(indexes::table(index)))
+        }
+    }
+    let txn = db.begin_read().map_err(StoreError::storage)?;
+    let mut ends = Ends(&txn);
+    ends.of(META)?;
+    ends.of(REVISIONS)?;
+    ends.of(RECORDS)?;
+    ends.of(EVENTS)?;
+    ends.of(WEBHOOKS)?;
+    ends.of(SESSIONS)?;
+    each_resource(&mut ends)
 }
 
 /// Makes the next reads of `file` come from the disk. A page whose write-back failed stays in

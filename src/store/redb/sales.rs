@@ -154,8 +154,10 @@ impl RedbStore {
     ) -> Result<T, StoreError> {
         let db = self.shared.db_for_read();
         let db = db.as_ref().ok_or(StoreError::Reopening)?;
-        let txn = db.begin_read().map_err(StoreError::storage)?;
-        work(&txn)
+        super::handle::contain("a read", || {
+            let txn = db.begin_read().map_err(StoreError::storage)?;
+            work(&txn)
+        })
     }
 }
 

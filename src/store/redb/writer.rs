@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use redb::{Database, ReadableTable};
 
-use super::handle::Shared;
+use super::handle::{Shared, caught};
 use super::idempotency::{self, Changes, Index};
 use super::indexes::Open;
 use super::open::{Opening, open_database};
@@ -73,8 +73,9 @@ impl Engine for Writer {
     }
 
     async fn close(&mut self) {
+        // A panic in the close is logged by `caught`.
         if let Some(db) = self.shared.take_db()
-            && let Err(e) = db.close()
+            && let Ok(Err(e)) = caught("the close", || db.close())
         {
             tracing::warn!(error = %e, "closing the database failed");
         }
@@ -114,15 +115,20 @@ impl Writer {
         let quick_repair = self.shared.copying.load(Ordering::Relaxed) == 0;
         let number = self.batch + 1;
         let result = match self.shared.db().as_ref() {
-            Some(db) => write_batch(
-                db,
-                quick_repair,
-                number,
-                &self.shared.index,
-                &mut self.changes,
-                &mut self.pushed,
-                batch,
-            ),
+            // A panic may have come inside the commit, and may have left redb's state mid-change:
+            // in doubt, so the file is opened again and says whether the batch is in it.
+            Some(db) => caught("a batch", || {
+                write_batch(
+                    db,
+                    quick_repair,
+                    number,
+                    &self.shared.index,
+                    &mut self.changes,
+                    &mut self.pushed,
+                    batch,
+                )
+            })
+            .unwrap_or_else(|message| Err(StoreError::InDoubt(message))),
             None => Err(StoreError::Reopening),
         };
         match result {
@@ -168,7 +174,9 @@ impl Writer {
         if self.batch != number {
             return Err(StoreError::Io(format!("{e}; the batch is not in the file")));
         }
-        match settle_durably(db, number + 1) {
+        let settled = caught("a commit after a reopen", || settle_durably(db, number + 1))
+            .unwrap_or_else(|message| Err(StoreError::InDoubt(message)));
+        match settled {
             Ok(()) => {
                 self.batch = number + 1;
                 self.reopen_wait = REOPEN_FIRST_WAIT;
@@ -201,7 +209,7 @@ impl Writer {
         // opened again. Its close fails with the I/O error it latched, already logged, and
         // writes nothing then.
         if let Some(old) = self.shared.take_db() {
-            let _ = old.close();
+            let _ = caught("the close before a reopen", || old.close());
         }
         match open_database(
             &self.path,
