@@ -43,9 +43,10 @@ pub(super) fn open(
 ) -> Result<(RedbStore, Writer, u64), StoreError> {
     let opened = open_database(path, cache_bytes, shared, Opening::Start)?;
     tracing::debug!(records = opened.index.len(), "idempotency records loaded");
-    let shared = Arc::new(Shared::new(opened.db, opened.index, path, shared));
-    let writer = Writer::new(Arc::clone(&shared), path, cache_bytes, opened.batch);
-    Ok((RedbStore { shared }, writer, opened.pets))
+    let pets = opened.pets;
+    let shared = Arc::new(Shared::new(opened, path, cache_bytes, shared));
+    let writer = Writer::new(Arc::clone(&shared));
+    Ok((RedbStore { shared }, writer, pets))
 }
 
 #[cfg(test)]
@@ -66,7 +67,7 @@ mod tests {
     use super::handle::Shared;
     use super::snapshot::Snapshot;
     use super::tables::{META, META_NEXT_ID, META_SCHEMA_VERSION, PETS, REVISIONS, SCHEMA_VERSION};
-    use super::writer::{self, Writer};
+    use super::writer;
     use super::*;
     use crate::clock::unix_now;
     use crate::pet::PetPatch;
@@ -110,13 +111,9 @@ mod tests {
         }
     }
 
-    /// Reopens the file as the writer does after a failed write. The writer thread is idle
-    /// between the test's writes, so a second `Writer` stands in for it.
-    fn reopen(store: &Store, path: &Path) {
-        let Backend::Redb(redb) = &store.backend else {
-            unreachable!("a redb store")
-        };
-        Writer::new(Arc::clone(&redb.shared), path, TEST_CACHE_BYTES, 0).reopen();
+    /// Reopens the file as the writer does after a failed write.
+    fn reopen(store: &Store, _path: &Path) {
+        shared(store).reopen();
     }
 
     fn snapshot(store: &Store) -> Arc<Snapshot> {

@@ -99,6 +99,91 @@ async fn an_enospc_on_every_40th_pwrite_under_16_writers_loses_no_acknowledged_w
     eprintln!("every 40th pwrite64 failed: {:?}", ledger.tally);
 }
 
+/// Reads go on while writes fail: a write whose `pwrite64` fails and then the reopen after it,
+/// whose own `pwrite64` fails too, or every 25th `pwrite64` failing under a writer. Every read
+/// of a pet, of a page and of the inventory meanwhile is answered 200 (waiting, at most a
+/// second, for the file to be opened again), never 503, while the writes get their 503s.
+#[tokio::test(flavor = "multi_thread")]
+async fn reads_go_on_while_a_write_and_the_reopen_after_it_fail() {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    for inject in [
+        "pwrite64:error=ENOSPC:when=20..21",
+        "pwrite64:error=EIO:when=20+25",
+    ] {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let db = dir.path().join("pets.redb");
+        let server = Server::start_with(plain(&db));
+        let ids = Arc::new(crate::support::create_many(&server, 200, |_| None).await);
+        server.stop();
+        let traced = Traced::start(&db, inject);
+        let done = Arc::new(AtomicBool::new(false));
+        let refused = Arc::new(AtomicUsize::new(0));
+        let mut writer = traced.server().h2().await;
+        let writes = {
+            let (done, refused) = (Arc::clone(&done), Arc::clone(&refused));
+            tokio::spawn(async move {
+                while !done.load(Ordering::Relaxed) {
+                    let reply = writer
+                        .post_json("/v1/pets", r#"{"name":"w","categoryId":1}"#)
+                        .await;
+                    match reply.status {
+                        201 => {}
+                        503 => {
+                            refused.fetch_add(1, Ordering::Relaxed);
+                            tokio::time::sleep(RETRY_PAUSE).await;
+                        }
+                        other => panic!("a create during the faults: {other} {:?}", reply.body),
+                    }
+                }
+            })
+        };
+        let mut readers = tokio::task::JoinSet::new();
+        for reader in 0..2_u64 {
+            let mut client = traced.server().h1().await;
+            let (done, ids) = (Arc::clone(&done), Arc::clone(&ids));
+            readers.spawn(async move {
+                let mut rng = crate::support::Rng(reader + 7);
+                let mut reads = 0;
+                while !done.load(Ordering::Relaxed) {
+                    let id = ids[rng.below(ids.len())];
+                    for path in [
+                        format!("/v1/pets/{id}"),
+                        format!("/v1/pets?limit={}", 1 + rng.below(100)),
+                        "/v1/store/inventory".to_owned(),
+                    ] {
+                        let reply = client.get(&path).await;
+                        assert_eq!(
+                            reply.status, 200,
+                            "GET {path} during the faults: {:?}",
+                            reply.body
+                        );
+                        reads += 1;
+                    }
+                }
+                reads
+            });
+        }
+        let began = Instant::now();
+        while refused.load(Ordering::Relaxed) == 0 && began.elapsed() < RESUME_DEADLINE {
+            tokio::time::sleep(RETRY_PAUSE).await;
+        }
+        // Reads go on a little longer, through the reopens the faults cause.
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        done.store(true, Ordering::Relaxed);
+        writes.await.expect("the writer");
+        let reads: usize = readers.join_all().await.into_iter().sum();
+        assert!(
+            refused.load(Ordering::Relaxed) > 0,
+            "{inject}: no write was refused, so the fault did not bite"
+        );
+        eprintln!(
+            "{inject}: {reads} reads, all 200, while {} writes got 503",
+            refused.load(Ordering::Relaxed)
+        );
+        traced.stop();
+    }
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_full_file_system_refuses_writes_with_503_serves_reads_and_takes_writes_again_once_space_is_freed()
  {

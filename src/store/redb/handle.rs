@@ -4,23 +4,30 @@
 //! closed, and none is served from a database the writer has given up.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::AtomicUsize;
-use std::sync::{Arc, Condvar, Mutex, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{
+    Arc, Condvar, Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard,
+};
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use redb::{Database, ReadableDatabase};
 
 use super::idempotency::Index;
+use super::open::Opened;
 use super::snapshot::{PageKey, Snapshot, Snapshots, feed_state};
 use super::tables::{META, META_NEXT_ID, PETS, event_head, read_event};
+use super::writer::Pace;
 use crate::pet::PetId;
 use crate::store::events::{EventPage, EventQuery, PageScan, ReadError};
 use crate::store::model::{Page, PageBuilder, PageQuery, Record, StoreError, StoredPet};
 use crate::store::ops::pets::PETS_BY_STATUS;
 use crate::store::resource::{Part, id_range, owner_of};
 
-/// The longest a read waits for the writer's reopen of the file before it gets 503.
+/// redb's `PreviousIo`, as a `StoreError::Io` says it.
+const MARKED_FAILED: &str = "an earlier I/O error left the database read-only";
+
+/// The longest a read waits for the file to be opened again before it gets 503.
 const REOPEN_WAIT: Duration = Duration::from_secs(1);
 
 /// The read side of the open file; cheap to clone, shared by every connection.
@@ -50,20 +57,38 @@ pub(super) struct Shared {
     /// Snapshots of this process copying the file now: the writer commits without quick-repair
     /// while any is (see `writer::Writer::commit_batch`).
     pub(super) copying: AtomicUsize,
+    /// redb's page cache, for a reopen.
+    pub(super) cache_bytes: usize,
+    /// The number of the last batch the open file holds (`META_BATCH`): the writer's count,
+    /// set anew by whoever opens the file again.
+    pub(super) batch: AtomicU64,
+    /// When the file may be opened again, and the wait after that (`writer::Pace`).
+    pub(super) pace: Mutex<Pace>,
+    /// Set once the writer has closed the database for good: nothing opens it again.
+    pub(super) closed: AtomicBool,
 }
 
 impl Shared {
     /// What the writer and the reads of the file at `path`, just opened, share.
-    pub(super) fn new(db: Database, index: Index, path: &Path, shared_file: bool) -> Shared {
+    pub(super) fn new(
+        opened: Opened,
+        path: &Path,
+        cache_bytes: usize,
+        shared_file: bool,
+    ) -> Shared {
         Shared {
-            db: RwLock::new(Some(db)),
+            db: RwLock::new(Some(opened.db)),
             reopening: Mutex::new(false),
             reopened: Condvar::new(),
             snapshots: Snapshots::default(),
-            index,
+            index: opened.index,
             path: path.to_owned(),
             shared_file,
             copying: AtomicUsize::new(0),
+            cache_bytes,
+            batch: AtomicU64::new(opened.batch),
+            pace: Mutex::new(Pace::default()),
+            closed: AtomicBool::new(false),
         }
     }
 
@@ -71,39 +96,78 @@ impl Shared {
         self.db.read().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// The database for a read. While the writer opens the file again after a failed write
-    /// (15-20 ms with quick-repair), the read waits for it, at most `REOPEN_WAIT`: a read
-    /// during a reopen is late, not refused. Reads stall their worker for that wait, as they do
-    /// for a disk read (see `read`).
+    /// The database for a read. While the file is being opened again after a failed write
+    /// (15-20 ms with quick-repair), the read waits for it; after a write failed and the file
+    /// is out (a reopen failed, or was not yet due), the read opens it again itself once the
+    /// pace allows: reads must not wait for a write to come and do it. Either way at most
+    /// `REOPEN_WAIT`: a read after a failure is late, not refused. Reads stall their worker for
+    /// that wait, as they do for a disk read (see `read`).
     pub(super) fn db_for_read(&self) -> RwLockReadGuard<'_, Option<Database>> {
-        let db = self.db();
-        if db.is_some() {
-            return db;
+        let deadline = Instant::now() + REOPEN_WAIT;
+        loop {
+            let db = self.db();
+            if db.is_some() || self.closed.load(Ordering::Acquire) {
+                return db;
+            }
+            drop(db);
+            let now = Instant::now();
+            if now >= deadline {
+                return self.db();
+            }
+            let due = self.pace().next;
+            let reopening = self
+                .reopening
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            if *reopening || due > now {
+                // Woken when a reopen ends; else looks again when one is due.
+                let until = if *reopening {
+                    deadline
+                } else {
+                    due.min(deadline)
+                };
+                drop(
+                    self.reopened
+                        .wait_timeout(reopening, until - now)
+                        .unwrap_or_else(PoisonError::into_inner),
+                );
+            } else {
+                drop(reopening);
+                self.reopen();
+            }
         }
-        drop(db);
-        let reopening = self
+    }
+
+    pub(super) fn pace(&self) -> MutexGuard<'_, Pace> {
+        self.pace.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Marks a reopen begun, or returns `false` after waiting for the one another thread has
+    /// begun (at most `REOPEN_WAIT`).
+    pub(super) fn begin_reopen(&self) -> bool {
+        let mut reopening = self
             .reopening
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        // The writer marks the reopen before it takes the database out, so a database found
-        // missing is either being reopened now, or failed to reopen, or closed.
+        if !*reopening {
+            *reopening = true;
+            return true;
+        }
         drop(
             self.reopened
                 .wait_timeout_while(reopening, REOPEN_WAIT, |reopening| *reopening)
                 .unwrap_or_else(PoisonError::into_inner),
         );
-        self.db()
+        false
     }
 
-    /// Marks a reopen begun (`true`) or over (`false`), waking the reads that wait for it.
-    pub(super) fn set_reopening(&self, now: bool) {
+    /// Marks a reopen over, waking the reads that wait for it.
+    pub(super) fn end_reopen(&self) {
         *self
             .reopening
             .lock()
-            .unwrap_or_else(PoisonError::into_inner) = now;
-        if !now {
-            self.reopened.notify_all();
-        }
+            .unwrap_or_else(PoisonError::into_inner) = false;
+        self.reopened.notify_all();
     }
 
     /// Takes the database out, for the caller to close; reads get `Reopening` or `Closed` until
@@ -131,11 +195,15 @@ impl StoreError {
     pub(super) fn storage(e: impl Into<redb::Error>) -> StoreError {
         match e.into() {
             redb::Error::Io(e) => StoreError::Io(e.to_string()),
-            redb::Error::PreviousIo => {
-                StoreError::Io("an earlier I/O error left the database read-only".into())
-            }
+            redb::Error::PreviousIo => StoreError::Io(MARKED_FAILED.into()),
             e => StoreError::Corrupt(e.to_string()),
         }
+    }
+
+    /// redb's mark of an earlier failed I/O on the file (`PreviousIo`): the database must be
+    /// opened again, the file is not at fault.
+    fn is_marked_failed(&self) -> bool {
+        matches!(self, StoreError::Io(what) if what == MARKED_FAILED)
     }
 }
 
@@ -272,14 +340,14 @@ impl RedbStore {
 
     /// Whether the database answers a read now.
     pub(in crate::store) async fn check(&self) -> Result<(), StoreError> {
-        let db = self.shared.db_for_read();
-        let db = db.as_ref().ok_or(StoreError::Reopening)?;
         // A fresh transaction, not the shared snapshot: this asks whether the file reads now.
-        contain("a health check", || {
-            let txn = db.begin_read().map_err(StoreError::storage)?;
-            let meta = txn.open_table(META).map_err(StoreError::storage)?;
-            meta.get(META_NEXT_ID).map_err(StoreError::storage)?;
-            Ok(())
+        self.shared.on_sound_database(|db| {
+            contain("a health check", || {
+                let txn = db.begin_read().map_err(StoreError::storage)?;
+                let meta = txn.open_table(META).map_err(StoreError::storage)?;
+                meta.get(META_NEXT_ID).map_err(StoreError::storage)?;
+                Ok(())
+            })
         })
     }
 
@@ -289,13 +357,53 @@ impl RedbStore {
     /// worker for that wait, a trade accepted for a store that fits in memory.
     pub(super) fn read<T>(
         &self,
-        work: impl FnOnce(&Snapshot) -> Result<T, StoreError>,
+        work: impl Fn(&Snapshot) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
-        // Held until the work is done, so that a reopen waits for this read to end.
-        let db = self.shared.db_for_read();
-        // Between a failed write and the reopen; the face says `Closed` once the writer is.
-        let db = db.as_ref().ok_or(StoreError::Reopening)?;
-        contain("a read", || work(&*self.shared.snapshots.get(db)?))
+        self.shared
+            .on_sound_database(|db| contain("a read", || work(&*self.shared.snapshots.get(db)?)))
+    }
+}
+
+impl Shared {
+    /// Runs `read` on the open database. A read that meets the mark of a failed write (redb
+    /// fails every page it does not have cached once any I/O of its file failed, until the
+    /// file is opened again) takes that database out, unless a commit or a reopen has replaced
+    /// it meanwhile, and runs once more on the one opened again: the writer's failure is not
+    /// the read's, and the file on the disk is as sound as before it.
+    pub(super) fn on_sound_database<T>(
+        &self,
+        read: impl Fn(&Database) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let seen = self.snapshots.count();
+        {
+            // Held until the work is done, so that a reopen waits for this read to end.
+            let db = self.db_for_read();
+            // Between a failed write and the reopen; the face says `Closed` once the writer is.
+            let db = db.as_ref().ok_or(StoreError::Reopening)?;
+            match read(db) {
+                Err(e) if e.is_marked_failed() => {}
+                outcome => return outcome,
+            }
+        }
+        self.close_unless_replaced(seen);
+        let db = self.db_for_read();
+        read(db.as_ref().ok_or(StoreError::Reopening)?)
+    }
+
+    /// Takes out and closes the database, unless a commit or a reopen has come since the
+    /// snapshot count was `seen` (a commit proves it sound, a reopen replaced it).
+    fn close_unless_replaced(&self, seen: u64) {
+        let old = {
+            let mut db = self.db_mut();
+            if self.snapshots.count() != seen {
+                return;
+            }
+            self.snapshots.committed();
+            db.take()
+        };
+        if let Some(old) = old {
+            let _ = caught("the close of a failed database", || old.close());
+        }
     }
 }
 

@@ -150,13 +150,13 @@ impl RedbStore {
     /// far less often than pets, so their tables are not kept open in the shared snapshot.
     pub(super) fn read_txn<T>(
         &self,
-        work: impl FnOnce(&redb::ReadTransaction) -> Result<T, StoreError>,
+        work: impl Fn(&redb::ReadTransaction) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
-        let db = self.shared.db_for_read();
-        let db = db.as_ref().ok_or(StoreError::Reopening)?;
-        super::handle::contain("a read", || {
-            let txn = db.begin_read().map_err(StoreError::storage)?;
-            work(&txn)
+        self.shared.on_sound_database(|db| {
+            super::handle::contain("a read", || {
+                let txn = db.begin_read().map_err(StoreError::storage)?;
+                work(&txn)
+            })
         })
     }
 }

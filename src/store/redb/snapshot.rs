@@ -147,6 +147,11 @@ impl Snapshots {
         Ok(snapshot)
     }
 
+    /// Commits (and reopens) counted so far.
+    pub(super) fn count(&self) -> u64 {
+        self.commits.load(Ordering::Acquire)
+    }
+
     /// Counts a commit (or a reopen) and lets go of the old snapshot, whose pages redb may then
     /// reuse.
     pub(super) fn committed(&self) {

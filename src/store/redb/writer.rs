@@ -1,12 +1,11 @@
 //! The redb engine under the write front: the only code that writes the file. It runs a
 //! batch in one transaction, each write by its rule (`store/ops`, through `txn.rs`), and
-//! commits it with redb's own durability (two phases, quick-repair), then lets readers see it. After a write fails on I/O it reopens the
-//! file from what the disk holds, not from the page cache, and, for a commit that failed,
-//! reads there whether the batch is in the file. Invariants: a batch is answered with success
-//! only once a durable commit holding it has returned; readers never see a batch before that;
-//! ids only grow.
-
-use std::path::{Path, PathBuf};
+//! commits it with redb's own durability (two phases, quick-repair), then lets readers see
+//! it. After a write fails on I/O the file is reopened from what the disk holds, not from the
+//! page cache (`Shared::reopen`, paced, which a read may also make), and, for a commit that
+//! failed, the writer reads there whether the batch is in the file. Invariants: a batch is
+//! answered with success only once a durable commit holding it has returned; readers never see
+//! a batch before that, nor a database redb has marked failed; ids only grow.
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -32,7 +31,8 @@ use crate::store::write::{Engine, PURGE_BATCH};
 
 /// The longest wait between two reopens. A disk that stays full fails every batch, and each
 /// reopen repairs the file and starts its cache cold: between reopens, writes fail at once
-/// (redb still refuses them) and reads go on from the database as it was.
+/// with the file out, and reads wait for the next reopen (at most a second, `REOPEN_WAIT`)
+/// rather than meet the database redb marked failed, whose every uncached page read fails.
 pub(super) const REOPEN_INTERVAL: Duration = Duration::from_secs(1);
 
 /// The wait after a reopen that a commit then proved sound. It doubles with each reopen that no
@@ -44,25 +44,34 @@ pub(super) const REOPEN_INTERVAL: Duration = Duration::from_secs(1);
 /// (`outcome_unknown` for a failed sync) rather than learnt from the file again.
 const REOPEN_FIRST_WAIT: Duration = Duration::from_millis(100);
 
-/// What the writer keeps: it alone writes, and it alone takes the database out of `Shared`
-/// and puts one back.
+/// What the writer keeps: it alone writes.
 pub(in crate::store) struct Writer {
     shared: Arc<Shared>,
-    /// Where to open the file again after a write fails on I/O, with the same cache size.
-    path: PathBuf,
-    cache_bytes: usize,
-    /// Reopens that failed since the database was last open, so a lasting fault logs once.
-    failed_reopens: u64,
-    /// No reopen before this: see `REOPEN_INTERVAL`.
-    next_reopen: Instant,
-    /// How long after the next reopen the one after may come (`REOPEN_FIRST_WAIT`).
-    reopen_wait: Duration,
     /// What the batch being written changes in the idempotency index.
     changes: Changes,
-    /// The number of the last batch the file holds (`META_BATCH`).
-    batch: u64,
     /// The changes of the batch being written, in order: its events, then what it publishes.
     pushed: Vec<Change>,
+}
+
+/// The pace of reopens after failed writes, shared by the writer and the reads that open the
+/// file again themselves (`Shared::db_for_read`).
+pub(super) struct Pace {
+    /// No reopen before this: see `REOPEN_INTERVAL`.
+    pub(super) next: Instant,
+    /// How long after the next reopen the one after may come (`REOPEN_FIRST_WAIT`).
+    wait: Duration,
+    /// Reopens that failed since the database was last open, so a lasting fault logs once.
+    failed: u64,
+}
+
+impl Default for Pace {
+    fn default() -> Pace {
+        Pace {
+            next: Instant::now(),
+            wait: REOPEN_FIRST_WAIT,
+            failed: 0,
+        }
+    }
 }
 
 impl Engine for Writer {
@@ -74,6 +83,7 @@ impl Engine for Writer {
 
     async fn close(&mut self) {
         // A panic in the close is logged by `caught`.
+        self.shared.closed.store(true, Ordering::Release);
         if let Some(db) = self.shared.take_db()
             && let Ok(Err(e)) = caught("the close", || db.close())
         {
@@ -83,17 +93,11 @@ impl Engine for Writer {
 }
 
 impl Writer {
-    /// The writer of the file at `path`, open in `shared` at batch `batch`.
-    pub(super) fn new(shared: Arc<Shared>, path: &Path, cache_bytes: usize, batch: u64) -> Writer {
+    /// The writer of the file open in `shared`.
+    pub(super) fn new(shared: Arc<Shared>) -> Writer {
         Writer {
             shared,
-            path: path.to_owned(),
-            cache_bytes,
-            failed_reopens: 0,
-            next_reopen: Instant::now(),
-            reopen_wait: REOPEN_FIRST_WAIT,
             changes: Changes::default(),
-            batch,
             pushed: Vec::new(),
         }
     }
@@ -101,10 +105,10 @@ impl Writer {
     fn commit_batch(&mut self, batch: &mut [Write]) -> Result<bool, StoreError> {
         // A reopen that failed is retried here, at the next write, never in a loop of its own.
         if self.shared.db().is_none() {
-            if Instant::now() < self.next_reopen {
+            if Instant::now() < self.shared.pace().next {
                 return Err(StoreError::Reopening);
             }
-            self.reopen();
+            self.shared.reopen();
         }
         // Quick-repair: each commit also saves redb's allocator state, so a start after a
         // crash loads it instead of walking the whole file to rebuild it (705 ms at 1M pets
@@ -113,7 +117,7 @@ impl Writer {
         // and the saved allocator state with it (p99 4.7 times that without a snapshot, 1.2
         // without quick-repair: benches/load, `snapshot`). A crash then repairs the slow way.
         let quick_repair = self.shared.copying.load(Ordering::Relaxed) == 0;
-        let number = self.batch + 1;
+        let number = self.shared.batch.load(Ordering::Acquire) + 1;
         let result = match self.shared.db().as_ref() {
             // A panic may have come inside the commit, and may have left redb's state mid-change:
             // in doubt, so the file is opened again and says whether the batch is in it.
@@ -134,8 +138,8 @@ impl Writer {
         match result {
             Ok(committed) => {
                 if committed {
-                    self.batch = number;
-                    self.reopen_wait = REOPEN_FIRST_WAIT;
+                    self.shared.batch.store(number, Ordering::Release);
+                    self.shared.pace().wait = REOPEN_FIRST_WAIT;
                     // Before any answer: a client that got its 201 must find the pet, and a
                     // retry its record.
                     self.shared.index.apply(&mut self.changes);
@@ -160,10 +164,14 @@ impl Writer {
     /// in it: if it is, a durable commit on top makes it certain and the batch succeeds; if
     /// not, nothing of it was stored. Only when neither can be learnt does `InDoubt` stand.
     fn after_failure(&mut self, e: StoreError, number: u64) -> Result<bool, StoreError> {
-        if Instant::now() < self.next_reopen {
+        if Instant::now() < self.shared.pace().next {
+            // Not yet due: the file is closed now all the same, so that no read meets the
+            // database redb has marked failed; the first read or write once a reopen is due
+            // opens it again.
+            self.shared.close_db();
             return Err(e);
         }
-        self.reopen();
+        self.shared.reopen();
         if !matches!(e, StoreError::InDoubt(_)) {
             return Err(e);
         }
@@ -171,15 +179,15 @@ impl Writer {
         let Some(db) = db.as_ref() else {
             return Err(e);
         };
-        if self.batch != number {
+        if self.shared.batch.load(Ordering::Acquire) != number {
             return Err(StoreError::Io(format!("{e}; the batch is not in the file")));
         }
         let settled = caught("a commit after a reopen", || settle_durably(db, number + 1))
             .unwrap_or_else(|message| Err(StoreError::InDoubt(message)));
         match settled {
             Ok(()) => {
-                self.batch = number + 1;
-                self.reopen_wait = REOPEN_FIRST_WAIT;
+                self.shared.batch.store(number + 1, Ordering::Release);
+                self.shared.pace().wait = REOPEN_FIRST_WAIT;
                 tracing::info!(
                     batch = number,
                     "the batch whose commit failed is in the file, made durable since"
@@ -192,48 +200,58 @@ impl Writer {
             }
         }
     }
+}
 
+impl Shared {
     /// Closes the database and opens the file again from what the disk holds (`Opening::
     /// AfterFailure`); redb repairs what the failed commit left. The file decides which pets
-    /// and idempotency records exist, and which batch was its last.
-    pub(super) fn reopen(&mut self) {
-        self.next_reopen = Instant::now() + self.reopen_wait;
-        self.reopen_wait = (self.reopen_wait * 2).min(REOPEN_INTERVAL);
-        self.shared.set_reopening(true);
-        self.open_again();
-        self.shared.set_reopening(false);
-    }
-
-    fn open_again(&mut self) {
-        // One `Database` per file per process: the old one must be closed before the file is
-        // opened again. Its close fails with the I/O error it latched, already logged, and
-        // writes nothing then.
-        if let Some(old) = self.shared.take_db() {
-            let _ = caught("the close before a reopen", || old.close());
+    /// and idempotency records exist, and which batch was its last. The writer calls it after a
+    /// failed write, a read when the file is out and a reopen is due; one at a time, the
+    /// others waiting for it.
+    pub(super) fn reopen(&self) {
+        if !self.begin_reopen() {
+            return;
         }
+        {
+            let mut pace = self.pace();
+            pace.next = Instant::now() + pace.wait;
+            pace.wait = (pace.wait * 2).min(REOPEN_INTERVAL);
+        }
+        self.close_db();
         match open_database(
             &self.path,
             self.cache_bytes,
-            self.shared.shared_file,
+            self.shared_file,
             Opening::AfterFailure,
         ) {
             Ok(opened) => {
-                self.shared.index.replace(opened.index);
-                self.batch = opened.batch;
-                self.shared.put_db(opened.db);
+                self.index.replace(opened.index);
+                self.batch.store(opened.batch, Ordering::Release);
+                self.put_db(opened.db);
+                let failed_reopens = std::mem::take(&mut self.pace().failed);
                 tracing::info!(
                     pets = opened.pets,
-                    failed_reopens = self.failed_reopens,
+                    failed_reopens,
                     "database reopened after a write failure"
                 );
-                self.failed_reopens = 0;
             }
             Err(e) => {
-                if self.failed_reopens == 0 {
-                    tracing::error!(error = %e, "reopening the database failed; retrying at the next write");
+                let mut pace = self.pace();
+                if pace.failed == 0 {
+                    tracing::error!(error = %e, "reopening the database failed; retrying at the next read or write");
                 }
-                self.failed_reopens += 1;
+                pace.failed += 1;
             }
+        }
+        self.end_reopen();
+    }
+
+    /// Takes the database out and closes it. One `Database` per file per process: the old one
+    /// must be closed before the file is opened again. Its close fails with the I/O error it
+    /// latched, already logged, and writes nothing then.
+    pub(super) fn close_db(&self) {
+        if let Some(old) = self.take_db() {
+            let _ = caught("the close before a reopen", || old.close());
         }
     }
 }
