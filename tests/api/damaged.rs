@@ -75,10 +75,12 @@ impl Damage {
             let at = (file.len() * per_mille / 1000) / PAGE * PAGE;
             // "From the end": the last `pages` pages.
             let at = if per_mille == 1000 {
-                file.len() - pages * PAGE
+                file.len().saturating_sub(pages * PAGE)
             } else {
-                at.max(PAGE)
+                at
             };
+            // Never the header: a file whose first page is gone is no redb file at all.
+            let at = at.max(PAGE);
             at..(at + pages * PAGE).min(file.len())
         };
         match self {
