@@ -112,7 +112,7 @@ mod tests {
     }
 
     /// Reopens the file as the writer does after a failed write.
-    fn reopen(store: &Store, _path: &Path) {
+    fn reopen(store: &Store) {
         shared(store).reopen();
     }
 
@@ -353,12 +353,12 @@ mod tests {
 
     #[test]
     fn a_reopen_keeps_every_pet_serves_a_fresh_snapshot_and_ids_go_on() {
-        on_fresh_store(async |store, path| {
+        on_fresh_store(async |store, _path| {
             for name in ["a", "b"] {
                 add(store, new_pet(name, None)).await.expect("create");
             }
             let before = snapshot(store);
-            reopen(store, path);
+            reopen(store);
             assert!(
                 !Arc::ptr_eq(&before, &snapshot(store)),
                 "no snapshot of the old database"
@@ -535,7 +535,7 @@ mod tests {
                 br#"{"id":2,"name":"a","categoryId":1,"status":"sold"}"#
             );
             // The writer reloads the records from the file when it reopens it.
-            reopen(&store, path);
+            reopen(&store);
             let again = replay(&store).await.expect("replay after a reopen");
             assert!(again.replayed);
             assert_eq!(&again.pet.json[..], &first.pet.json[..]);

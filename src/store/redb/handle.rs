@@ -385,19 +385,23 @@ impl Shared {
                 outcome => return outcome,
             }
         }
-        self.close_unless_replaced(seen);
+        self.close_db(Some(seen));
         let db = self.db_for_read();
         read(db.as_ref().ok_or(StoreError::Reopening)?)
     }
 
-    /// Takes out and closes the database, unless a commit or a reopen has come since the
-    /// snapshot count was `seen` (a commit proves it sound, a reopen replaced it).
-    fn close_unless_replaced(&self, seen: u64) {
+    /// Takes the database out and closes it. One `Database` per file per process: the old one
+    /// must be closed before the file is opened again; its close fails with the I/O error it
+    /// latched, already logged, and writes nothing then. With `seen`, only if no commit or
+    /// reopen has come since the snapshot count was `seen` (a commit proves the database
+    /// sound, a reopen has replaced it).
+    pub(super) fn close_db(&self, seen: Option<u64>) {
         let old = {
             let mut db = self.db_mut();
-            if self.snapshots.count() != seen {
+            if seen.is_some_and(|seen| self.snapshots.count() != seen) {
                 return;
             }
+            // Counted like a commit, under the write lock, as in `take_db`.
             self.snapshots.committed();
             db.take()
         };

@@ -168,7 +168,7 @@ impl Writer {
             // Not yet due: the file is closed now all the same, so that no read meets the
             // database redb has marked failed; the first read or write once a reopen is due
             // opens it again.
-            self.shared.close_db();
+            self.shared.close_db(None);
             return Err(e);
         }
         self.shared.reopen();
@@ -217,7 +217,7 @@ impl Shared {
             pace.next = Instant::now() + pace.wait;
             pace.wait = (pace.wait * 2).min(REOPEN_INTERVAL);
         }
-        self.close_db();
+        self.close_db(None);
         match open_database(
             &self.path,
             self.cache_bytes,
@@ -244,15 +244,6 @@ impl Shared {
             }
         }
         self.end_reopen();
-    }
-
-    /// Takes the database out and closes it. One `Database` per file per process: the old one
-    /// must be closed before the file is opened again. Its close fails with the I/O error it
-    /// latched, already logged, and writes nothing then.
-    pub(super) fn close_db(&self) {
-        if let Some(old) = self.take_db() {
-            let _ = caught("the close before a reopen", || old.close());
-        }
     }
 }
 
