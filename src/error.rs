@@ -392,6 +392,8 @@ impl From<StoreError> for Error {
             // the store contained) is a fault of the medium, not of the request: 503 too, and
             // the cause is logged for the operator, never sent.
             StoreError::Io(_)
+            | StoreError::NoRoom(_)
+            | StoreError::LogLost(_)
             | StoreError::Corrupt(_)
             | StoreError::Contended(_)
             | StoreError::Refused(_)

@@ -221,6 +221,13 @@ pub enum StoreError {
     Reopening,
     /// Unavailable: the medium failed (a disk error, a lost connection); nothing was changed.
     Io(String),
+    /// Unavailable: the write-ahead log has no room for the batch (a full disk); nothing was
+    /// stored, and writes resume once room is made.
+    NoRoom(String),
+    /// At start, in a reopen and in `check`: the write-ahead log the redb file names is
+    /// missing, of another file, cut short or broken; the text says what was found and what to
+    /// do.
+    LogLost(String),
     /// Unavailable, outcome unknown: the commit itself failed (a sync the disk refused, a
     /// connection lost during COMMIT), so the write may or may not be stored, whole either way.
     /// A retry with the same Idempotency-Key finds out which.
@@ -307,7 +314,8 @@ impl fmt::Display for StoreError {
                 write!(f, "the commit failed and its outcome is unknown: {e}")
             }
             StoreError::Unsupported(what) => write!(f, "not supported by this store: {what}"),
-            StoreError::OlderFile(what) => f.write_str(what),
+            StoreError::OlderFile(what) | StoreError::LogLost(what) => f.write_str(what),
+            StoreError::NoRoom(what) => write!(f, "no room to store the write: {what}"),
             StoreError::Contended(e) => write!(f, "a concurrent transaction got in the way: {e}"),
             StoreError::Refused(e) => write!(
                 f,

@@ -13,12 +13,15 @@ mod file;
 pub(super) mod handle;
 mod idempotency;
 mod indexes;
+mod log;
+mod logged;
 mod open;
 mod sales;
 mod sessions;
 mod snapshot;
 mod tables;
 mod txn;
+mod wal;
 pub(super) mod webhooks;
 mod writer;
 
@@ -45,6 +48,7 @@ pub(super) fn open(
     tracing::debug!(records = opened.index.len(), "idempotency records loaded");
     let pets = opened.pets;
     let shared = Arc::new(Shared::new(opened, path, cache_bytes, shared));
+    shared.start_checkpoints()?;
     let writer = Writer::new(Arc::clone(&shared));
     Ok((RedbStore { shared }, writer, pets))
 }

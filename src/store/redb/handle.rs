@@ -66,6 +66,10 @@ pub(super) struct Shared {
     pub(super) pace: Mutex<Pace>,
     /// Set once the writer has closed the database for good: nothing opens it again.
     pub(super) closed: AtomicBool,
+    /// The write-ahead log of a file this process has alone (`None`: `shared_file`, whose
+    /// every batch is a durable commit of its own: redb refuses commits without a sync in its
+    /// multi-process mode, and another process would not see the log).
+    pub(super) wal: Option<super::wal::Wal>,
 }
 
 impl Shared {
@@ -76,7 +80,9 @@ impl Shared {
         cache_bytes: usize,
         shared_file: bool,
     ) -> Shared {
+        let wal = (!shared_file).then(|| super::wal::Wal::new(path, opened.wal));
         Shared {
+            wal,
             db: RwLock::new(Some(opened.db)),
             reopening: Mutex::new(false),
             reopened: Condvar::new(),

@@ -12,7 +12,9 @@
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
-use redb::{ReadableTable, Table, WriteTransaction};
+use redb::{ReadableTable, WriteTransaction};
+
+use super::logged::Logged;
 
 use super::tables::RECORDS;
 use crate::pet::PetId;
@@ -139,7 +141,7 @@ pub(super) fn joined(scope: &Scope, fingerprint: &[u8; SHORT]) -> [u8; 2 * SHORT
 /// Writes the record of a create that just stored the pet `id`. An expired record of the
 /// same scope stays until the purge reaches it.
 pub(super) fn insert(
-    records: &mut Table<(u64, i64), [u8; 2 * SHORT]>,
+    records: &mut Logged<(u64, i64), [u8; 2 * SHORT]>,
     changes: &mut Changes,
     keyed: &Keyed,
     id: PetId,
@@ -147,9 +149,7 @@ pub(super) fn insert(
     let scope = short(keyed.key.scope());
     let fingerprint = short(keyed.key.fingerprint());
     let value = joined(&scope, &fingerprint);
-    records
-        .insert((keyed.expires_at, id), value)
-        .map_err(StoreError::storage)?;
+    records.insert((keyed.expires_at, id), value)?;
     changes.added.insert(
         scope,
         Entry {
@@ -163,7 +163,7 @@ pub(super) fn insert(
 
 /// Removes up to `PURGE_BATCH` records that expired by `now`, oldest first; returns how many.
 pub(super) fn purge(
-    records: &mut Table<(u64, i64), [u8; 2 * SHORT]>,
+    records: &mut Logged<(u64, i64), [u8; 2 * SHORT]>,
     changes: &mut Changes,
     now: u64,
 ) -> Result<usize, StoreError> {
@@ -177,7 +177,7 @@ pub(super) fn purge(
         expired.push((key.value(), split(&value.value()).0));
     }
     for (key, scope) in &expired {
-        records.remove(*key).map_err(StoreError::storage)?;
+        records.remove(*key)?;
         changes.purged.push((*scope, key.1));
     }
     Ok(expired.len())

@@ -6,7 +6,9 @@
 //! the same declarations, so none of them spells an entry. Invariant: an index's table holds
 //! exactly the entries its records declare, with their values.
 
-use redb::{ReadTransaction, ReadableTable, ReadableTableMetadata, Table, TableDefinition};
+use redb::{ReadTransaction, ReadableTable, ReadableTableMetadata, TableDefinition};
+
+use super::logged::Logged;
 
 use crate::store::model::StoreError;
 use crate::store::ops::each_resource;
@@ -22,15 +24,17 @@ pub(super) fn records<R: Resource>() -> TableDefinition<'static, i64, &'static [
     TableDefinition::new(R::TABLE)
 }
 
-type IndexTable<'txn> = Table<'txn, &'static [u8], &'static [u8]>;
+type IndexTable<'txn> = Logged<'txn, &'static [u8], &'static [u8]>;
+type RecordTable<'txn> = Logged<'txn, i64, &'static [u8]>;
 type ReadIndex = redb::ReadOnlyTable<&'static [u8], &'static [u8]>;
 /// What `Read::each` calls with each entry (`None`: its bytes are none) and its key.
 type Visit<'v> = dyn FnMut(Option<&Entry>, &[u8]) -> Result<(), StoreError> + 'v;
 
-/// The declared tables a write transaction has opened, each at its first use.
+/// The declared tables a write transaction has opened, each at its first use, through the
+/// log's recording point (`logged.rs`).
 pub(super) struct Open<'txn> {
     txn: &'txn redb::WriteTransaction,
-    records: Vec<(&'static str, Table<'txn, i64, &'static [u8]>)>,
+    records: Vec<(&'static str, RecordTable<'txn>)>,
     indexes: Vec<(&'static str, IndexTable<'txn>)>,
 }
 
@@ -44,15 +48,12 @@ impl<'txn> Open<'txn> {
     }
 
     /// The table of `R`'s records.
-    pub(super) fn records<R: Resource>(
-        &mut self,
-    ) -> Result<&mut Table<'txn, i64, &'static [u8]>, StoreError> {
+    pub(super) fn records<R: Resource>(&mut self) -> Result<&mut RecordTable<'txn>, StoreError> {
         let at = match self.records.iter().position(|(name, _)| *name == R::TABLE) {
             Some(at) => at,
             None => {
-                let table = self.txn.open_table(records::<R>());
-                self.records
-                    .push((R::TABLE, table.map_err(StoreError::storage)?));
+                let table = Logged::open(self.txn, records::<R>())?;
+                self.records.push((R::TABLE, table));
                 self.records.len() - 1
             }
         };
@@ -68,9 +69,8 @@ impl<'txn> Open<'txn> {
         {
             Some(at) => at,
             None => {
-                let table = self.txn.open_table(table(index));
-                self.indexes
-                    .push((index.name, table.map_err(StoreError::storage)?));
+                let table = Logged::open(self.txn, table(index))?;
+                self.indexes.push((index.name, table));
                 self.indexes.len() - 1
             }
         };
@@ -94,9 +94,7 @@ impl<'txn> Open<'txn> {
         new: &R,
         stored: &[u8],
     ) -> Result<(), StoreError> {
-        self.records::<R>()?
-            .insert(new.id(), stored)
-            .map_err(StoreError::storage)?;
+        self.records::<R>()?.insert(new.id(), stored)?;
         // The old entries go in the same transaction as the new ones come: a filter never
         // sees the record twice, or as it was.
         let old = old.map_or_else(Vec::new, |old| old.entries(&[]));
@@ -105,9 +103,7 @@ impl<'txn> Open<'txn> {
 
     /// Removes `old` and its entries.
     pub(super) fn remove<R: Resource>(&mut self, old: &R) -> Result<(), StoreError> {
-        self.records::<R>()?
-            .remove(old.id())
-            .map_err(StoreError::storage)?;
+        self.records::<R>()?.remove(old.id())?;
         self.rewrite(&old.entries(&[]), &[])
     }
 
@@ -118,18 +114,14 @@ impl<'txn> Open<'txn> {
         for gone in old {
             if !new.iter().any(|kept| kept.same_key(gone)) {
                 let table = self.index(gone.index)?;
-                table
-                    .remove(gone.key.as_slice())
-                    .map_err(StoreError::storage)?;
+                table.remove(gone.key.as_slice())?;
             }
         }
         for came in new {
             if !old.contains(came) {
                 let value = came.value_bytes();
                 let table = self.index(came.index)?;
-                table
-                    .insert(came.key.as_slice(), value.as_ref())
-                    .map_err(StoreError::storage)?;
+                table.insert(came.key.as_slice(), value.as_ref())?;
             }
         }
         Ok(())
@@ -145,7 +137,7 @@ impl<'txn> Open<'txn> {
         limit: usize,
     ) -> Result<Vec<(i64, Vec<u8>)>, StoreError> {
         let table = self.index(index)?;
-        scan(table, &index.prefix(parts), after, limit)
+        scan(&**table, &index.prefix(parts), after, limit)
     }
 }
 

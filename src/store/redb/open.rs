@@ -44,6 +44,9 @@ pub(super) struct Opened {
     pub(super) index: Index,
     /// The number of the last batch it holds.
     pub(super) batch: u64,
+    /// The write-ahead log it names, replayed into it: the log's id and what was found
+    /// (`None`: it names none).
+    pub(super) wal: Option<(u64, super::log::Recovered)>,
 }
 
 /// Opens (or creates) the database file and prepares it. A file left mid-commit (a crash, a
@@ -99,6 +102,7 @@ fn open_checked(
     })?;
     prepare(&db, path)?;
     read_every_end(&db)?;
+    let wal = super::wal::replay_at_open(&db, path, !shared)?;
     let pets = count_pets(&db)?;
     let txn = db.begin_read().map_err(StoreError::storage)?;
     let records = txn.open_table(RECORDS).map_err(StoreError::storage)?;
@@ -111,6 +115,7 @@ fn open_checked(
         pets,
         index,
         batch,
+        wal,
     })
 }
 

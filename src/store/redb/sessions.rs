@@ -4,6 +4,7 @@
 use redb::ReadableTable;
 
 use super::handle::RedbStore;
+use super::logged::Logged;
 use super::tables::SESSIONS;
 use crate::store::model::StoreError;
 use crate::store::sessions::{SessionRecord, SessionsGone};
@@ -32,11 +33,9 @@ pub(super) fn remove(
     txn: &redb::WriteTransaction,
     gone: SessionsGone,
 ) -> Result<usize, StoreError> {
-    let mut table = txn.open_table(SESSIONS).map_err(StoreError::storage)?;
+    let mut table = Logged::open(txn, SESSIONS)?;
     match gone {
-        SessionsGone::One(token) => Ok(usize::from(
-            table.remove(token).map_err(StoreError::storage)?.is_some(),
-        )),
+        SessionsGone::One(token) => Ok(usize::from(table.remove(token)?)),
         SessionsGone::IdleSince(before_ms) => {
             let mut idle = Vec::new();
             for entry in table.iter().map_err(StoreError::storage)? {
@@ -48,7 +47,7 @@ pub(super) fn remove(
                 }
             }
             for token in &idle {
-                table.remove(token).map_err(StoreError::storage)?;
+                table.remove(token)?;
             }
             Ok(idle.len())
         }

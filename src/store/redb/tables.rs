@@ -3,11 +3,12 @@
 //! declared ones) and the layout version they make. `Tables` opens the ones every write
 //! transaction changes together.
 
-use redb::{Database, Table, TableDefinition, WriteTransaction};
+use redb::{Database, TableDefinition, WriteTransaction};
 
 use bytes::Bytes;
 
 use super::indexes::scan;
+use super::logged::Logged;
 use crate::event::EventType;
 use crate::pet::Pet;
 use crate::store::events::StoredEvent;
@@ -103,6 +104,11 @@ pub(super) const META_BATCH: &str = "batch";
 /// this build has no replay of that log.
 pub(super) const META_LOG_EPOCH: &str = "log_epoch";
 
+/// The write-ahead log the file's batches since its last durable checkpoint are in
+/// (`redb/wal.rs`): the id its segments carry; absent (0) after a clean stop, when the file
+/// holds every batch itself.
+pub(super) const META_WAL_ID: &str = "wal_id";
+
 /// The feed's identity (`store/events.rs`): random, made with the file, made anew in a backup.
 pub(super) const META_FEED: &str = "feed";
 /// The sequence number of the newest event.
@@ -142,19 +148,19 @@ pub(super) fn begin(db: &Database, quick_repair: bool) -> Result<WriteTransactio
 /// The tables a write transaction changes whatever it does, opened together; the declared ones
 /// (records and indexes) are opened as the batch first needs them (`indexes::Open`).
 pub(super) struct Tables<'txn> {
-    pub(super) revisions: Table<'txn, i64, u64>,
-    pub(super) records: Table<'txn, (u64, i64), [u8; 2 * SHORT_DIGEST]>,
-    pub(super) meta: Table<'txn, &'static str, u64>,
-    pub(super) events: Table<'txn, u64, &'static [u8]>,
+    pub(super) revisions: Logged<'txn, i64, u64>,
+    pub(super) records: Logged<'txn, (u64, i64), [u8; 2 * SHORT_DIGEST]>,
+    pub(super) meta: Logged<'txn, &'static str, u64>,
+    pub(super) events: Logged<'txn, u64, &'static [u8]>,
 }
 
 impl<'txn> Tables<'txn> {
     pub(super) fn open(txn: &'txn WriteTransaction) -> Result<Tables<'txn>, StoreError> {
         Ok(Tables {
-            revisions: txn.open_table(REVISIONS).map_err(StoreError::storage)?,
-            records: txn.open_table(RECORDS).map_err(StoreError::storage)?,
-            meta: txn.open_table(META).map_err(StoreError::storage)?,
-            events: txn.open_table(EVENTS).map_err(StoreError::storage)?,
+            revisions: Logged::open(txn, REVISIONS)?,
+            records: Logged::open(txn, RECORDS)?,
+            meta: Logged::open(txn, META)?,
+            events: Logged::open(txn, EVENTS)?,
         })
     }
 }

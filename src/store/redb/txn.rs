@@ -57,26 +57,20 @@ impl Txn for Run<'_> {
         self.inventory
             .moved(old.map(|old| old.status), Some(new.status));
         if old.is_some() {
-            self.tables
-                .revisions
-                .insert(id, revision)
-                .map_err(StoreError::storage)?;
+            self.tables.revisions.insert(id, revision)?;
         }
         Ok(StoredPet { id, revision, json })
     }
 
     async fn remove_pet(&mut self, old: &Pet) -> Result<(), StoreError> {
         self.open.remove(old)?;
-        self.tables
-            .revisions
-            .remove(old.id)
-            .map_err(StoreError::storage)?;
+        self.tables.revisions.remove(old.id)?;
         self.inventory.moved(Some(old.status), None);
         Ok(())
     }
 
     async fn holding_order(&mut self, pet: PetId) -> Result<Option<OrderId>, StoreError> {
-        holding_order(self.open.index(&ORDERS_BY_PET)?, pet)
+        holding_order(&**self.open.index(&ORDERS_BY_PET)?, pet)
     }
 
     async fn get<R: Resource + Send>(&mut self, id: i64) -> Result<Option<R>, StoreError> {

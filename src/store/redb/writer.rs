@@ -10,16 +10,19 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use redb::{Database, ReadableTable};
+use redb::{Database, Durability, ReadableTable};
 
 use super::handle::{Shared, caught};
 use super::idempotency::{self, Changes, Index};
 use super::indexes::Open;
+use super::log::{AppendError, Appender};
+use super::logged::Logged;
 use super::open::{Opening, open_database};
 use super::tables::{
     META, META_BATCH, META_EVENT_SEQ, META_EVENTS_TRIMMED, META_INVENTORY, META_NEXT_ID, SESSIONS,
     Tables, WEBHOOKS, begin, event_head, event_length, meta_value, write_event,
 };
+use super::wal::{Wal, set_up};
 use crate::clock::unix_now;
 use crate::store::events::{StoredEvent, now_ms};
 use crate::store::model::{Change, InventoryDelta, StoreError};
@@ -51,6 +54,9 @@ pub(in crate::store) struct Writer {
     changes: Changes,
     /// The changes of the batch being written, in order: its events, then what it publishes.
     pushed: Vec<Change>,
+    /// The batch whose log record is durable, and the record's length: after its commit into
+    /// the file fails, it is found again by the replay (`after_failure`).
+    logged: Option<(u64, usize)>,
 }
 
 /// The pace of reopens after failed writes, shared by the writer and the reads that open the
@@ -84,6 +90,7 @@ impl Engine for Writer {
     async fn close(&mut self) {
         // A panic in the close is logged by `caught`.
         self.shared.closed.store(true, Ordering::Release);
+        self.shared.final_checkpoint();
         if let Some(db) = self.shared.take_db()
             && let Ok(Err(e)) = caught("the close", || db.close())
         {
@@ -99,6 +106,7 @@ impl Writer {
             shared,
             changes: Changes::default(),
             pushed: Vec::new(),
+            logged: None,
         }
     }
 
@@ -118,17 +126,34 @@ impl Writer {
         // without quick-repair: benches/load, `snapshot`). A crash then repairs the slow way.
         let quick_repair = self.shared.copying.load(Ordering::Relaxed) == 0;
         let number = self.shared.batch.load(Ordering::Acquire) + 1;
+        self.logged = None;
         let result = match self.shared.db().as_ref() {
             // A panic may have come inside the commit, and may have left redb's state mid-change:
             // in doubt, so the file is opened again and says whether the batch is in it.
             Some(db) => caught("a batch", || {
+                let mut appender = self.shared.wal.as_ref().map(Wal::appender);
+                let commit = match appender.as_deref_mut() {
+                    Some(appender) => {
+                        if appender.is_none() {
+                            let wal = self.shared.wal.as_ref().map(|wal| &wal.dir);
+                            let dir = wal.ok_or(StoreError::Reopening)?;
+                            *appender = Some(set_up(db, dir, number - 1)?);
+                        }
+                        match appender.as_mut() {
+                            Some(appender) => Commit::Logged(appender),
+                            None => return Err(StoreError::Reopening),
+                        }
+                    }
+                    None => Commit::Durable { quick_repair },
+                };
                 write_batch(
                     db,
-                    quick_repair,
+                    commit,
                     number,
                     &self.shared.index,
                     &mut self.changes,
                     &mut self.pushed,
+                    &mut self.logged,
                     batch,
                 )
             })
@@ -139,6 +164,9 @@ impl Writer {
             Ok(committed) => {
                 if committed {
                     self.shared.batch.store(number, Ordering::Release);
+                    if let (Some(wal), Some((_, bytes))) = (&self.shared.wal, self.logged) {
+                        wal.count(bytes);
+                    }
                     self.shared.pace().wait = REOPEN_FIRST_WAIT;
                     // Before any answer: a client that got its 201 must find the pet, and a
                     // retry its record.
@@ -175,11 +203,27 @@ impl Writer {
         if !matches!(e, StoreError::InDoubt(_)) {
             return Err(e);
         }
+        let found = self.shared.batch.load(Ordering::Acquire) == number;
+        if self.shared.wal.is_some() {
+            // The log was read back from the disk. A batch whose record was synced is there
+            // and durable: it succeeds. One whose append failed may be there too (the write
+            // reached the disk, the sync said otherwise): in doubt, as its answer says.
+            return match (found, self.logged.is_some_and(|(n, _)| n == number)) {
+                (true, true) => {
+                    tracing::info!(
+                        batch = number,
+                        "the batch whose commit failed is in the log, replayed since"
+                    );
+                    Ok(true)
+                }
+                _ => Err(e),
+            };
+        }
         let db = self.shared.db();
         let Some(db) = db.as_ref() else {
             return Err(e);
         };
-        if self.shared.batch.load(Ordering::Acquire) != number {
+        if !found {
             return Err(StoreError::Io(format!("{e}; the batch is not in the file")));
         }
         let settled = caught("a commit after a reopen", || settle_durably(db, number + 1))
@@ -227,6 +271,11 @@ impl Shared {
             Ok(opened) => {
                 self.index.replace(opened.index);
                 self.batch.store(opened.batch, Ordering::Release);
+                // Before the database is back: no batch goes into the segment the failure
+                // left.
+                if let Some(wal) = &self.wal {
+                    wal.resume(opened.wal);
+                }
                 self.put_db(opened.db);
                 let failed_reopens = std::mem::take(&mut self.pace().failed);
                 tracing::info!(
@@ -261,16 +310,30 @@ fn settle_durably(db: &Database, number: u64) -> Result<(), StoreError> {
 /// all. Returns whether anything was committed: a batch that changed nothing is aborted,
 /// saving the syncs. A failure before the commit stored nothing (`Io`, `Corrupt`); a failure
 /// of the commit itself may have stored all of it (`InDoubt`).
+#[allow(clippy::too_many_arguments)]
 fn write_batch(
     db: &Database,
-    quick_repair: bool,
+    commit: Commit<'_>,
     number: u64,
     index: &Index,
     changes: &mut Changes,
     pushed: &mut Vec<Change>,
+    logged: &mut Option<(u64, usize)>,
     batch: &mut [Write],
 ) -> Result<bool, StoreError> {
-    let txn = begin(db, quick_repair)?;
+    let txn = match &commit {
+        Commit::Durable { quick_repair } => {
+            super::logged::stop();
+            begin(db, *quick_repair)?
+        }
+        Commit::Logged(_) => {
+            super::logged::start();
+            let mut txn = db.begin_write().map_err(StoreError::storage)?;
+            txn.set_durability(Durability::None)
+                .map_err(|e| StoreError::Corrupt(e.to_string()))?;
+            txn
+        }
+    };
     let changed = {
         let tables = Tables::open(&txn)?;
         let next_id = tables
@@ -301,10 +364,7 @@ fn write_batch(
         let changed = batch.iter().any(Write::changed);
         if changed {
             run.save_counters(next_id)?;
-            run.tables
-                .meta
-                .insert(META_BATCH, number)
-                .map_err(StoreError::storage)?;
+            run.tables.meta.insert(META_BATCH, number)?;
             append_events(&mut run.tables, &run.ledger.changes)?;
         }
         *pushed = std::mem::take(&mut run.ledger.changes);
@@ -314,11 +374,36 @@ fn write_batch(
         txn.abort().map_err(StoreError::storage)?;
         return Ok(false);
     }
+    if let Commit::Logged(appender) = commit {
+        let record = super::logged::take();
+        // The one sync of the batch. If it fails, the transaction is dropped uncommitted:
+        // nothing of the batch is in the file, whatever the log holds.
+        match appender.append(number, &record) {
+            Ok(()) => *logged = Some((number, record.len())),
+            Err(AppendError::NotWritten(e)) => {
+                return Err(StoreError::NoRoom(format!("the write-ahead log: {e}")));
+            }
+            Err(AppendError::InDoubt(e)) => {
+                return Err(StoreError::InDoubt(format!(
+                    "writing the write-ahead log: {e}"
+                )));
+            }
+        }
+    }
     txn.commit().map_err(|e| match StoreError::storage(e) {
         StoreError::Io(e) => StoreError::InDoubt(e),
         other => other,
     })?;
     Ok(true)
+}
+
+/// How a batch is made durable.
+enum Commit<'a> {
+    /// redb's own durable commit: the file shared with other processes.
+    Durable { quick_repair: bool },
+    /// The batch's record appended to the log and synced, then a commit into the file without
+    /// a sync (`redb/wal.rs` makes it durable in the file later).
+    Logged(&'a mut Appender),
 }
 
 /// The outcome of a rule run on this engine: every call of redb's `Txn` does its work at once
@@ -337,25 +422,23 @@ fn at_once<T>(rule: impl Future<Output = Result<T, StoreError>>) -> Result<T, St
 /// Appends the batch's events, in the order its writes ran, in its own transaction: a change
 /// and its event commit together or not at all.
 fn append_events(tables: &mut Tables<'_>, changes: &[Change]) -> Result<(), StoreError> {
-    let mut seq = meta_value(&tables.meta, META_EVENT_SEQ)?;
+    let mut seq = meta_value(&*tables.meta, META_EVENT_SEQ)?;
     let at_ms = now_ms();
     let mut appended = 0;
+    // One buffer for every event of the batch: the value goes into the log's record too, so
+    // it is not written in place in the leaf (`insert_reserve`).
+    let mut value = Vec::new();
     for change in changes {
         seq += 1;
         let event = StoredEvent::of(seq, change, at_ms);
-        // Written in place in the leaf: no buffer of its own for the value.
-        let mut value = tables
-            .events
-            .insert_reserve(seq, event_length(&event))
-            .map_err(StoreError::storage)?;
-        write_event(value.as_mut(), &event);
+        value.clear();
+        value.resize(event_length(&event), 0);
+        write_event(&mut value, &event);
+        tables.events.insert(seq, value.as_slice())?;
         appended += 1;
     }
     if appended > 0 {
-        tables
-            .meta
-            .insert(META_EVENT_SEQ, seq)
-            .map_err(StoreError::storage)?;
+        tables.meta.insert(META_EVENT_SEQ, seq)?;
     }
     Ok(())
 }
@@ -398,18 +481,14 @@ impl<'txn> Run<'txn> {
             }
             Write::SaveWebhook(save, pending) => {
                 let (id, state) = &**save;
-                let mut table = self.txn.open_table(WEBHOOKS).map_err(StoreError::storage)?;
-                table
-                    .insert(id.as_str(), state.encode().as_slice())
-                    .map_err(StoreError::storage)?;
+                let mut table = Logged::open(self.txn, WEBHOOKS)?;
+                table.insert(id.as_str(), state.encode().as_slice())?;
                 pending.outcome = Some(Ok(()));
             }
             Write::SaveSession(save, pending) => {
                 let (token, record) = &**save;
-                let mut table = self.txn.open_table(SESSIONS).map_err(StoreError::storage)?;
-                table
-                    .insert(token, record.encode().as_slice())
-                    .map_err(StoreError::storage)?;
+                let mut table = Logged::open(self.txn, SESSIONS)?;
+                table.insert(token, record.encode().as_slice())?;
                 pending.outcome = Some(Ok(()));
             }
             Write::RemoveSessions(gone, pending) => {
@@ -427,7 +506,7 @@ impl<'txn> Run<'txn> {
         let at = match self.counters.iter().position(|(c, _)| *c == counter) {
             Some(at) => at,
             None => {
-                let next = meta_value(&self.tables.meta, counter.key())?.max(1);
+                let next = meta_value(&*self.tables.meta, counter.key())?.max(1);
                 self.counters.push((counter, next));
                 self.counters.len() - 1
             }
@@ -440,18 +519,16 @@ impl<'txn> Run<'txn> {
     fn save_counters(&mut self, next_id: u64) -> Result<(), StoreError> {
         let meta = &mut self.tables.meta;
         if self.next_id != next_id {
-            meta.insert(META_NEXT_ID, self.next_id)
-                .map_err(StoreError::storage)?;
+            meta.insert(META_NEXT_ID, self.next_id)?;
         }
         for (counter, next) in &self.counters {
-            meta.insert(counter.key(), *next)
-                .map_err(StoreError::storage)?;
+            meta.insert(counter.key(), *next)?;
         }
         if !self.inventory.is_zero() {
             for ((_, delta), key) in self.inventory.each().into_iter().zip(META_INVENTORY) {
                 if delta != 0 {
-                    let count = meta_value(meta, key)?.saturating_add_signed(delta);
-                    meta.insert(key, count).map_err(StoreError::storage)?;
+                    let count = meta_value(&**meta, key)?.saturating_add_signed(delta);
+                    meta.insert(key, count)?;
                 }
             }
         }
@@ -472,18 +549,12 @@ impl<'txn> Run<'txn> {
             if at_ms >= before_ms {
                 break;
             }
-            self.tables
-                .events
-                .remove(seq)
-                .map_err(StoreError::storage)?;
+            self.tables.events.remove(seq)?;
             last = Some(seq);
             removed += 1;
         }
         if let Some(seq) = last {
-            self.tables
-                .meta
-                .insert(META_EVENTS_TRIMMED, seq)
-                .map_err(StoreError::storage)?;
+            self.tables.meta.insert(META_EVENTS_TRIMMED, seq)?;
         }
         Ok(removed)
     }
