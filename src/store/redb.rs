@@ -53,6 +53,51 @@ pub(super) fn open(
     Ok((RedbStore { shared }, writer, pets))
 }
 
+/// Asserts that the file of `store` (open alone, so with a log) as the disk holds it, with its
+/// write-ahead log replayed, has every table as the live store has it: that every write of
+/// every batch went through the log (`logged.rs`). The writer is held meanwhile, so that the
+/// copy and the live tables are of the same batch.
+#[cfg(test)]
+pub(super) async fn assert_log_replays(store: &super::Store) {
+    let super::Backend::Redb(redb) = &store.backend else {
+        return;
+    };
+    let shared = &redb.shared;
+    let Some(wal) = &shared.wal else { return };
+    // A case that damaged its file, or closed its store itself, has nothing to compare.
+    if handle::DAMAGED.replace(false) || shared.db().is_none() {
+        return;
+    }
+    // No checkpoint, cut or preparation meanwhile; the close stops it anyway.
+    wal.stop();
+    let copy = tempfile::tempdir().expect("temp dir");
+    let copied = copy.path().join("pets.redb");
+    let live = {
+        let _writer_held = wal.appender();
+        let db = shared.db();
+        let live = logged::dump(db.as_ref().expect("open"));
+        std::fs::copy(&shared.path, &copied).expect("copy the file");
+        let from = log::dir_of(&shared.path);
+        let to = log::dir_of(&copied);
+        std::fs::create_dir_all(&to).expect("log dir");
+        for entry in std::fs::read_dir(&from).expect("the log") {
+            let entry = entry.expect("an entry");
+            std::fs::copy(entry.path(), to.join(entry.file_name())).expect("copy a segment");
+        }
+        live
+    };
+    let (replayed, _, _) = open(&copied, 1 << 20, false).expect("the copy opens");
+    let db = replayed.shared.db();
+    let again = logged::dump(db.as_ref().expect("open"));
+    drop(db);
+    for ((name, live), (_, again)) in live.iter().zip(&again) {
+        assert!(live == again, "table {name}: {} rows live, {} replayed", live.len(), again.len());
+    }
+    if let Some(wal) = &replayed.shared.wal {
+        wal.stop();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::thread;

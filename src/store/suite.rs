@@ -1746,6 +1746,8 @@ where
             SHARED_FILE.set(shared.then(|| (redb_file(&dir), tuning)));
             case(store.clone()).await;
             SHARED_FILE.set(None);
+            // Alone, the file keeps a log: every write of the case must replay from it.
+            crate::store::redb::assert_log_replays(&store).await;
             store.close().await;
         });
     }

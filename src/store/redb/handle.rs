@@ -228,6 +228,8 @@ impl RedbStore {
         }
         txn.commit().expect("commit");
         self.shared.snapshots.committed();
+        // Past the log too: a replay of it cannot give this back (`assert_log_replays`).
+        DAMAGED.set(true);
     }
 
     /// The idempotency record of `scope`, if the committed file holds one.
@@ -451,6 +453,12 @@ pub(super) fn caught<T>(during: &'static str, work: impl FnOnce() -> T) -> Resul
         );
         format!("redb failed during {during} ({message})")
     })
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Whether this thread's test damaged its store past the log (`damage_order`).
+    pub(super) static DAMAGED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
 thread_local! {

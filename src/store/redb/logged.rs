@@ -275,3 +275,47 @@ fn set<K: Key + 'static, V: Value + 'static>(
         None => table.remove(key).map(drop).map_err(StoreError::storage),
     }
 }
+
+/// Every table of `db` as its bytes, by name (a table not made yet as an empty one): what a
+/// test compares between a file and its copy with the log replayed.
+#[cfg(test)]
+pub(super) fn dump(db: &redb::Database) -> Vec<(String, Vec<(Vec<u8>, Vec<u8>)>)> {
+    use redb::{ReadableDatabase, ReadableTable};
+    fn table<K: Key + 'static, V: Value + 'static>(
+        txn: &redb::ReadTransaction,
+        definition: TableDefinition<'_, K, V>,
+    ) -> Vec<(Vec<u8>, Vec<u8>)> {
+        let table = match txn.open_table(definition) {
+            Ok(table) => table,
+            Err(redb::TableError::TableDoesNotExist(_)) => return Vec::new(),
+            Err(e) => panic!("opening a table: {e}"),
+        };
+        let rows = table.iter().expect("iterates");
+        rows.map(|row| {
+            let (key, value) = row.expect("a row");
+            (
+                K::as_bytes(&key.value()).as_ref().to_vec(),
+                V::as_bytes(&value.value()).as_ref().to_vec(),
+            )
+        })
+        .collect()
+    }
+    let txn = db.begin_read().expect("a read transaction");
+    let mut tables = vec![
+        (REVISIONS.name().to_owned(), table(&txn, REVISIONS)),
+        (RECORDS.name().to_owned(), table(&txn, RECORDS)),
+        (META.name().to_owned(), table(&txn, META)),
+        (EVENTS.name().to_owned(), table(&txn, EVENTS)),
+        (WEBHOOKS.name().to_owned(), table(&txn, WEBHOOKS)),
+        (SESSIONS.name().to_owned(), table(&txn, SESSIONS)),
+    ];
+    for (name, records) in declared() {
+        let rows = if *records {
+            table(&txn, TableDefinition::<i64, &[u8]>::new(name))
+        } else {
+            table(&txn, TableDefinition::<&[u8], &[u8]>::new(name))
+        };
+        tables.push(((*name).to_owned(), rows));
+    }
+    tables
+}
