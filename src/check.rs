@@ -68,6 +68,12 @@ pub fn run(path: &Path) -> anyhow::Result<()> {
         report.placed_orders,
         report.count_of(Kind::Category)
     );
+    if let Some(batches) = report.logged {
+        // Counted above only as far as the file's last checkpoint; a start replays the rest.
+        println!(
+            "write-ahead log: {batches} batch(es) after the file's last checkpoint, which the next start replays"
+        );
+    }
     for problem in &report.problems {
         println!("problem: {problem}");
     }

@@ -91,7 +91,12 @@ pub(super) async fn assert_log_replays(store: &super::Store) {
     let again = logged::dump(db.as_ref().expect("open"));
     drop(db);
     for ((name, live), (_, again)) in live.iter().zip(&again) {
-        assert!(live == again, "table {name}: {} rows live, {} replayed", live.len(), again.len());
+        assert!(
+            live == again,
+            "table {name}: {} rows live, {} replayed",
+            live.len(),
+            again.len()
+        );
     }
     if let Some(wal) = &replayed.shared.wal {
         wal.stop();

@@ -157,7 +157,7 @@ async fn patches_and_deletes_acknowledged_before_a_sigkill_survive_with_their_re
 #[tokio::test(flavor = "multi_thread")]
 async fn a_write_the_disk_refuses_gets_503_leaves_the_database_as_it_was_and_reads_go_on() {
     // The file may not grow past its first size plus a little: a full disk, for this process.
-    let server = under_file_limit("--fsize=1200000");
+    let server = under_file_limit("--fsize=12000000");
     let mut client = server.h1().await;
     let acknowledged = create_until_refused(&mut client).await;
     let last = acknowledged.last().expect("a pet");
@@ -194,7 +194,7 @@ async fn a_write_the_disk_refuses_gets_503_leaves_the_database_as_it_was_and_rea
 #[tokio::test(flavor = "multi_thread")]
 async fn writes_resume_without_a_restart_once_the_disk_takes_them_again() {
     // Only the soft limit: raising a hard limit needs a privilege the operator has, not a test.
-    let server = under_file_limit("--fsize=1200000:unlimited");
+    let server = under_file_limit("--fsize=12000000:unlimited");
     let mut client = server.h1().await;
     let body = big_pet();
     let mut acknowledged = create_until_refused(&mut client).await;
@@ -250,6 +250,8 @@ async fn writes_resume_without_a_restart_once_the_disk_takes_them_again() {
 }
 
 /// A server whose file may not grow past `limit` (a `prlimit` option): a full disk for it.
+/// Above the write-ahead log's segments (8 MiB each, made whole before their first use), so
+/// that the limit bites the database file as it grows.
 fn under_file_limit(limit: &str) -> Server {
     Server::start_with(Options {
         wrapper: ["prlimit", limit, "--"].map(String::from).to_vec(),
@@ -257,7 +259,7 @@ fn under_file_limit(limit: &str) -> Server {
     })
 }
 
-/// A pet large enough that a few hundred of them reach the file limit.
+/// A pet large enough that a few thousand of them reach the file limit.
 fn big_pet() -> String {
     format!(r#"{{"name":"{}","categoryId":1}}"#, "x".repeat(2000))
 }

@@ -106,14 +106,14 @@ impl Damage {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_damaged_file_is_refused_in_one_line_or_served_without_a_fault_and_check_finds_it() {
     let (clean, clean_pets) = stopped_store().await;
-    let (killed, killed_pets) = killed_store().await;
+    let (killed, killed_log, killed_pets) = killed_store().await;
     let mut outcomes = Vec::new();
-    for (base, file, pets) in [
-        ("stopped", &clean, clean_pets),
-        ("killed", &killed, killed_pets),
+    for (base, file, log, pets) in [
+        ("stopped", &clean, &Vec::new(), clean_pets),
+        ("killed", &killed, &killed_log, killed_pets),
     ] {
         for damage in DAMAGES {
-            let outcome = try_damaged(&damage.apply(file), pets).await;
+            let outcome = try_damaged(&damage.apply(file), log, pets).await;
             outcomes.push(format!("{base} {damage:?}: {outcome}"));
         }
     }
@@ -122,7 +122,7 @@ async fn a_damaged_file_is_refused_in_one_line_or_served_without_a_fault_and_che
     for page in 1..clean.len() / PAGE {
         let mut bytes = clean.clone();
         bytes[page * PAGE..(page + 1) * PAGE].fill(0);
-        let outcome = try_damaged(&bytes, clean_pets).await;
+        let outcome = try_damaged(&bytes, &Vec::new(), clean_pets).await;
         outcomes.push(format!("stopped, page {page} zeroed: {outcome}"));
     }
     // What happened to each copy, for the log: which were refused, which served.
@@ -148,8 +148,10 @@ async fn stopped_store() -> (Vec<u8>, usize) {
     (file, ids.len())
 }
 
-/// A store SIGKILLed under creates from four clients: its file and how many pets it holds.
-async fn killed_store() -> (Vec<u8>, usize) {
+/// A store SIGKILLed under creates from four clients: its file, the segments of the
+/// write-ahead log beside it (name and bytes: the file's batches since its last checkpoint,
+/// which the damage leaves alone), and how many pets it holds.
+async fn killed_store() -> (Vec<u8>, Log, usize) {
     let server = Server::start();
     let acknowledged = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
     let writers = create_until_broken(&server, "killed", &acknowledged).await;
@@ -158,23 +160,49 @@ async fn killed_store() -> (Vec<u8>, usize) {
     writers.join_all().await;
     let path = dir.path().join("pets.redb");
     let file = std::fs::read(&path).expect("the file");
+    let log = std::fs::read_dir(dir.path().join("pets.redb-log"))
+        .expect("the log beside a killed store")
+        .map(|entry| {
+            let entry = entry.expect("a segment");
+            let bytes = std::fs::read(entry.path()).expect("a segment's bytes");
+            (entry.file_name().to_string_lossy().into_owned(), bytes)
+        })
+        .collect();
     // The SIGKILL may have come after a commit and before its answer: count what the file
     // holds, served by a server on an undamaged copy.
     let server = Server::start_after_crash(dir);
     let pets = server.h2().await.list_all("/v1/pets?limit=100").await.len();
     assert!(pets >= acknowledged.lock().expect("lock").len());
     server.stop();
-    (file, pets)
+    (file, log, pets)
+}
+
+/// The segments of a write-ahead log: name and bytes.
+type Log = Vec<(String, Vec<u8>)>;
+
+/// Writes `log` beside the database file `db`, as the server keeps it.
+fn put_log(db: &std::path::Path, log: &Log) {
+    if log.is_empty() {
+        return;
+    }
+    let mut dir = db.as_os_str().to_owned();
+    dir.push("-log");
+    std::fs::create_dir_all(&dir).expect("the log's directory");
+    for (name, bytes) in log {
+        std::fs::write(std::path::Path::new(&dir).join(name), bytes).expect("a segment");
+    }
 }
 
 /// Starts a server on `bytes`, asks it everything, and checks its answers against what
 /// `petstore check` says of the same bytes. Returns what happened, in a few words.
-async fn try_damaged(bytes: &[u8], pets: usize) -> String {
+async fn try_damaged(bytes: &[u8], log: &Log, pets: usize) -> String {
     let dir = tempfile::tempdir().expect("temp dir");
     let db = dir.path().join("pets.redb");
     std::fs::write(&db, bytes).expect("the damaged copy");
+    put_log(&db, log);
     let checked = dir.path().join("checked.redb");
     std::fs::write(&checked, bytes).expect("the copy to check");
+    put_log(&checked, log);
     let (code, stdout, stderr) =
         crate::support::run(&["check".as_ref(), "--db".as_ref(), checked.as_os_str()]);
     let check_found_damage = code != Some(0);

@@ -1,5 +1,6 @@
 //! Disk faults, caused for real against the real binary: one `pwrite64` or `fdatasync` on
-//! `pets.redb` that fails (strace's fault injection, limited to that file), a failure on every
+//! the store's files (`pets.redb` and its write-ahead log) that fails (strace's fault
+//! injection, limited to those files), a failure on every
 //! 40th write under 16 writers, a full ext4 file system on a loop device, a start on a full
 //! disk, and a write-back failure the page cache hides, followed by a power cut. Each asserts
 //! the store's promise (`Ledger`, `assert_served`): no acknowledged write is lost, live or after
@@ -1306,7 +1307,17 @@ fn plain(db: &Path) -> Options {
     }
 }
 
-/// A server run under strace, which fails the calls `inject` names on the database file alone
+/// The files a store on `db` writes: the database and the segments of its write-ahead log, as
+/// far as a test goes (each life of the file begins a new segment).
+fn store_files(db: &Path) -> Vec<String> {
+    let mut files = vec![path_str(db).to_owned()];
+    for segment in 1..=16 {
+        files.push(format!("{}-log/{segment:016}.log", path_str(db)));
+    }
+    files
+}
+
+/// A server run under strace, which fails the calls `inject` names on the store's files alone
 /// (strace counts them for each thread: `when=N` is the writer thread's Nth) and writes every
 /// call on it to `trace`, beside the file. The server is strace's child: signals go to it, and
 /// it is killed on drop, since a strace that is killed leaves its tracee running.
@@ -1321,22 +1332,18 @@ impl Traced {
         need("strace", "strace");
         let inject = format!("inject={inject}");
         let trace = db.with_extension("strace");
-        let wrapper = [
-            "strace",
-            "-f",
-            "-qq",
-            "--seccomp-bpf",
-            "-o",
-            path_str(&trace),
-            "-P",
-            path_str(db),
-            "-e",
-            "trace=pwrite64,fdatasync",
-            "-e",
-            &inject,
-        ];
+        let mut wrapper: Vec<String> = ["strace", "-f", "-qq", "--seccomp-bpf", "-o"]
+            .map(String::from)
+            .to_vec();
+        wrapper.push(path_str(&trace).to_owned());
+        // The store's files: the database and the first segments of its write-ahead log
+        // (`FILE-log/N.log`), whose appends are the writer's one sync a batch.
+        for path in store_files(db) {
+            wrapper.extend(["-P".to_owned(), path]);
+        }
+        wrapper.extend(["-e", "trace=pwrite64,fdatasync", "-e", &inject].map(String::from));
         let server = Server::start_with(Options {
-            wrapper: wrapper.map(String::from).to_vec(),
+            wrapper,
             ..plain(db)
         });
         let strace = server.pid();

@@ -16,7 +16,9 @@ use redb::{
 
 use super::handle::RedbStore;
 use super::indexes;
-use super::tables::{EVENTS, META, META_FEED, PETS, RECORDS, REVISIONS, SESSIONS, WEBHOOKS, names};
+use super::tables::{
+    EVENTS, META, META_FEED, META_WAL_ID, PETS, RECORDS, REVISIONS, SESSIONS, WEBHOOKS, names,
+};
 use crate::store::events::new_feed_id;
 use crate::store::model::StoreError;
 use crate::store::ops::each_resource;
@@ -159,6 +161,8 @@ fn write_copy(txn: &ReadTransaction, to: &Path, cancel: &AtomicBool) -> Result<u
         // 410 there, never a replay of other events under the same numbers.
         meta.insert(META_FEED, new_feed_id())
             .map_err(StoreError::storage)?;
+        // The copy holds every batch its read transaction saw, in itself: it has no log.
+        meta.remove(META_WAL_ID).map_err(StoreError::storage)?;
     }
     // The commit writes and syncs the whole copy: not begun for a stop that is waiting.
     if cancel.load(Ordering::Relaxed) {

@@ -21,8 +21,9 @@ use super::handle::caught;
 use super::indexes;
 use super::open::require_openable;
 use super::tables::{
-    EVENTS, META, META_EVENT_SEQ, META_EVENTS_TRIMMED, META_FEED, META_INVENTORY, META_NEXT_ID,
-    PETS, RECORDS, REVISIONS, SCHEMA_VERSION, holding_order, meta_value, read_event,
+    EVENTS, META, META_BATCH, META_EVENT_SEQ, META_EVENTS_TRIMMED, META_FEED, META_INVENTORY,
+    META_NEXT_ID, META_WAL_ID, PETS, RECORDS, REVISIONS, SCHEMA_VERSION, holding_order, meta_value,
+    read_event,
 };
 use crate::clock::unix_now;
 use crate::order::{Order, OrderStatus};
@@ -75,6 +76,10 @@ pub struct CheckReport {
     /// A server had the file open: checked from one read transaction beside it, without
     /// redb's integrity check of every page.
     pub live: bool,
+    /// The file names a write-ahead log (a server stopped without its last checkpoint): the
+    /// batches the log holds after the file's checkpoint, which the counts above leave out and
+    /// the next start replays. A log that does not hold them all is a problem.
+    pub logged: Option<u64>,
 }
 
 /// The statuses in code order, for `CheckReport::by_status`.
@@ -278,6 +283,15 @@ fn check_tables(
             report.schema_version
         ));
         return Ok(());
+    }
+    let wal_id = read(META_WAL_ID)?.unwrap_or(0);
+    if wal_id != 0 {
+        let checkpoint = read(META_BATCH)?.unwrap_or(0);
+        let dir = super::log::dir_of(path);
+        match super::log::recover(&dir, wal_id, checkpoint, |_, _| Ok(())) {
+            Ok(found) => report.logged = Some(found.applied),
+            Err(e) => report.problem(format!("write-ahead log: {e}")),
+        }
     }
     let Some(next_id) = read(META_NEXT_ID)? else {
         report.problem("the id counter (meta next_id) is missing".into());

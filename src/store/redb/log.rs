@@ -48,6 +48,12 @@ pub(super) fn dir_of(db: &Path) -> PathBuf {
     PathBuf::from(name)
 }
 
+/// The database file whose log `dir` is.
+fn db_of(dir: &Path) -> PathBuf {
+    let name = dir.as_os_str().to_string_lossy();
+    PathBuf::from(name.strip_suffix("-log").unwrap_or(&name))
+}
+
 fn segment_path(dir: &Path, number: u64) -> PathBuf {
     dir.join(format!("{number:016}.log"))
 }
@@ -360,9 +366,11 @@ pub(super) fn recover(
     let lost = |what: String| {
         StoreError::LogLost(format!(
             "{what}; the file's batches after {checkpoint} are in its write-ahead log \
-             {}, which must be beside it as the server left it: put it back, or restore the \
-             newest snapshot (docs/operations.md, Backups and restore)",
-            dir.display()
+             {}, which must be beside it as the server left it: put it back, or run \
+             `petstore check --db {}` and restore the newest snapshot (docs/operations.md, \
+             Backups and restore)",
+            dir.display(),
+            db_of(dir).display()
         ))
     };
     let names = match std::fs::read_dir(dir) {
@@ -377,18 +385,15 @@ pub(super) fn recover(
         let name = name.map_err(|e| StoreError::Io(format!("{}: {e}", dir.display())))?;
         let name = name.file_name();
         let name = name.to_string_lossy();
+        // Anything else (a `.tmp` a crash left mid-preparation, never used) is no segment.
         if let Some(number) = name
             .strip_suffix(".log")
             .and_then(|n| n.parse::<u64>().ok())
         {
             numbers.push(number);
-        } else if name.ends_with(".tmp") {
-            // A preparation a crash cut short: never used.
-            let _ = std::fs::remove_file(dir.join(&*name));
         }
     }
     numbers.sort_unstable();
-    let next_number = numbers.last().map_or(1, |last| last + 1);
     let mut headers = Vec::new();
     for &number in &numbers {
         let path = segment_path(dir, number);
@@ -421,6 +426,9 @@ pub(super) fn recover(
         )));
     };
     let chain = &activated[start..];
+    // The next segment goes after the last one begun; a spare prepared there, never begun, is
+    // the one it takes.
+    let next_number = activated.last().map_or(1, |(number, _)| number + 1);
     for pair in chain.windows(2) {
         if pair[1].0 != pair[0].0 + 1 {
             return Err(lost(format!(
