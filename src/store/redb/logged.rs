@@ -276,15 +276,19 @@ fn set<K: Key + 'static, V: Value + 'static>(
     }
 }
 
+/// A table's rows as their bytes: key, value.
+#[cfg(test)]
+pub(super) type Rows = Vec<(Vec<u8>, Vec<u8>)>;
+
 /// Every table of `db` as its bytes, by name (a table not made yet as an empty one): what a
 /// test compares between a file and its copy with the log replayed.
 #[cfg(test)]
-pub(super) fn dump(db: &redb::Database) -> Vec<(String, Vec<(Vec<u8>, Vec<u8>)>)> {
+pub(super) fn dump(db: &redb::Database) -> Vec<(String, Rows)> {
     use redb::{ReadableDatabase, ReadableTable};
     fn table<K: Key + 'static, V: Value + 'static>(
         txn: &redb::ReadTransaction,
         definition: TableDefinition<'_, K, V>,
-    ) -> Vec<(Vec<u8>, Vec<u8>)> {
+    ) -> Rows {
         let table = match txn.open_table(definition) {
             Ok(table) => table,
             Err(redb::TableError::TableDoesNotExist(_)) => return Vec::new(),
