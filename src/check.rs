@@ -69,9 +69,9 @@ pub fn run(path: &Path) -> anyhow::Result<()> {
         report.count_of(Kind::Category)
     );
     if let Some(batches) = report.logged {
-        // Counted above only as far as the file's last checkpoint; a start replays the rest.
+        // The counts above are of the file with them, as the next start serves it.
         println!(
-            "write-ahead log: {batches} batch(es) after the file's last checkpoint, which the next start replays"
+            "write-ahead log: {batches} batch(es) after the file's last checkpoint, replayed into the checked copy (the next start replays them into the file)"
         );
     }
     for problem in &report.problems {

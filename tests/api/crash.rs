@@ -108,14 +108,15 @@ async fn patches_and_deletes_acknowledged_before_a_sigkill_survive_with_their_re
     assert_eq!(given_status.status, 200, "{:?}", given_status.body);
     assert_eq!(client.delete(&path(&b)).await.status, 204);
 
-    // Every acknowledged write is in the file itself: a check of it as the crash left it
-    // finds the store's rules kept.
+    // Every acknowledged write is in the file or in its write-ahead log: a check of them as
+    // the crash left them (the log replayed into the check's copy) finds the store's rules
+    // kept, and the two pets.
     let dir = server.kill();
     let crashed = dir.path().join("pets.redb");
     let (code, stdout, stderr) =
         crate::support::run(&["check".as_ref(), "--db".as_ref(), crashed.as_os_str()]);
     assert_eq!(code, Some(0), "stdout:\n{stdout}\nstderr:\n{stderr}");
-    assert!(!stdout.contains("log:"), "{stdout}");
+    assert!(stdout.contains("pets: 2 "), "{stdout}");
     let server = Server::start_after_crash(dir);
     let mut client = server.h2().await;
     let a_now = client.get(&path(&a)).await;
@@ -151,7 +152,7 @@ async fn patches_and_deletes_acknowledged_before_a_sigkill_survive_with_their_re
     let (code, stdout, stderr) =
         crate::support::run(&["check".as_ref(), "--db".as_ref(), db.as_os_str()]);
     assert_eq!(code, Some(0), "stdout:\n{stdout}\nstderr:\n{stderr}");
-    assert!(!stdout.contains("log:"), "{stdout}");
+    assert!(stdout.contains("pets: 2 "), "{stdout}");
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -284,4 +285,98 @@ async fn create_until_refused(client: &mut Client) -> Vec<serde_json::Value> {
     );
     assert!(!acknowledged.is_empty(), "the limit bit before any create");
     acknowledged
+}
+
+/// A file a server was killed over names its write-ahead log, which holds the batches since
+/// the file's last checkpoint: a start without the log, with another file's log, or with a
+/// segment cut short is refused in one line that names the log and what to do, and `petstore
+/// check` reports the same and exits 1; with its own log back, every acknowledged pet is
+/// served.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_start_without_its_log_with_a_foreign_one_or_a_short_one_is_refused_in_one_line() {
+    let server = Server::start();
+    let ids = crate::support::create_many(&server, 300, |_| None).await;
+    let killed = server.kill();
+    let other = Server::start();
+    crate::support::create_many(&other, 10, |_| None).await;
+    let foreign = other.kill();
+
+    let log_of = |dir: &std::path::Path| dir.join("pets.redb-log");
+    assert!(
+        log_of(killed.path()).exists(),
+        "the killed store has its log"
+    );
+    for (case, says) in [
+        ("missing", "is missing"),
+        ("foreign", "belongs to another file's log"),
+        ("short", "cut short"),
+    ] {
+        // Each case on a copy: the file, and the log as the case leaves it.
+        let copy = tempfile::tempdir().expect("temp dir");
+        std::fs::copy(
+            killed.path().join("pets.redb"),
+            copy.path().join("pets.redb"),
+        )
+        .expect("copy the file");
+        let log = log_of(copy.path());
+        match case {
+            "missing" => {}
+            "foreign" => copy_dir(&log_of(foreign.path()), &log),
+            _ => {
+                copy_dir(&log_of(killed.path()), &log);
+                let segment = std::fs::OpenOptions::new()
+                    .write(true)
+                    .open(log.join(format!("{:016}.log", 1)))
+                    .expect("the first segment");
+                segment.set_len(4096 * 3).expect("cut the segment short");
+            }
+        }
+        let db = copy.path().join("pets.redb");
+        let (code, stdout, _) =
+            crate::support::run(&["check".as_ref(), "--db".as_ref(), db.as_os_str()]);
+        assert_eq!(code, Some(1), "{case}: check exits 1:\n{stdout}");
+        assert!(
+            stdout.contains("problem: write-ahead log:") && stdout.contains(says),
+            "{case}: check names the log:\n{stdout}"
+        );
+        let refused = match Server::try_start_in(copy, Options::default()) {
+            Ok(server) => panic!("{case}: started on {:?}", server.db_path()),
+            Err(logs) => logs,
+        };
+        let error: Vec<&str> = refused
+            .lines()
+            .filter(|l| l.starts_with("error:"))
+            .collect();
+        assert_eq!(error.len(), 1, "{case}: one line:\n{refused}");
+        assert!(
+            error[0].contains(says)
+                && error[0].contains("pets.redb-log")
+                && error[0].contains("petstore check")
+                && error[0].contains("snapshot"),
+            "{case}: the line says what was found and what to do: {}",
+            error[0]
+        );
+    }
+    // The file with its own log: every pet it acknowledged.
+    let server = Server::start_after_crash(killed);
+    let mut client = server.h2().await;
+    let served = client.list_all("/v1/pets?limit=100").await;
+    let served: Vec<i64> = served.iter().filter_map(|p| p["id"].as_i64()).collect();
+    for id in &ids {
+        assert!(served.contains(id), "pet {id} is served after the restart");
+    }
+    let stopped = server.stop();
+    assert!(
+        !log_of(stopped.dir.path()).exists(),
+        "a clean stop leaves the file whole, with no log"
+    );
+}
+
+/// Copies the directory `from` (a log's segments) to `to`.
+fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::create_dir_all(to).expect("the directory");
+    for entry in std::fs::read_dir(from).expect("the directory to copy") {
+        let entry = entry.expect("an entry");
+        std::fs::copy(entry.path(), to.join(entry.file_name())).expect("copy a file");
+    }
 }

@@ -191,6 +191,12 @@ pub fn check_file(path: &Path) -> Result<CheckReport, StoreError> {
             "file integrity: the last commit does not verify (redb would roll it back)".into(),
         );
     }
+    // What a start would serve: the file with the batches its log holds since its checkpoint.
+    match caught("replaying the write-ahead log", || replay_log(&db, path)) {
+        Ok(Ok(logged)) => report.logged = logged,
+        Ok(Err(e)) => report.problem(format!("write-ahead log: {e}")),
+        Err(panic) => report.problem(format!("write-ahead log: {panic}")),
+    }
     let txn = db.begin_read().map_err(StoreError::storage)?;
     match caught("checking the file", || {
         check_tables(&txn, path, &mut report)
@@ -203,6 +209,37 @@ pub fn check_file(path: &Path) -> Result<CheckReport, StoreError> {
         tracing::warn!(error = %e, "closing the checked copy failed");
     }
     Ok(report)
+}
+
+/// Replays into the checked copy `db` the write-ahead log beside the file at `path`, if the
+/// file names one (a server stopped without its last checkpoint): the batches it applied, or
+/// why the log cannot be trusted (`log::recover`). The copy is the check's own, so the file
+/// and its log are left as they are.
+fn replay_log(db: &Database, path: &Path) -> Result<Option<u64>, StoreError> {
+    let (id, checkpoint) = {
+        let txn = db.begin_read().map_err(StoreError::storage)?;
+        let meta = match txn.open_table(META) {
+            Ok(meta) => meta,
+            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(None),
+            Err(e) => return Err(StoreError::storage(e)),
+        };
+        (
+            meta_value(&meta, META_WAL_ID)?,
+            meta_value(&meta, META_BATCH)?,
+        )
+    };
+    if id == 0 {
+        return Ok(None);
+    }
+    let txn = db.begin_write().map_err(StoreError::storage)?;
+    let recovered = {
+        let mut replay = super::logged::Replay::new(&txn);
+        super::log::recover(&super::log::dir_of(path), id, checkpoint, |_, record| {
+            replay.apply(record)
+        })?
+    };
+    txn.commit().map_err(StoreError::storage)?;
+    Ok(Some(recovered.applied))
 }
 
 /// Why `file` is not a redb file, from its first bytes; `None`: it starts as one does.
@@ -283,15 +320,6 @@ fn check_tables(
             report.schema_version
         ));
         return Ok(());
-    }
-    let wal_id = read(META_WAL_ID)?.unwrap_or(0);
-    if wal_id != 0 {
-        let checkpoint = read(META_BATCH)?.unwrap_or(0);
-        let dir = super::log::dir_of(path);
-        match super::log::recover(&dir, wal_id, checkpoint, |_, _| Ok(())) {
-            Ok(found) => report.logged = Some(found.applied),
-            Err(e) => report.problem(format!("write-ahead log: {e}")),
-        }
     }
     let Some(next_id) = read(META_NEXT_ID)? else {
         report.problem("the id counter (meta next_id) is missing".into());

@@ -21,9 +21,10 @@ use std::path::{Path, PathBuf};
 
 use crate::store::model::StoreError;
 
-/// The size a segment is prepared at: about 14,000 creates of 600 bytes. A batch whose record
-/// is larger gets a segment of its own, sized for it.
-pub(super) const SEGMENT_BYTES: u64 = 8 << 20;
+/// The size a segment is prepared at: about 6,000 creates of 700 bytes, and two of them (the
+/// one in use and the next) are what the log holds ahead on a disk. A batch whose record is
+/// larger gets a segment of its own, sized for it.
+pub(super) const SEGMENT_BYTES: u64 = 4 << 20;
 /// The segment's first block: its header, then its records.
 const HEADER_BYTES: u64 = 4096;
 const MAGIC: [u8; 8] = *b"PETSLOG1";
@@ -158,6 +159,8 @@ pub(super) struct Appender {
     /// The segments this life of the file has activated, with their first batch: what the
     /// checkpoints cut the log back by (`cut`).
     segments: Vec<(u64, u64)>,
+    /// The last batch the log holds.
+    last: u64,
 }
 
 impl Appender {
@@ -171,7 +174,15 @@ impl Appender {
             active: None,
             next_number: recovered.next_number,
             segments: recovered.segments.clone(),
+            last: recovered.last,
         }
+    }
+
+    /// Whether no segment is begun (one could not be made: a full disk) and a durable
+    /// checkpoint of batch `checkpoint` holds every batch the log does: the file then needs no
+    /// log, and the old segments' room is better given back (`wal.rs` retires the log).
+    pub(super) fn stalled_and_covered(&self, checkpoint: u64) -> bool {
+        self.active.is_none() && self.last <= checkpoint
     }
 
     /// Makes batch `number`'s record (its table writes, `payload`) durable: one positioned
@@ -217,6 +228,7 @@ impl Appender {
             return Err(AppendError::InDoubt(e));
         }
         active.at += length;
+        self.last = number;
         if let Some(sealed) = sealed {
             // The seal is not needed to read the log back (the next segment names where it
             // begins), so it is synced after the batch, not before.

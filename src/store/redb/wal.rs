@@ -27,7 +27,7 @@ const CHECKPOINT_EVERY: Duration = Duration::from_secs(1);
 /// The log appended since the last checkpoint that wakes the next one early: the replay after
 /// a crash reads at most about this much (a start stays fast), and redb's buffer of pages
 /// committed but not yet written stays about this size.
-const CHECKPOINT_BYTES: u64 = 4 << 20;
+const CHECKPOINT_BYTES: u64 = 2 << 20;
 
 /// The log of a file this process has alone (`Shared::wal`).
 pub(super) struct Wal {
@@ -129,7 +129,10 @@ pub(super) fn set_up(db: &Database, dir: &Path, batch: u64) -> Result<Appender, 
         ..Recovered::default()
     };
     let mut appender = Appender::new(dir.to_owned(), id, &fresh);
-    appender.begin(batch + 1).map_err(io)?;
+    // No room for the log's first segment is no failure of the file: the write waits for room.
+    appender
+        .begin(batch + 1)
+        .map_err(|e| StoreError::NoRoom(format!("{}: {e}", dir.display())))?;
     let txn = begin(db, true)?;
     txn.open_table(META)
         .map_err(StoreError::storage)?
@@ -294,7 +297,32 @@ impl Shared {
                 Ok(held) => {
                     wal.checkpointed.store(held, Ordering::Release);
                     wal.appended.store(0, Ordering::Relaxed);
-                    if let Some(appender) = wal.appender().as_mut() {
+                    let mut appender = wal.appender();
+                    if appender
+                        .as_ref()
+                        .is_some_and(|a| a.stalled_and_covered(held))
+                    {
+                        // No segment could be begun, and the file holds every batch: it stops
+                        // naming its log, whose segments give their room back; the next write
+                        // sets a new one up once there is room for it.
+                        let retired = caught("retiring the log", || {
+                            checkpoint_commit(db, quick_repair, true)
+                        });
+                        match retired.unwrap_or_else(|panic| Err(StoreError::InDoubt(panic))) {
+                            Ok(_) => {
+                                if let Some(mut old) = appender.take() {
+                                    old.remove_all();
+                                }
+                                tracing::info!(
+                                    "the write-ahead log had no room for a new segment; retired until there is"
+                                );
+                            }
+                            Err(e) => {
+                                tracing::warn!(error = %e, "retiring the write-ahead log failed");
+                                return true;
+                            }
+                        }
+                    } else if let Some(appender) = appender.as_mut() {
                         appender.cut(held);
                     }
                 }
