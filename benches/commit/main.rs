@@ -1,17 +1,19 @@
 //! What a group commit costs the writer thread, three ways, measured in one run:
-//! - redb's durable two-phase commit with quick-repair, on a file this process has alone:
-//!   what `src/store/redb/writer.rs` makes of every batch;
+//! - the server's (`src/store/redb/writer.rs`, `log.rs`): the batch's record (each table
+//!   write's table, key and value, with a CRC-32) appended to a zero-filled log segment with
+//!   one `fdatasync`, then a redb commit without a sync, and a durable redb commit (two
+//!   phases, quick-repair) every `CHECKPOINT_BYTES` of log, as the checkpoints thread makes;
+//! - redb's durable two-phase commit with quick-repair for every batch: the server's before
+//!   the log, and still its commit with `--shared-reads`;
 //! - redb's plain one-phase `Durability::Immediate` (its default, checksums instead of a
 //!   second sync), which the server does not use: after a sync the disk refused, the page
-//!   cache can hold a header whose checksums hold over pages the disk never got;
-//! - the write-ahead log of an earlier version, prototyped here (redb commits that are not
-//!   durable, each batch appended to a preallocated log with one `fdatasync`, a durable redb
-//!   commit every `CHECKPOINT_EVERY` batches), which the server no longer has: its error paths
-//!   could not keep the promise (docs/storage.md).
+//!   cache can hold a header whose checksums hold over pages the disk never got.
 //!
-//! Same tables and batch size as the server at 64 clients, on redb's own file backend
-//! (without the server's zero-filled growth, `src/store/redb/file.rs`); alternating rounds,
-//! CPU from `getrusage(RUSAGE_THREAD)`, bytes from /proc/self/io.
+//! Same tables as the server, on redb's own file backend (without the server's zero-filled
+//! growth, `src/store/redb/file.rs`); the batch of the server at 64 clients (25 creates), or
+//! `BENCH_COMMIT_BATCH=1` for one client's; alternating rounds, CPU from
+//! `getrusage(RUSAGE_THREAD)`, bytes from /proc/self/io, syncs counted as each commit makes
+//! them (two for a two-phase commit, one for one phase or an append).
 //!
 //! `taskset -c 1 cargo bench --bench commit` (about a minute).
 
@@ -34,41 +36,31 @@ const EVENT_EXTRA: usize = 25;
 const BATCH: i64 = 25;
 const COMMITS: i64 = 2_000;
 const ROUNDS: usize = 3;
-const CHECKPOINT_EVERY: i64 = 1_000;
+/// The log appended between two checkpoints (`src/store/redb/wal.rs`).
+const CHECKPOINT_BYTES: u64 = 2 << 20;
 const LOG_BYTES: u64 = 64 << 20;
 /// A created pet's JSON as the server stores it, about its size.
 const PET: &[u8] = br#"{"id":1,"name":"Rex","category":{"id":3,"name":"Dogs"},"photoUrls":[],"tags":[{"id":1,"name":"a"}],"status":"available"}"#;
 
 #[derive(Clone, Copy, PartialEq)]
 enum Commit {
-    /// The server's: every batch a durable, two-phase, quick-repair commit.
+    /// The server's: the batch's record appended to the log with one `fdatasync`, a redb
+    /// commit without a sync, a durable checkpoint every `CHECKPOINT_BYTES` of log.
+    Log,
+    /// Every batch a durable, two-phase, quick-repair commit (`--shared-reads`).
     QuickRepair,
     /// redb's default durable commit: one phase, checksums, no allocator state saved.
     OnePhase,
-    /// The old log: the batch's log record made durable, then a non-durable redb commit.
-    Log,
-    /// The server's commit with the event feed's outbox: an entry a create in `events`.
-    Events,
-    /// The same outbox, one entry a batch holding its events one after another.
-    EventsBatched,
 }
 
 impl Commit {
-    const ALL: [Commit; 5] = [
-        Commit::QuickRepair,
-        Commit::OnePhase,
-        Commit::Log,
-        Commit::Events,
-        Commit::EventsBatched,
-    ];
+    const ALL: [Commit; 3] = [Commit::Log, Commit::QuickRepair, Commit::OnePhase];
 
     fn name(self) -> &'static str {
         match self {
-            Commit::QuickRepair => "redb two-phase quick-repair commit (the server's)",
+            Commit::Log => "the server's: log append + fdatasync, checkpoints",
+            Commit::QuickRepair => "redb two-phase quick-repair (--shared-reads)",
             Commit::OnePhase => "redb one-phase Durability::Immediate",
-            Commit::Log => "log append + fdatasync, non-durable redb commit",
-            Commit::Events => "the server's, with an event entry a create",
-            Commit::EventsBatched => "the server's, with one event entry a batch",
         }
     }
 }
@@ -122,20 +114,46 @@ fn open(dir: &Path, path: Commit) -> (Database, File) {
     (db, log)
 }
 
-/// Writer CPU a create (user, kernel) in µs, wall time a commit in µs and bytes written to
-/// the disk a commit (the prefill excluded).
-fn round(path: Commit) -> (f64, f64, f64, f64) {
+/// Notes a table write in the batch's record as the server does (`src/store/redb/logged.rs`):
+/// tag, the table's name, the key and the value, each with its length.
+fn note(record: &mut Vec<u8>, table: &str, key: &[u8], value: &[u8]) {
+    record.push(1);
+    record.push(table.len() as u8);
+    record.extend_from_slice(table.as_bytes());
+    record.extend_from_slice(&(key.len() as u32).to_le_bytes());
+    record.extend_from_slice(key);
+    record.extend_from_slice(&(value.len() as u32).to_le_bytes());
+    record.extend_from_slice(value);
+}
+
+/// What one round measured.
+struct Round {
+    /// Writer CPU a create, user and kernel, in µs.
+    user: f64,
+    kernel: f64,
+    /// Wall time a commit, in µs.
+    wall: f64,
+    /// Bytes written to the disk a create (the log's prefill excluded).
+    bytes: f64,
+    /// `fdatasync`s a create.
+    syncs: f64,
+}
+
+fn round(path: Commit, batch: i64) -> Round {
     let dir = tempfile::tempdir().expect("a temp dir");
     let (db, log) = open(dir.path(), path);
     let mut record = Vec::with_capacity(8 << 10);
-    let (mut tail, mut id) = (0u64, 0i64);
+    let (mut tail, mut since, mut id, mut syncs) = (0u64, 0u64, 0i64, 0u64);
     let (user0, kernel0) = thread_cpu();
     let written0 = written();
     let began = Instant::now();
-    for commit in 1..=COMMITS {
+    let mut event = Vec::with_capacity(PET.len() + EVENT_EXTRA);
+    event.resize(EVENT_EXTRA, b'e');
+    event.extend_from_slice(PET);
+    for _ in 1..=COMMITS {
         let mut txn = db.begin_write().expect("begin");
         match path {
-            Commit::QuickRepair | Commit::Events | Commit::EventsBatched => {
+            Commit::QuickRepair => {
                 txn.set_two_phase_commit(true);
                 txn.set_quick_repair(true);
             }
@@ -148,65 +166,89 @@ fn round(path: Commit) -> (f64, f64, f64, f64) {
                 .expect("non-durable in ExclusiveWriter"),
         }
         record.clear();
-        let mut event = Vec::with_capacity(PET.len() + EVENT_EXTRA);
-        event.resize(EVENT_EXTRA, b'e');
-        event.extend_from_slice(PET);
-        let mut batched = Vec::with_capacity(event.len() * BATCH as usize);
         {
             let mut pets = txn.open_table(PETS).expect("pets");
             let mut by_status = txn.open_table(PETS_BY_STATUS).expect("by status");
             let mut meta = txn.open_table(META).expect("meta");
             let mut events = txn.open_table(EVENTS).expect("events");
-            for _ in 0..BATCH {
+            for _ in 0..batch {
                 id += 1;
                 pets.insert(id, PET).expect("insert");
                 by_status.insert((0, id), PET).expect("insert");
-                record.extend_from_slice(&id.to_le_bytes());
-                record.extend_from_slice(PET);
-                match path {
-                    Commit::Events => {
-                        events.insert(id as u64, event.as_slice()).expect("event");
-                    }
-                    Commit::EventsBatched => batched.extend_from_slice(&event),
-                    _ => {}
+                events.insert(id as u64, event.as_slice()).expect("event");
+                if path == Commit::Log {
+                    note(&mut record, "pets", &id.to_le_bytes(), PET);
+                    let mut key = vec![0u8];
+                    key.extend_from_slice(&id.to_be_bytes());
+                    note(&mut record, "pets_by_status", &key, PET);
+                    note(&mut record, "events", &(id as u64).to_le_bytes(), &event);
                 }
             }
             meta.insert("next_id", id as u64 + 1).expect("meta");
-            if path == Commit::EventsBatched {
-                events
-                    .insert(id as u64, batched.as_slice())
-                    .expect("events");
-            }
-            if matches!(path, Commit::Events | Commit::EventsBatched) {
-                meta.insert("event_seq", id as u64).expect("meta");
+            meta.insert("event_seq", id as u64).expect("meta");
+            if path == Commit::Log {
+                note(
+                    &mut record,
+                    "meta",
+                    b"next_id",
+                    &(id as u64 + 1).to_le_bytes(),
+                );
+                note(
+                    &mut record,
+                    "meta",
+                    b"event_seq",
+                    &(id as u64).to_le_bytes(),
+                );
             }
         }
-        if path == Commit::Log {
-            if tail + record.len() as u64 > LOG_BYTES {
-                tail = 0;
+        match path {
+            Commit::Log => {
+                // The record's head (kind, length, batch, CRC-32), padded to 8 bytes.
+                let mut head = [0u8; 24];
+                head[4..8].copy_from_slice(&(record.len() as u32).to_le_bytes());
+                let sum = crc32fast::hash(&record);
+                head[16..20].copy_from_slice(&sum.to_le_bytes());
+                let length = (24 + record.len()).div_ceil(8) * 8;
+                record.splice(0..0, head);
+                record.resize(length, 0);
+                if tail + record.len() as u64 > LOG_BYTES {
+                    tail = 0;
+                }
+                log.write_all_at(&record, tail).expect("append");
+                tail += record.len() as u64;
+                since += record.len() as u64;
+                log.sync_data().expect("log fdatasync");
+                syncs += 1;
+                txn.commit().expect("commit");
+                if since >= CHECKPOINT_BYTES {
+                    let mut txn = db.begin_write().expect("begin");
+                    txn.set_two_phase_commit(true);
+                    txn.set_quick_repair(true);
+                    txn.commit().expect("checkpoint");
+                    syncs += 2;
+                    since = 0;
+                }
             }
-            log.write_all_at(&record, tail).expect("append");
-            tail += record.len() as u64;
-            log.sync_data().expect("log fdatasync");
-        }
-        txn.commit().expect("commit");
-        if path == Commit::Log && commit % CHECKPOINT_EVERY == 0 {
-            let mut txn = db.begin_write().expect("begin");
-            txn.set_quick_repair(true);
-            txn.commit().expect("checkpoint");
-            tail = 0;
+            Commit::QuickRepair => {
+                txn.commit().expect("commit");
+                syncs += 2;
+            }
+            Commit::OnePhase => {
+                txn.commit().expect("commit");
+                syncs += 1;
+            }
         }
     }
     let wall = began.elapsed().as_secs_f64();
     let (user1, kernel1) = thread_cpu();
-    let bytes = written().saturating_sub(written0) as f64 / COMMITS as f64;
-    let creates = (COMMITS * BATCH) as f64;
-    (
-        (user1 - user0) / creates * 1e6,
-        (kernel1 - kernel0) / creates * 1e6,
-        wall / COMMITS as f64 * 1e6,
-        bytes,
-    )
+    let creates = (COMMITS * batch) as f64;
+    Round {
+        user: (user1 - user0) / creates * 1e6,
+        kernel: (kernel1 - kernel0) / creates * 1e6,
+        wall: wall / COMMITS as f64 * 1e6,
+        bytes: written().saturating_sub(written0) as f64 / creates,
+        syncs: syncs as f64 / creates,
+    }
 }
 
 fn median(mut values: Vec<f64>) -> f64 {
@@ -215,11 +257,16 @@ fn median(mut values: Vec<f64>) -> f64 {
 }
 
 fn main() {
+    let batch: i64 = std::env::var("BENCH_COMMIT_BATCH")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(BATCH);
     println!(
-        "writer thread, {COMMITS} commits of {BATCH} creates a round, {ROUNDS} alternating rounds"
+        "writer thread, {COMMITS} commits of {batch} creates a round, {ROUNDS} alternating rounds"
     );
     let mut cpu = [const { Vec::new() }; Commit::ALL.len()];
     let mut bytes = [const { Vec::new() }; Commit::ALL.len()];
+    let mut syncs = [const { Vec::new() }; Commit::ALL.len()];
     // BENCH_COMMIT_ONLY=N runs only the N-th commit of the list (from 0), for a profiler.
     let only: Option<usize> = std::env::var("BENCH_COMMIT_ONLY")
         .ok()
@@ -229,15 +276,20 @@ fn main() {
             if only.is_some_and(|only| only != slot) {
                 continue;
             }
-            let (user, kernel, wall, written) = round(path);
+            let round = round(path, batch);
             println!(
-                "  {:<50} CPU a create {:5.2} us (user {user:.2} + kernel {kernel:.2}), {wall:4.0} us and {:5.1} KB to disk a commit",
+                "  {:<52} CPU a create {:5.2} us (user {:.2} + kernel {:.2}), {:4.0} us a commit, {:6.0} bytes and {:.3} syncs to the disk a create",
                 path.name(),
-                user + kernel,
-                written / 1000.0
+                round.user + round.kernel,
+                round.user,
+                round.kernel,
+                round.wall,
+                round.bytes,
+                round.syncs,
             );
-            cpu[slot].push(user + kernel);
-            bytes[slot].push(written);
+            cpu[slot].push(round.user + round.kernel);
+            bytes[slot].push(round.bytes);
+            syncs[slot].push(round.syncs);
         }
     }
     if only.is_some() {
@@ -245,15 +297,17 @@ fn main() {
     }
     let cpu = cpu.map(median);
     let bytes = bytes.map(median);
+    let syncs = syncs.map(median);
     println!("medians, and the ratio to the server's commit:");
     for (slot, path) in Commit::ALL.into_iter().enumerate() {
         println!(
-            "  {:<50} CPU a create {:5.2} us ({:.2}), {:5.1} KB a commit ({:.2})",
+            "  {:<52} CPU a create {:5.2} us ({:.2}), {:6.0} bytes a create ({:.2}), {:.3} syncs a create",
             path.name(),
             cpu[slot],
             cpu[slot] / cpu[0],
-            bytes[slot] / 1000.0,
-            bytes[slot] / bytes[0]
+            bytes[slot],
+            bytes[slot] / bytes[0],
+            syncs[slot],
         );
     }
 }
