@@ -324,6 +324,11 @@ impl Shared {
                         }
                     } else if let Some(appender) = appender.as_mut() {
                         appender.cut(held);
+                        if let Err(e) = appender.sync_sealed() {
+                            // Not needed to read the log back: the next segment says where
+                            // it begins.
+                            tracing::warn!(error = %e, "syncing a sealed log segment failed");
+                        }
                     }
                 }
                 Err(e) => {
