@@ -2,9 +2,11 @@
 //! the reads share, and the reads), `tables.rs` (the tables no declaration names),
 //! `indexes.rs` (the declared records and indexes, `store/resource.rs`), `open.rs` (open,
 //! upgrade, repair, and the refusal of files it cannot open), `writer.rs` (the engine under
-//! the write front), `idempotency.rs` (records and their index), `snapshot.rs` (the snapshot
-//! reads share), `file.rs` (the file's zero-filled growth), and `backup.rs`, `check.rs`,
-//! `copy.rs` for the subcommands. No redb type leaves this module.
+//! the write front), `logged.rs` (the one point a batch's table writes pass, and the replay),
+//! `log.rs` and `wal.rs` (the write-ahead log's segments, and its life beside the file),
+//! `idempotency.rs` (records and their index), `snapshot.rs` (the snapshot reads share),
+//! `file.rs` (the file's zero-filled growth), and `backup.rs`, `check.rs`, `copy.rs` for the
+//! subcommands. No redb type leaves this module.
 
 pub(super) mod backup;
 pub(super) mod check;

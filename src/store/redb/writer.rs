@@ -1,11 +1,15 @@
 //! The redb engine under the write front: the only code that writes the file. It runs a
-//! batch in one transaction, each write by its rule (`store/ops`, through `txn.rs`), and
-//! commits it with redb's own durability (two phases, quick-repair), then lets readers see
-//! it. After a write fails on I/O the file is reopened from what the disk holds, not from the
-//! page cache (`Shared::reopen`, paced, which a read may also make), and, for a commit that
-//! failed, the writer reads there whether the batch is in the file. Invariants: a batch is
-//! answered with success only once a durable commit holding it has returned; readers never see
-//! a batch before that, nor a database redb has marked failed; ids only grow.
+//! batch in one transaction, each write by its rule (`store/ops`, through `txn.rs`), every
+//! table write noted in the batch's record (`logged.rs`); appends the record to the
+//! write-ahead log with one sync (`log.rs`), and only then commits the transaction into the
+//! file without a sync and lets readers see it (the checkpoints make the file durable,
+//! `wal.rs`). A file shared with other processes keeps no log: each batch is redb's own
+//! durable commit (two phases, quick-repair). After a failure the file is reopened from what
+//! the disk holds, not from the page cache, and the log replayed (`Shared::reopen`, paced,
+//! which a read may also make); the writer then learns there whether the failed batch is
+//! stored. Invariants: a batch is answered with success only once its record's sync (or a
+//! durable commit holding it) has returned; readers never see a batch before that, nor a
+//! database redb has marked failed; ids only grow.
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
