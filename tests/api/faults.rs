@@ -1527,6 +1527,11 @@ fn free(filler: &Path) {
 fn dig_holes_under(dir: &Path, backing: &Path) {
     for entry in std::fs::read_dir(dir).expect("the store's directory") {
         let path = entry.expect("a directory entry").path();
+        // The write-ahead log's segments too (`pets.redb-log/`): their room ahead is zeros.
+        if path.is_dir() {
+            dig_holes_under(&path, backing);
+            continue;
+        }
         if !path.is_file() {
             continue;
         }

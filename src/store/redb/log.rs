@@ -273,7 +273,8 @@ impl Appender {
         let number = self.next_number;
         let path = segment_path(&self.dir, number);
         let spare = std::fs::metadata(&path).map(|meta| meta.len()).ok();
-        if spare.is_none_or(|length| length < bytes) {
+        let sound = spare.is_some_and(|length| length >= bytes) && self.spare_is_sound(&path);
+        if !sound {
             if spare.is_some() {
                 std::fs::remove_file(&path)?;
             }
@@ -296,6 +297,15 @@ impl Appender {
             first,
         });
         Ok(())
+    }
+
+    /// Whether the spare at `path` has the header of this log's next segment, as it is read
+    /// now: a spare that lost its header is made again rather than taken up.
+    fn spare_is_sound(&self, path: &Path) -> bool {
+        let mut head = [0u8; 64];
+        File::open(path)
+            .and_then(|file| file.read_exact_at(&mut head, 0))
+            .is_ok_and(|()| verify_header(&head, self.id, self.next_number, path).is_ok())
     }
 
     /// Prepares the next segment ahead, unless it is there: run by the checkpoints, off the
@@ -364,8 +374,10 @@ pub(super) struct Recovered {
     pub(super) applied: u64,
     /// The activated segments, with their first batch, in order.
     pub(super) segments: Vec<(u64, u64)>,
-    /// Above every segment the directory holds.
+    /// The number the next segment gets: after the last one begun.
     pub(super) next_number: u64,
+    /// Segments that are zeros from end to end: prepared, but the disk never got them.
+    pub(super) blank: Vec<u64>,
 }
 
 /// One segment as the disk holds it.
@@ -419,10 +431,18 @@ pub(super) fn recover(
     }
     numbers.sort_unstable();
     let mut headers = Vec::new();
+    let mut blank = Vec::new();
     for &number in &numbers {
         let path = segment_path(dir, number);
         let head = read_from_disk(&path, Some(HEADER_BYTES as usize))
             .map_err(|e| StoreError::Io(format!("{}: {e}", path.display())))?;
+        if head.iter().all(|&b| b == 0) && is_blank(&path)? {
+            // A spare whose preparation never reached the disk, though its sync said so (a
+            // device that loses a write it reported done): it holds nothing, and is no
+            // segment. The open removes it (`remove_blank`) so that it is never taken up.
+            blank.push(number);
+            continue;
+        }
         let first = verify_header(&head, id, number, &path).map_err(&lost)?;
         let made = u64_at(&head, 24);
         let length = std::fs::metadata(&path)
@@ -510,15 +530,37 @@ pub(super) fn recover(
         applied,
         segments: chain.to_vec(),
         next_number,
+        blank,
     })
+}
+
+/// Whether the segment at `path` is zeros from end to end, as the disk holds it.
+fn is_blank(path: &Path) -> Result<bool, StoreError> {
+    let bytes = read_from_disk(path, None)
+        .map_err(|e| StoreError::Io(format!("{}: {e}", path.display())))?;
+    Ok(bytes.iter().all(|&b| b == 0))
+}
+
+/// Removes the blank segments a recovery found in `dir`.
+pub(super) fn remove_blank(dir: &Path, recovered: &Recovered) {
+    for &number in &recovered.blank {
+        let _ = std::fs::remove_file(segment_path(dir, number));
+    }
 }
 
 /// The first batch of the segment whose first block is `head` (`None`: never written to),
 /// or why it is not a segment of log `id` numbered `number`.
 fn verify_header(head: &[u8], id: u64, number: u64, path: &Path) -> Result<Option<u64>, String> {
     if head.len() < 64 || head[..8] != MAGIC || u32_at(head, 32) != crc(&[&head[..32]]) {
+        let what = if head.len() < 64 {
+            format!("{} bytes long", head.len())
+        } else if head.iter().all(|&b| b == 0) {
+            "its first block is zeros".to_owned()
+        } else {
+            format!("its header does not verify ({:02x?})", &head[..40])
+        };
         return Err(format!(
-            "{} is not a segment of a petstore log",
+            "{} is not a segment of a petstore log: {what}",
             path.display()
         ));
     }
@@ -741,6 +783,31 @@ mod tests {
         file.set_len(SEGMENT_BYTES / 2).expect("truncate");
         let short = replayed(&dir, 0).expect_err("short");
         assert!(short.contains("cut short"), "{short}");
+    }
+
+    #[test]
+    fn a_spare_the_disk_never_got_is_no_segment_and_is_made_again() {
+        let temp = tempfile::tempdir().expect("temp dir");
+        let dir = dir_of(&temp.path().join("pets.redb"));
+        let mut log = appender(&dir);
+        log.append(1, b"one").expect("append");
+        prepare(&dir, ID, 2, SEGMENT_BYTES).expect("a spare");
+        // The spare as a disk that lost it holds it: zeros end to end.
+        let spare = segment_path(&dir, 2);
+        std::fs::write(&spare, vec![0u8; SEGMENT_BYTES as usize]).expect("zeros");
+        let (seen, recovered) = replayed(&dir, 0).expect("recovers");
+        assert_eq!((seen.len(), recovered.blank.clone()), (1, vec![2]));
+        remove_blank(&dir, &recovered);
+        assert!(!spare.exists());
+        // A spare whose header does not read back is made again, not taken up.
+        prepare(&dir, ID, 2, SEGMENT_BYTES).expect("a spare");
+        let file = OpenOptions::new().write(true).open(&spare).expect("open");
+        file.write_all_at(&[0u8; 64], 0).expect("lose the header");
+        let mut log = Appender::new(dir.clone(), ID, &recovered);
+        log.append(2, b"two")
+            .expect("append into a spare made again");
+        let (seen, _) = replayed(&dir, 0).expect("recovers");
+        assert_eq!(seen.iter().map(|(b, _)| *b).collect::<Vec<_>>(), [1, 2]);
     }
 
     #[test]

@@ -193,6 +193,7 @@ pub(super) fn replay_at_open(
         let mut replay = Replay::new(&txn);
         log::recover(&dir, id, checkpoint, |_, record| replay.apply(record))?
     };
+    log::remove_blank(&dir, &recovered);
     if recovered.applied > 0 {
         tracing::info!(
             batches = recovered.applied,

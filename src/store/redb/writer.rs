@@ -394,8 +394,12 @@ fn write_batch(
             }
         }
     }
+    let logged_already = logged.is_some();
     txn.commit().map_err(|e| match StoreError::storage(e) {
         StoreError::Io(e) => StoreError::InDoubt(e),
+        // The log holds the batch already: whatever failed, the file must be opened again and
+        // the log replayed before another batch, or the next would take this one's number.
+        other if logged_already => StoreError::InDoubt(other.to_string()),
         other => other,
     })?;
     Ok(true)
