@@ -35,6 +35,8 @@ const SEAL: u32 = 2;
 const RECORD_HEAD: usize = 24;
 /// Room every segment keeps for its seal.
 const SEAL_BYTES: u64 = (RECORD_HEAD + 8) as u64;
+/// How long after a failed preparation of a segment the writer refuses at once.
+const PREPARE_PACE: std::time::Duration = std::time::Duration::from_millis(250);
 /// Reads of a segment from the disk go in chunks of this many bytes (aligned for `O_DIRECT`).
 const READ_CHUNK: usize = 1 << 20;
 /// A zero-fill writes one page at a time: a larger write makes Linux cache the range as one
@@ -163,6 +165,8 @@ pub(super) struct Appender {
     last: u64,
     /// Segments sealed since the checkpoints thread last synced them.
     sealed: Vec<File>,
+    /// When the writer's last preparation of a segment failed.
+    failed_at: Option<std::time::Instant>,
 }
 
 impl Appender {
@@ -178,6 +182,7 @@ impl Appender {
             segments: recovered.segments.clone(),
             last: recovered.last,
             sealed: Vec::new(),
+            failed_at: None,
         }
     }
 
@@ -275,10 +280,26 @@ impl Appender {
         let spare = std::fs::metadata(&path).map(|meta| meta.len()).ok();
         let sound = spare.is_some_and(|length| length >= bytes) && self.spare_is_sound(&path);
         if !sound {
+            // After a preparation that failed (a full disk), the writes that follow are
+            // refused at once for a while rather than each write 4 MiB of zeros into a sync
+            // that fails: the checkpoints thread tries every second, and its spare is taken
+            // up as soon as it is there.
+            if let Some(failed) = self.failed_at
+                && failed.elapsed() < PREPARE_PACE
+            {
+                return Err(io::Error::new(
+                    io::ErrorKind::StorageFull,
+                    "no room for a new segment (the last try failed just now)",
+                ));
+            }
             if spare.is_some() {
                 std::fs::remove_file(&path)?;
             }
-            prepare(&self.dir, self.id, number, bytes)?;
+            if let Err(e) = prepare(&self.dir, self.id, number, bytes) {
+                self.failed_at = Some(std::time::Instant::now());
+                return Err(e);
+            }
+            self.failed_at = None;
         }
         let file = OpenOptions::new().read(true).write(true).open(&path)?;
         let length = file.metadata()?.len();
