@@ -21,9 +21,8 @@ use super::handle::caught;
 use super::indexes;
 use super::open::require_openable;
 use super::tables::{
-    EVENTS, META, META_BATCH, META_EVENT_SEQ, META_EVENTS_TRIMMED, META_FEED, META_INVENTORY,
-    META_NEXT_ID, META_WAL_ID, PETS, RECORDS, REVISIONS, SCHEMA_VERSION, holding_order, meta_value,
-    read_event,
+    EVENTS, META, META_EVENT_SEQ, META_EVENTS_TRIMMED, META_FEED, META_INVENTORY, META_NEXT_ID,
+    PETS, RECORDS, REVISIONS, SCHEMA_VERSION, holding_order, meta_value, read_event,
 };
 use crate::clock::unix_now;
 use crate::order::{Order, OrderStatus};
@@ -216,28 +215,12 @@ pub fn check_file(path: &Path) -> Result<CheckReport, StoreError> {
 /// why the log cannot be trusted (`log::recover`). The copy is the check's own, so the file
 /// and its log are left as they are.
 fn replay_log(db: &Database, path: &Path) -> Result<Option<u64>, StoreError> {
-    let (id, checkpoint) = {
-        let txn = db.begin_read().map_err(StoreError::storage)?;
-        let meta = match txn.open_table(META) {
-            Ok(meta) => meta,
-            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(None),
-            Err(e) => return Err(StoreError::storage(e)),
-        };
-        (
-            meta_value(&meta, META_WAL_ID)?,
-            meta_value(&meta, META_BATCH)?,
-        )
-    };
+    let (id, checkpoint) = super::wal::named_log(db)?;
     if id == 0 {
         return Ok(None);
     }
     let txn = db.begin_write().map_err(StoreError::storage)?;
-    let recovered = {
-        let mut replay = super::logged::Replay::new(&txn);
-        super::log::recover(&super::log::dir_of(path), id, checkpoint, |_, record| {
-            replay.apply(record)
-        })?
-    };
+    let recovered = super::wal::replay(&txn, path, id, checkpoint)?;
     txn.commit().map_err(StoreError::storage)?;
     Ok(Some(recovered.applied))
 }

@@ -8,7 +8,7 @@
 
 use redb::{ReadTransaction, ReadableTable, ReadableTableMetadata, TableDefinition};
 
-use super::logged::Logged;
+use super::logged::{Logged, open_once};
 
 use crate::store::model::StoreError;
 use crate::store::ops::each_resource;
@@ -49,32 +49,18 @@ impl<'txn> Open<'txn> {
 
     /// The table of `R`'s records.
     pub(super) fn records<R: Resource>(&mut self) -> Result<&mut RecordTable<'txn>, StoreError> {
-        let at = match self.records.iter().position(|(name, _)| *name == R::TABLE) {
-            Some(at) => at,
-            None => {
-                let table = Logged::open(self.txn, records::<R>())?;
-                self.records.push((R::TABLE, table));
-                self.records.len() - 1
-            }
-        };
-        Ok(&mut self.records[at].1)
+        let txn = self.txn;
+        open_once(&mut self.records, R::TABLE, || {
+            Logged::open(txn, records::<R>())
+        })
     }
 
     /// The table of `index`.
     pub(super) fn index(&mut self, index: &Index) -> Result<&mut IndexTable<'txn>, StoreError> {
-        let at = match self
-            .indexes
-            .iter()
-            .position(|(name, _)| *name == index.name)
-        {
-            Some(at) => at,
-            None => {
-                let table = Logged::open(self.txn, table(index))?;
-                self.indexes.push((index.name, table));
-                self.indexes.len() - 1
-            }
-        };
-        Ok(&mut self.indexes[at].1)
+        let txn = self.txn;
+        open_once(&mut self.indexes, index.name, || {
+            Logged::open(txn, table(index))
+        })
     }
 
     /// Record `id` of `R`, read back.

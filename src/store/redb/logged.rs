@@ -234,21 +234,32 @@ impl<'txn> Replay<'txn> {
     }
 }
 
+/// The table named `name` among those `open` holds, opened by `make` at its first use: a
+/// batch, a replay or the declared tables (`indexes::Open`) open each table once.
+pub(super) fn open_once<'o, T>(
+    open: &'o mut Vec<(&'static str, T)>,
+    name: &'static str,
+    make: impl FnOnce() -> Result<T, StoreError>,
+) -> Result<&'o mut T, StoreError> {
+    let at = match open.iter().position(|(open, _)| *open == name) {
+        Some(at) => at,
+        None => {
+            open.push((name, make()?));
+            open.len() - 1
+        }
+    };
+    Ok(&mut open[at].1)
+}
+
 fn opened<'o, 'txn, K: Key + 'static, V: Value + 'static>(
     open: &'o mut Vec<(&'static str, Table<'txn, K, V>)>,
     txn: &'txn WriteTransaction,
     name: &'static str,
 ) -> Result<&'o mut Table<'txn, K, V>, StoreError> {
-    let at = match open.iter().position(|(open, _)| *open == name) {
-        Some(at) => at,
-        None => {
-            let definition: TableDefinition<'_, K, V> = TableDefinition::new(name);
-            let table = txn.open_table(definition).map_err(StoreError::storage)?;
-            open.push((name, table));
-            open.len() - 1
-        }
-    };
-    Ok(&mut open[at].1)
+    open_once(open, name, || {
+        let definition: TableDefinition<'_, K, V> = TableDefinition::new(name);
+        txn.open_table(definition).map_err(StoreError::storage)
+    })
 }
 
 fn change<K: Key + 'static, V: Value + 'static>(

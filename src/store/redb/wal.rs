@@ -13,7 +13,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use redb::{Database, Durability, ReadableDatabase};
+use redb::{Database, Durability, ReadableDatabase, WriteTransaction};
 
 use super::handle::{Shared, caught};
 use super::log::{self, Appender, Recovered};
@@ -123,6 +123,7 @@ pub(super) fn set_up(db: &Database, dir: &Path, batch: u64) -> Result<Appender, 
         Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(io(e)),
         _ => {}
     }
+    // The feed's random, never-zero 64 bits serve a log's identity as well.
     let id = new_feed_id();
     let fresh = Recovered {
         next_number: 1,
@@ -170,14 +171,7 @@ pub(super) fn replay_at_open(
     keep: bool,
 ) -> Result<Option<(u64, Recovered)>, StoreError> {
     let dir = log::dir_of(path);
-    let (id, checkpoint) = {
-        let txn = db.begin_read().map_err(StoreError::storage)?;
-        let meta = txn.open_table(META).map_err(StoreError::storage)?;
-        (
-            meta_value(&meta, META_WAL_ID)?,
-            meta_value(&meta, META_BATCH)?,
-        )
-    };
+    let (id, checkpoint) = named_log(db)?;
     if id == 0 {
         if dir.exists() {
             let _ = std::fs::remove_dir_all(&dir);
@@ -189,10 +183,7 @@ pub(super) fn replay_at_open(
         txn.set_durability(Durability::None)
             .map_err(|e| StoreError::Corrupt(e.to_string()))?;
     }
-    let recovered = {
-        let mut replay = Replay::new(&txn);
-        log::recover(&dir, id, checkpoint, |_, record| replay.apply(record))?
-    };
+    let recovered = replay(&txn, path, id, checkpoint)?;
     log::remove_blank(&dir, &recovered);
     if recovered.applied > 0 {
         tracing::info!(
@@ -217,6 +208,35 @@ pub(super) fn replay_at_open(
     txn.commit().map_err(StoreError::storage)?;
     let _ = std::fs::remove_dir_all(&dir);
     Ok(None)
+}
+
+/// The log `db` names and the last batch of its durable checkpoint: the log's id (0: none, and
+/// so for a file without petstore's `meta`) and `meta.batch`.
+pub(super) fn named_log(db: &Database) -> Result<(u64, u64), StoreError> {
+    let txn = db.begin_read().map_err(StoreError::storage)?;
+    let meta = match txn.open_table(META) {
+        Ok(meta) => meta,
+        Err(redb::TableError::TableDoesNotExist(_)) => return Ok((0, 0)),
+        Err(e) => return Err(StoreError::storage(e)),
+    };
+    Ok((
+        meta_value(&meta, META_WAL_ID)?,
+        meta_value(&meta, META_BATCH)?,
+    ))
+}
+
+/// Applies in `txn` every batch the log `id` beside the file at `path` holds after
+/// `checkpoint` (`log::recover`, which refuses a log it cannot trust).
+pub(super) fn replay(
+    txn: &WriteTransaction,
+    path: &Path,
+    id: u64,
+    checkpoint: u64,
+) -> Result<Recovered, StoreError> {
+    let mut replay = Replay::new(txn);
+    log::recover(&log::dir_of(path), id, checkpoint, |_, record| {
+        replay.apply(record)
+    })
 }
 
 impl Shared {

@@ -26,7 +26,7 @@ use super::tables::{
     META, META_BATCH, META_EVENT_SEQ, META_EVENTS_TRIMMED, META_INVENTORY, META_NEXT_ID, SESSIONS,
     Tables, WEBHOOKS, begin, event_head, event_length, meta_value, write_event,
 };
-use super::wal::{Wal, set_up};
+use super::wal::set_up;
 use crate::clock::unix_now;
 use crate::store::events::{StoredEvent, now_ms};
 use crate::store::model::{Change, InventoryDelta, StoreError};
@@ -135,18 +135,15 @@ impl Writer {
             // A panic may have come inside the commit, and may have left redb's state mid-change:
             // in doubt, so the file is opened again and says whether the batch is in it.
             Some(db) => caught("a batch", || {
-                let mut appender = self.shared.wal.as_ref().map(Wal::appender);
-                let commit = match appender.as_deref_mut() {
-                    Some(appender) => {
+                // Held for the whole batch: the checkpoints thread waits for it.
+                let mut log = self.shared.wal.as_ref().map(|wal| (wal, wal.appender()));
+                let commit = match &mut log {
+                    Some((wal, appender)) => {
                         if appender.is_none() {
-                            let wal = self.shared.wal.as_ref().map(|wal| &wal.dir);
-                            let dir = wal.ok_or(StoreError::Reopening)?;
-                            *appender = Some(set_up(db, dir, number - 1)?);
+                            **appender = Some(set_up(db, &wal.dir, number - 1)?);
                         }
-                        match appender.as_mut() {
-                            Some(appender) => Commit::Logged(appender),
-                            None => return Err(StoreError::Reopening),
-                        }
+                        let appender = appender.as_mut().ok_or(StoreError::Reopening)?;
+                        Commit::Logged(appender)
                     }
                     None => Commit::Durable { quick_repair },
                 };
