@@ -1,5 +1,6 @@
-//! The page cursor of every list (pets, orders, categories): which list and filters it was made
-//! for and after which id the next page starts, as the opaque token that next links carry.
+//! The page cursor of every list (pets, orders, categories): which list, filters, search and
+//! order it was made for and after which id (and, sorted by name, which name) the next page
+//! starts, as the opaque token that next links carry.
 //! Pure: no HTTP, no store. It needs no secret, so every instance reading the same store
 //! accepts every other's cursors; it is checked, not signed, because it grants nothing a client
 //! could not ask for by hand.
@@ -10,6 +11,7 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 
 use crate::order::OrderStatus;
 use crate::pet::{PetId, PetStatus};
+use crate::search::{SORT_KEY_BYTES, Sort};
 
 /// Layout 1, the first: listPets with at most a status filter. Still what such a list makes,
 /// so its tokens read the same as before layout 2 existed.
@@ -23,32 +25,80 @@ const VERSION_2: u8 = 2;
 /// (8 bytes), check (2 bytes); every value big-endian.
 const TOKEN_2_BYTES: usize = 22;
 
+/// Layout 3: a list with a search or another order than by id (issue 40). Made only for
+/// those, so the tokens of every other list read as before.
+const VERSION_3: u8 = 3;
+/// version, kind, status filter, whether an id filter is set, the id filter (8 bytes), the
+/// order, the search's fingerprint (8 bytes), id (8 bytes), the sort key's length; then the
+/// sort key and the check (2 bytes).
+const TOKEN_3_HEAD: usize = 30;
+
 const KIND_PETS: u8 = 1;
 const KIND_ORDERS: u8 = 2;
 const KIND_CATEGORIES: u8 = 3;
 
-/// The list a cursor was made for, with its filters: a cursor is only good for the same ones.
+/// The list a cursor was made for, with its filters, its order and its search (by the
+/// search's fingerprint, `Search::fingerprint`; 0 for none): a cursor is only good for the
+/// same ones.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum List {
     /// listPets, by status and by category.
     Pets {
         status: Option<PetStatus>,
         category: Option<i64>,
+        sort: Sort,
+        search: u64,
     },
     /// listOrders, by status and by pet.
     Orders {
         status: Option<OrderStatus>,
         pet: Option<PetId>,
+        sort: Sort,
+        search: u64,
     },
     /// listCategories, which has no filter.
     Categories,
 }
 
-/// A position in a list: the next page holds the matching items with ids above `after`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+impl List {
+    /// listPets with these filters, by id, without a search.
+    #[cfg(test)]
+    pub fn pets(status: Option<PetStatus>, category: Option<i64>) -> List {
+        List::Pets {
+            status,
+            category,
+            sort: Sort::Id,
+            search: 0,
+        }
+    }
+
+    /// listOrders with these filters, by id, without a search.
+    #[cfg(test)]
+    pub fn orders(status: Option<OrderStatus>, pet: Option<PetId>) -> List {
+        List::Orders {
+            status,
+            pet,
+            sort: Sort::Id,
+            search: 0,
+        }
+    }
+
+    /// The order and the search, for a list that has them.
+    fn order(self) -> (Sort, u64) {
+        match self {
+            List::Pets { sort, search, .. } | List::Orders { sort, search, .. } => (sort, search),
+            List::Categories => (Sort::Id, 0),
+        }
+    }
+}
+
+/// A position in a list: the next page holds the matching items after the item `after`, and
+/// in a list sorted by name after the name `key` (its sort key).
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Cursor {
     pub list: List,
     pub after: i64,
+    pub key: Option<String>,
 }
 
 impl Cursor {
@@ -62,10 +112,15 @@ impl Cursor {
     /// Appends the token, of the URL-safe base64 alphabet: safe in a query as it is. 16
     /// characters for listPets without a category, 30 for the rest.
     pub fn encode_into(&self, out: &mut String) {
+        if self.list.order() != (Sort::Id, 0) {
+            self.encode_3(out);
+            return;
+        }
         let (kind, status, filter) = match self.list {
             List::Pets {
                 status,
                 category: None,
+                ..
             } => {
                 let mut bytes = [0u8; TOKEN_1_BYTES];
                 bytes[0] = VERSION_1;
@@ -79,8 +134,11 @@ impl Cursor {
             List::Pets {
                 status,
                 category: Some(category),
+                ..
             } => (KIND_PETS, pet_status_code(status), Some(category)),
-            List::Orders { status, pet } => (KIND_ORDERS, status.map_or(0, OrderStatus::code), pet),
+            List::Orders { status, pet, .. } => {
+                (KIND_ORDERS, status.map_or(0, OrderStatus::code), pet)
+            }
             List::Categories => (KIND_CATEGORIES, 0, None),
         };
         let mut bytes = [0u8; TOKEN_2_BYTES];
@@ -95,6 +153,33 @@ impl Cursor {
         URL_SAFE_NO_PAD.encode_string(bytes, out);
     }
 
+    /// Layout 3's token: a list with a search or an order of its own.
+    fn encode_3(&self, out: &mut String) {
+        let (kind, status, filter) = match self.list {
+            List::Pets {
+                status, category, ..
+            } => (KIND_PETS, pet_status_code(status), category),
+            List::Orders { status, pet, .. } => {
+                (KIND_ORDERS, status.map_or(0, OrderStatus::code), pet)
+            }
+            List::Categories => (KIND_CATEGORIES, 0, None),
+        };
+        let (sort, search) = self.list.order();
+        let key = self.key.as_deref().unwrap_or_default().as_bytes();
+        let key = &key[..key.len().min(SORT_KEY_BYTES)];
+        let mut bytes = Vec::with_capacity(TOKEN_3_HEAD + key.len() + 2);
+        bytes.extend_from_slice(&[VERSION_3, kind, status, u8::from(filter.is_some())]);
+        bytes.extend_from_slice(&filter.unwrap_or(0).to_be_bytes());
+        bytes.push(sort.code());
+        bytes.extend_from_slice(&search.to_be_bytes());
+        bytes.extend_from_slice(&self.after.to_be_bytes());
+        bytes.push(key.len() as u8);
+        bytes.extend_from_slice(key);
+        let check = fletcher16(&bytes);
+        bytes.extend_from_slice(&check.to_be_bytes());
+        URL_SAFE_NO_PAD.encode_string(bytes, out);
+    }
+
     /// The cursor in a token, or `None` for anything `encode` did not make: wrong length,
     /// alphabet or version, an unknown kind or filter, or a check that does not match (a token
     /// cut or edited by hand).
@@ -103,9 +188,61 @@ impl Cursor {
         match bytes.len() {
             TOKEN_1_BYTES => decode_1(bytes.try_into().ok()?),
             TOKEN_2_BYTES => decode_2(bytes.try_into().ok()?),
+            _ if bytes.first() == Some(&VERSION_3) => decode_3(&bytes),
             _ => None,
         }
     }
+}
+
+fn decode_3(bytes: &[u8]) -> Option<Cursor> {
+    let (body, check) = bytes.split_at_checked(bytes.len().checked_sub(2)?)?;
+    if body.len() < TOKEN_3_HEAD || u16::from_be_bytes(check.try_into().ok()?) != fletcher16(body) {
+        return None;
+    }
+    let int = |at: usize| Some(i64::from_be_bytes(body.get(at..at + 8)?.try_into().ok()?));
+    let filter = match (body[3], int(4)?) {
+        (0, 0) => None,
+        (1, value) => Some(value),
+        _ => return None,
+    };
+    let sort = Sort::from_code(body[12])?;
+    let search = u64::from_be_bytes(body[13..21].try_into().ok()?);
+    let after = int(21)?;
+    let key_bytes = &body[TOKEN_3_HEAD..];
+    if usize::from(body[29]) != key_bytes.len() || key_bytes.len() > SORT_KEY_BYTES {
+        return None;
+    }
+    // A key only sorted by name; layout 3 only for a list layouts 1 and 2 cannot say.
+    let key = match sort {
+        Sort::Name => Some(String::from_utf8(key_bytes.to_vec()).ok()?),
+        _ if key_bytes.is_empty() => None,
+        _ => return None,
+    };
+    if (sort, search) == (Sort::Id, 0) {
+        return None;
+    }
+    let list = match (body[1], body[2]) {
+        (KIND_PETS, status) => List::Pets {
+            status: pet_status_from_code(status)?,
+            category: filter,
+            sort,
+            search,
+        },
+        (KIND_ORDERS, 0) if sort != Sort::Name => List::Orders {
+            status: None,
+            pet: filter,
+            sort,
+            search,
+        },
+        (KIND_ORDERS, status) if sort != Sort::Name => List::Orders {
+            status: Some(OrderStatus::from_code(status)?),
+            pet: filter,
+            sort,
+            search,
+        },
+        _ => return None,
+    };
+    Some(Cursor { list, after, key })
 }
 
 fn decode_1(bytes: [u8; TOKEN_1_BYTES]) -> Option<Cursor> {
@@ -119,8 +256,11 @@ fn decode_1(bytes: [u8; TOKEN_1_BYTES]) -> Option<Cursor> {
         list: List::Pets {
             status,
             category: None,
+            sort: Sort::Id,
+            search: 0,
         },
         after,
+        key: None,
     })
 }
 
@@ -142,17 +282,30 @@ fn decode_2(bytes: [u8; TOKEN_2_BYTES]) -> Option<Cursor> {
         (KIND_PETS, status, category) => List::Pets {
             status: pet_status_from_code(status)?,
             category,
+            sort: Sort::Id,
+            search: 0,
         },
-        (KIND_ORDERS, 0, pet) => List::Orders { status: None, pet },
+        (KIND_ORDERS, 0, pet) => List::Orders {
+            status: None,
+            pet,
+            sort: Sort::Id,
+            search: 0,
+        },
         (KIND_ORDERS, status, pet) => List::Orders {
             status: Some(OrderStatus::from_code(status)?),
             pet,
+            sort: Sort::Id,
+            search: 0,
         },
         (KIND_CATEGORIES, 0, None) => List::Categories,
         _ => return None,
     };
     let after = i64::from_be_bytes(bytes[12..20].try_into().ok()?);
-    Some(Cursor { list, after })
+    Some(Cursor {
+        list,
+        after,
+        key: None,
+    })
 }
 
 fn pet_status_code(status: Option<PetStatus>) -> u8 {
@@ -207,9 +360,9 @@ mod tests {
     fn list() -> impl Strategy<Value = List> {
         prop_oneof![
             (pet_status(), proptest::option::of(any::<i64>()))
-                .prop_map(|(status, category)| List::Pets { status, category }),
+                .prop_map(|(status, category)| List::pets(status, category)),
             (order_status(), proptest::option::of(any::<i64>()))
-                .prop_map(|(status, pet)| List::Orders { status, pet }),
+                .prop_map(|(status, pet)| List::orders(status, pet)),
             Just(List::Categories),
         ]
     }
@@ -223,11 +376,9 @@ mod tests {
     #[test]
     fn a_token_is_16_url_safe_characters() {
         let token = Cursor {
-            list: List::Pets {
-                status: Some(PetStatus::Sold),
-                category: None,
-            },
+            list: List::pets(Some(PetStatus::Sold), None),
             after: 900_000,
+            key: None,
         }
         .encode();
         assert_eq!(token.len(), 16);
@@ -241,11 +392,9 @@ mod tests {
         assert_eq!(
             Cursor::decode(token),
             Some(Cursor {
-                list: List::Pets {
-                    status: Some(PetStatus::Sold),
-                    category: None
-                },
-                after: 41
+                list: List::pets(Some(PetStatus::Sold), None),
+                after: 41,
+                key: None,
             })
         );
         assert_eq!(
@@ -257,17 +406,16 @@ mod tests {
     #[test]
     fn tokens_of_the_second_layout_are_30_url_safe_characters() {
         for list in [
-            List::Pets {
-                status: None,
-                category: Some(-3),
-            },
-            List::Orders {
-                status: Some(OrderStatus::Expired),
-                pet: None,
-            },
+            List::pets(None, Some(-3)),
+            List::orders(Some(OrderStatus::Expired), None),
             List::Categories,
         ] {
-            let token = Cursor { list, after: 7 }.encode();
+            let token = Cursor {
+                list,
+                after: 7,
+                key: None,
+            }
+            .encode();
             assert_eq!(token.len(), 30, "{list:?}");
             assert!(is_url_safe(&token), "{token}");
         }
@@ -275,17 +423,13 @@ mod tests {
 
     #[test]
     fn empty_cut_padded_and_edited_tokens_are_refused() {
-        for list in [
-            List::Pets {
-                status: None,
-                category: None,
-            },
-            List::Orders {
-                status: None,
-                pet: Some(4),
-            },
-        ] {
-            let token = Cursor { list, after: 41 }.encode();
+        for list in [List::pets(None, None), List::orders(None, Some(4))] {
+            let token = Cursor {
+                list,
+                after: 41,
+                key: None,
+            }
+            .encode();
             let mut edited = token.clone().into_bytes();
             edited[5] = if edited[5] == b'A' { b'B' } else { b'A' };
             let edited = String::from_utf8(edited).expect("ASCII");
@@ -352,7 +496,7 @@ mod tests {
     proptest! {
         #[test]
         fn every_cursor_decodes_to_itself(list in list(), after in any::<i64>()) {
-            let cursor = Cursor { list, after };
+            let cursor = Cursor { list, after, key: None };
             prop_assert_eq!(Cursor::decode(&cursor.encode()), Some(cursor));
         }
 

@@ -32,6 +32,7 @@ mod packaging;
 mod pet;
 mod query;
 mod ratelimit;
+mod search;
 mod server;
 mod service;
 mod store;

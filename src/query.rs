@@ -12,6 +12,7 @@ use crate::cursor::{Cursor, List};
 use crate::event::{EventType, Position, Types};
 use crate::order::OrderStatus;
 use crate::pet::{PetId, PetStatus};
+use crate::search::{Search, Sort};
 
 /// Why a query or path parameter is refused, in words meant for the client.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -47,8 +48,8 @@ pub struct Query<F: Filters> {
     pub after: Option<F::After>,
 }
 
-/// listPets's query: limit 1..=100 (default 20), an optional status and category, and the id
-/// after which the page starts.
+/// listPets's query: limit 1..=100 (default 20), an optional status, category, search and
+/// order, and the pet after which the page starts.
 pub type ListQuery = Query<PetFilters>;
 /// listOrders's query: limit as listPets's, an optional status and pet.
 pub type OrdersQuery = Query<OrderFilters>;
@@ -157,6 +158,58 @@ impl Value for OrderStatus {
     }
 }
 
+/// `q`: a search by name (`search.rs`). The next link carries its terms, which read back as
+/// the same search.
+impl Value for Search {
+    fn parse(_: &str, text: &str) -> Result<Search, InvalidParameter> {
+        Search::parse(text).map_err(|e| InvalidParameter(e.0.into()))
+    }
+
+    fn write(&self, out: &mut String) {
+        for byte in self.canonical().bytes() {
+            match byte {
+                b' ' => out.push('+'),
+                b if b.is_ascii_alphanumeric() => out.push(char::from(b)),
+                b => {
+                    const HEX: &[u8; 16] = b"0123456789ABCDEF";
+                    out.push('%');
+                    out.push(char::from(HEX[usize::from(b >> 4)]));
+                    out.push(char::from(HEX[usize::from(b & 15)]));
+                }
+            }
+        }
+    }
+}
+
+/// listPets's `sort`: `id`, `-id` or `name`.
+impl Value for Sort {
+    fn parse(_: &str, text: &str) -> Result<Sort, InvalidParameter> {
+        Sort::parse(text)
+            .ok_or_else(|| InvalidParameter("sort must be one of id, -id, name".into()))
+    }
+
+    fn write(&self, out: &mut String) {
+        out.push_str(self.as_str());
+    }
+}
+
+/// listOrders's `sort`: `id` or `-id` (an order has no name of its own).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct OrderSort(pub Sort);
+
+impl Value for OrderSort {
+    fn parse(_: &str, text: &str) -> Result<OrderSort, InvalidParameter> {
+        match Sort::parse(text) {
+            Some(sort) if sort != Sort::Name => Ok(OrderSort(sort)),
+            _ => Err(InvalidParameter("sort must be one of id, -id".into())),
+        }
+    }
+
+    fn write(&self, out: &mut String) {
+        out.push_str(self.0.as_str());
+    }
+}
+
 /// listEvents's `type`: a comma-separated list of event types, each known, at least one;
 /// kept in the order asked, without repeats.
 impl Value for Vec<EventType> {
@@ -210,7 +263,7 @@ impl Limit {
 
 /// What a list's pages start after, as its cursor parameter carries it. The cursor is read
 /// after every filter, since whether it fits may depend on them.
-pub trait Start<F>: Copy + fmt::Debug + Eq {
+pub trait Start<F>: Clone + fmt::Debug + Eq {
     /// The cursor parameter's name.
     const NAME: &'static str;
     /// Why a second cursor is refused, whatever either says.
@@ -224,26 +277,72 @@ pub trait Start<F>: Copy + fmt::Debug + Eq {
     fn write(self, filters: &F, out: &mut String);
 }
 
+/// The filters of a list that pages by the opaque cursor of cursor.rs: which list they make.
+pub trait Listed {
+    fn list(&self) -> List;
+}
+
+/// The cursor of cursor.rs, decoded and checked against the list and filters of `filters`.
+fn read_cursor<F: Listed>(text: &str, filters: &F) -> Result<Cursor, &'static str> {
+    let cursor = Cursor::decode(text)
+        .ok_or("cursor is not valid: pass the cursor of a next link unchanged")?;
+    let list = filters.list();
+    match cursor.list == list {
+        true => Ok(cursor),
+        false => Err(foreign(cursor.list, list)),
+    }
+}
+
 /// The opaque cursor of cursor.rs: the id a page starts after, good only for the list and the
 /// filters it was made for.
-impl<F: Copy + Into<List>> Start<F> for i64 {
+impl<F: Listed> Start<F> for i64 {
     const NAME: &'static str = "cursor";
     const REPEATED: &'static str = "cursor must be given at most once";
 
     fn read(text: &str, filters: &F) -> Result<i64, &'static str> {
-        let cursor = Cursor::decode(text)
-            .ok_or("cursor is not valid: pass the cursor of a next link unchanged")?;
-        let list = (*filters).into();
-        match cursor.list == list {
-            true => Ok(cursor.after),
-            false => Err(foreign(cursor.list, list)),
-        }
+        read_cursor(text, filters).map(|cursor| cursor.after)
     }
 
     fn write(self, filters: &F, out: &mut String) {
         Cursor {
-            list: (*filters).into(),
+            list: filters.list(),
             after: self,
+            key: None,
+        }
+        .encode_into(out);
+    }
+}
+
+/// Where a page of pets starts: after pet `id`, and sorted by name after the sort key `key`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PetStart {
+    pub id: PetId,
+    pub key: Option<String>,
+}
+
+impl From<PetId> for PetStart {
+    fn from(id: PetId) -> PetStart {
+        PetStart { id, key: None }
+    }
+}
+
+impl Start<PetFilters> for PetStart {
+    const NAME: &'static str = "cursor";
+    const REPEATED: &'static str = "cursor must be given at most once";
+
+    fn read(text: &str, filters: &PetFilters) -> Result<PetStart, &'static str> {
+        let cursor = read_cursor(text, filters)?;
+        Ok(PetStart {
+            id: cursor.after,
+            key: cursor.key,
+        })
+    }
+
+    fn write(self, filters: &PetFilters, out: &mut String) {
+        Cursor {
+            list: filters.list(),
+            after: self.id,
+            key: self.key,
         }
         .encode_into(out);
     }
@@ -329,10 +428,13 @@ impl<F: Filters> Query<F> {
     /// and filters, and a cursor. Its characters need no escaping in a URL. Every page with
     /// more after it builds one, so it is written piece by piece, without `core::fmt`.
     pub fn next_into(&self, last: F::After, out: &mut String) {
-        let cursor = |out: &mut String| {
-            out.push_str(F::After::NAME);
-            out.push('=');
-            last.write(&self.filters, out);
+        let mut last = Some(last);
+        let mut cursor = |out: &mut String| {
+            if let Some(last) = last.take() {
+                out.push_str(F::After::NAME);
+                out.push('=');
+                last.write(&self.filters, out);
+            }
         };
         if F::After::LEADS {
             cursor(out);
@@ -375,50 +477,78 @@ impl EventsQuery {
     }
 }
 
-/// listPets's filters: by status and by category.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+/// listPets's filters: by status and by category, a search by name (`q`, beta) and an
+/// order (`sort`, beta).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct PetFilters {
     pub status: Option<PetStatus>,
     pub category: Option<i64>,
+    pub q: Option<Search>,
+    pub sort: Option<Sort>,
+}
+
+impl PetFilters {
+    /// The search asked for (none: an empty one).
+    pub fn search(&self) -> Search {
+        self.q.clone().unwrap_or_default()
+    }
 }
 
 impl Filters for PetFilters {
     const PARAMS: &'static [Param<PetFilters>] = &[
         Param::of("status", |f| &f.status, |f| &mut f.status),
         Param::of("categoryId", |f| &f.category, |f| &mut f.category),
+        Param::of("q", |f| &f.q, |f| &mut f.q),
+        Param::of("sort", |f| &f.sort, |f| &mut f.sort),
     ];
-    type After = PetId;
+    type After = PetStart;
 }
 
-impl From<PetFilters> for List {
-    fn from(f: PetFilters) -> List {
+impl Listed for PetFilters {
+    fn list(&self) -> List {
         List::Pets {
-            status: f.status,
-            category: f.category,
+            status: self.status,
+            category: self.category,
+            sort: self.sort.unwrap_or_default(),
+            search: self.q.as_ref().map_or(0, Search::fingerprint),
         }
     }
 }
 
-/// listOrders's filters: by status and by pet.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+/// listOrders's filters: by status and by pet, by their pet's name (`q`, beta) and an order
+/// (`sort`, beta).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct OrderFilters {
     pub status: Option<OrderStatus>,
     pub pet_id: Option<PetId>,
+    pub q: Option<Search>,
+    pub sort: Option<OrderSort>,
+}
+
+impl OrderFilters {
+    /// The search asked for (none: an empty one).
+    pub fn search(&self) -> Search {
+        self.q.clone().unwrap_or_default()
+    }
 }
 
 impl Filters for OrderFilters {
     const PARAMS: &'static [Param<OrderFilters>] = &[
         Param::of("status", |f| &f.status, |f| &mut f.status),
         Param::of("petId", |f| &f.pet_id, |f| &mut f.pet_id),
+        Param::of("q", |f| &f.q, |f| &mut f.q),
+        Param::of("sort", |f| &f.sort, |f| &mut f.sort),
     ];
     type After = i64;
 }
 
-impl From<OrderFilters> for List {
-    fn from(f: OrderFilters) -> List {
+impl Listed for OrderFilters {
+    fn list(&self) -> List {
         List::Orders {
-            status: f.status,
-            pet: f.pet_id,
+            status: self.status,
+            pet: self.pet_id,
+            sort: self.sort.unwrap_or_default().0,
+            search: self.q.as_ref().map_or(0, Search::fingerprint),
         }
     }
 }
@@ -432,8 +562,8 @@ impl Filters for CategoryFilters {
     type After = i64;
 }
 
-impl From<CategoryFilters> for List {
-    fn from(_: CategoryFilters) -> List {
+impl Listed for CategoryFilters {
+    fn list(&self) -> List {
         List::Categories
     }
 }
@@ -481,6 +611,13 @@ fn pairs(query: &str) -> impl Iterator<Item = (Cow<'_, str>, &str)> {
 /// differs, in the order the next links name them.
 fn foreign(made: List, used: List) -> &'static str {
     const STATUS: &str = "cursor belongs to a list with another status filter";
+    let ((made_sort, made_search), (used_sort, used_search)) = (order_of(made), order_of(used));
+    if made_sort != used_sort {
+        return "cursor belongs to a list with another sort";
+    }
+    if made_search != used_search {
+        return "cursor belongs to a list with another q";
+    }
     match (made, used) {
         (List::Pets { status: a, .. }, List::Pets { status: b, .. }) if a != b => STATUS,
         (List::Pets { .. }, List::Pets { .. }) => {
@@ -491,6 +628,14 @@ fn foreign(made: List, used: List) -> &'static str {
             "cursor belongs to a list with another petId filter"
         }
         _ => "cursor belongs to another list: pass the cursor of this list's next link unchanged",
+    }
+}
+
+/// A list's order and search fingerprint, for `foreign`.
+fn order_of(list: List) -> (Sort, u64) {
+    match list {
+        List::Pets { sort, search, .. } | List::Orders { sort, search, .. } => (sort, search),
+        List::Categories => (Sort::Id, 0),
     }
 }
 
@@ -629,10 +774,7 @@ mod tests {
             ListQuery::parse("").ok(),
             Some(ListQuery {
                 limit: 20,
-                filters: PetFilters {
-                    status: None,
-                    category: None
-                },
+                filters: PetFilters::default(),
                 after: None
             })
         );
@@ -902,7 +1044,11 @@ mod tests {
         }
         Ok(ListQuery {
             limit: limit.unwrap_or(20),
-            filters: PetFilters { status, category },
+            filters: PetFilters {
+                status,
+                category,
+                ..Default::default()
+            },
             after: None,
         })
     }
@@ -910,23 +1056,28 @@ mod tests {
     #[test]
     fn a_next_query_keeps_limit_and_status_and_its_cursor_reads_back() {
         let query = ListQuery::parse("status=sold&limit=5").expect("valid");
-        let next = query.next(41);
+        let next = query.next(41.into());
         assert!(next.starts_with("limit=5&status=sold&cursor="), "{next}");
         let again = ListQuery::parse(&next).expect("a next query is valid");
         assert_eq!(
             (again.limit, again.filters.status, again.after),
-            (5, Some(PetStatus::Sold), Some(41))
+            (5, Some(PetStatus::Sold), Some(41.into()))
         );
-        let unfiltered = ListQuery::parse("").expect("valid").next(7);
+        let unfiltered = ListQuery::parse("").expect("valid").next(7.into());
         assert!(unfiltered.starts_with("limit=20&cursor="), "{unfiltered}");
-        assert_eq!(ListQuery::parse(&unfiltered).expect("valid").after, Some(7));
+        assert_eq!(
+            ListQuery::parse(&unfiltered).expect("valid").after,
+            Some(7.into())
+        );
     }
 
     #[test]
     fn a_bad_repeated_or_foreign_cursor_is_refused_after_limit_and_status() {
-        let sold = ListQuery::parse("status=sold").expect("valid").next(3);
+        let sold = ListQuery::parse("status=sold")
+            .expect("valid")
+            .next(3.into());
         let sold_cursor = sold.rsplit_once('=').expect("a cursor").1;
-        let all = ListQuery::parse("").expect("valid").next(3);
+        let all = ListQuery::parse("").expect("valid").next(3.into());
         let all_cursor = all.rsplit_once('=').expect("a cursor").1;
         let malformed = "cursor: cursor is not valid: pass the cursor of a next link unchanged";
         let foreign = "cursor: cursor belongs to a list with another status filter";
@@ -950,7 +1101,7 @@ mod tests {
         }
         assert_eq!(
             ListQuery::parse(&format!("status=sold&cursor={sold_cursor}")).map(|q| q.after),
-            Ok(Some(3))
+            Ok(Some(3.into()))
         );
     }
 
@@ -966,7 +1117,7 @@ mod tests {
             (query.filters.status, query.filters.category),
             (Some(PetStatus::Sold), Some(-4))
         );
-        let next = query.next(9);
+        let next = query.next(9.into());
         assert!(
             next.starts_with("limit=3&status=sold&categoryId=-4&cursor="),
             "{next}"
@@ -978,9 +1129,10 @@ mod tests {
                 limit: 3,
                 filters: PetFilters {
                     status: Some(PetStatus::Sold),
-                    category: Some(-4)
+                    category: Some(-4),
+                    ..Default::default()
                 },
-                after: Some(9)
+                after: Some(9.into())
             }
         );
         assert_eq!(
@@ -1010,18 +1162,22 @@ mod tests {
         // Without a category, the next query is the one listPets always made.
         let plain = ListQuery::parse("status=sold&limit=5")
             .expect("valid")
-            .next(41);
+            .next(41.into());
         assert_eq!(plain, "limit=5&status=sold&cursor=AQMAAAAAAAAAKU4t");
     }
 
     #[test]
     fn a_pets_cursor_is_bound_to_its_category_filter() {
-        let dogs = ListQuery::parse("categoryId=1").expect("valid").next(3);
-        let cats = ListQuery::parse("categoryId=2").expect("valid").next(3);
-        let all = ListQuery::parse("").expect("valid").next(3);
+        let dogs = ListQuery::parse("categoryId=1")
+            .expect("valid")
+            .next(3.into());
+        let cats = ListQuery::parse("categoryId=2")
+            .expect("valid")
+            .next(3.into());
+        let all = ListQuery::parse("").expect("valid").next(3.into());
         let sold_dogs = ListQuery::parse("categoryId=1&status=sold")
             .expect("valid")
-            .next(3);
+            .next(3.into());
         let category = "cursor: cursor belongs to a list with another categoryId filter";
         let status = "cursor: cursor belongs to a list with another status filter";
         for (query, expected) in [
@@ -1041,7 +1197,7 @@ mod tests {
         }
         assert_eq!(
             ListQuery::parse(&format!("categoryId=1&cursor={}", cursor_in(&dogs))).map(|q| q.after),
-            Ok(Some(3))
+            Ok(Some(3.into()))
         );
     }
 
@@ -1051,10 +1207,7 @@ mod tests {
             OrdersQuery::parse(""),
             Ok(OrdersQuery {
                 limit: 20,
-                filters: OrderFilters {
-                    status: None,
-                    pet_id: None
-                },
+                filters: OrderFilters::default(),
                 after: None
             })
         );
@@ -1071,7 +1224,8 @@ mod tests {
                 limit: 2,
                 filters: OrderFilters {
                     status: Some(OrderStatus::Placed),
-                    pet_id: Some(5)
+                    pet_id: Some(5),
+                    ..Default::default()
                 },
                 after: Some(11)
             })
@@ -1112,8 +1266,10 @@ mod tests {
 
     #[test]
     fn a_cursor_of_one_list_is_refused_by_every_other() {
-        let pets = ListQuery::parse("").expect("valid").next(1);
-        let dogs = ListQuery::parse("categoryId=1").expect("valid").next(1);
+        let pets = ListQuery::parse("").expect("valid").next(1.into());
+        let dogs = ListQuery::parse("categoryId=1")
+            .expect("valid")
+            .next(1.into());
         let mut orders = String::new();
         OrdersQuery::parse("")
             .expect("valid")
@@ -1229,16 +1385,16 @@ mod tests {
         ) {
             let pets = ListQuery {
                 limit,
-                filters: PetFilters { status, category: filter },
+                filters: PetFilters { status, category: filter, ..Default::default() },
                 after: None,
             };
             prop_assert_eq!(
-                ListQuery::parse(&pets.next(last)),
-                Ok(ListQuery { after: Some(last), ..pets })
+                ListQuery::parse(&pets.next(last.into())),
+                Ok(ListQuery { after: Some(last.into()), ..pets })
             );
             let orders = OrdersQuery {
                 limit,
-                filters: OrderFilters { status: order_status, pet_id: filter },
+                filters: OrderFilters { status: order_status, pet_id: filter, ..Default::default() },
                 after: None,
             };
             let mut next = String::new();

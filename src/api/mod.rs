@@ -198,11 +198,11 @@ impl Reply {
 
     /// Adds `Link: <{path}?{query}>; rel="next"` when more matched than a page ending at
     /// `last_id` holds (`Page::more`, `Page::last_id`); `query` writes the next page's query.
-    fn link_next(
+    fn link_next<T>(
         &mut self,
-        (more, last_id): (bool, Option<i64>),
+        (more, last_id): (bool, Option<T>),
         path: &str,
-        query: impl FnOnce(i64, &mut String),
+        query: impl FnOnce(T, &mut String),
     ) {
         if more && let Some(last_id) = last_id {
             // RFC 8288; the target is relative to the server, as Location is.

@@ -57,6 +57,8 @@ pub async fn list_orders(store: &Store, query: Option<&str>) -> Result<Reply, Er
         .list_orders(OrderQuery {
             status: query.filters.status,
             pet_id: query.filters.pet_id,
+            search: query.filters.search(),
+            sort: query.filters.sort.unwrap_or_default().0,
             after: query.after,
             limit: query.limit,
         })

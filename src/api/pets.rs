@@ -17,9 +17,9 @@ use crate::auth::Caller;
 use crate::conditional;
 use crate::error::Error;
 use crate::pet::{NewPet, PetId, PetPatch};
-use crate::query::{self, ListQuery};
+use crate::query::{self, ListQuery, PetStart};
 use crate::store::ops::{DeletePet, PatchPet};
-use crate::store::{Store, StoredPet};
+use crate::store::{After, PageQuery, Store, StoredPet};
 
 /// On every listPets answer: the event feed's position at the page's read snapshot.
 const EVENTS_CURSOR: HeaderName = HeaderName::from_static("events-cursor");
@@ -27,20 +27,30 @@ const EVENTS_CURSOR: HeaderName = HeaderName::from_static("events-cursor");
 /// `GET /v1/pets` (listPets): a page, and a `Link` to the next one when more pets matched.
 pub async fn list_pets(store: &Store, query: Option<&str>) -> Result<Reply, Error> {
     let query = ListQuery::parse(query.unwrap_or_default()).map_err(query_error)?;
+    let filters = &query.filters;
     let page = store
-        .list(
-            query.filters.status,
-            query.filters.category,
-            query.after,
-            query.limit,
-        )
+        .find(PageQuery {
+            status: filters.status,
+            category: filters.category,
+            search: filters.search(),
+            sort: filters.sort.unwrap_or_default(),
+            after: query.after.clone().map(|at| After {
+                id: at.id,
+                key: at.key,
+            }),
+            limit: query.limit,
+        })
         .await?;
     let events = HeaderValue::try_from(page.events.cursor())
         .expect("a cursor of hex digits is a valid header value");
     let mut reply = Reply::ok(page.json);
     reply.headers.push((EVENTS_CURSOR, events));
-    reply.link_next((page.more, page.last_id), "/v1/pets", |last_id, out| {
-        query.next_into(last_id, out)
+    let last = page.last_id.map(|id| PetStart {
+        id,
+        key: page.last_key,
+    });
+    reply.link_next((page.more, last), "/v1/pets", |last, out| {
+        query.next_into(last, out)
     });
     Ok(reply)
 }

@@ -15,6 +15,7 @@ use std::time::Instant;
 use crate::category::{Category, CategoryId};
 use crate::order::{NewOrder, Order, OrderId};
 use crate::pet::{NewPet, PetId, PetStatus};
+use crate::search::{Search, Sort};
 use model::Record;
 
 mod claims;
@@ -34,8 +35,8 @@ mod write;
 pub use claims::{IdempotencyKey, KeyClaim};
 pub use events::{EventPage, EventQuery, FeedState, ReadError, StoredEvent};
 pub use model::{
-    Chunk, Created, Inventory, OrderQuery, Page, Placed, Precondition, Settled, StoreError,
-    StoredPet,
+    After, Chunk, Created, Inventory, OrderQuery, Page, PageQuery, Placed, Precondition, Settled,
+    StoreError, StoredPet,
 };
 pub use postgres::connect::{PgTarget, parse as parse_postgres};
 pub use resource::NextIds;
@@ -333,13 +334,20 @@ impl Store {
         after: Option<PetId>,
         limit: usize,
     ) -> Result<Page, StoreError> {
-        let query = model::PageQuery {
+        let query = PageQuery {
             status,
             category,
-            after,
+            search: Search::default(),
+            sort: Sort::Id,
+            after: after.map(|id| After { id, key: None }),
             limit,
         };
-        read!(self, store => store.list(query))
+        self.find(query).await
+    }
+
+    /// A page of pets as `query` asks: filtered, searched by name and sorted, after a cursor.
+    pub async fn find(&self, query: PageQuery) -> Result<Page, StoreError> {
+        read!(self, store => store.list(query.clone()))
     }
 
     /// Up to `query.limit` events of the feed after `query.after`, as one read snapshot sees

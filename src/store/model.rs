@@ -13,6 +13,7 @@ use crate::clock::{self, Precision};
 use crate::event::{EventType, Position};
 use crate::order::{Order, OrderAction, OrderId, OrderStatus, Refused};
 use crate::pet::{NewPet, PetId, PetStatus};
+use crate::search::{Search, Sort};
 use crate::subject::{Kind, Subject};
 
 /// A pet as the store keeps it: its id, its revision (1 at creation, one more with every
@@ -39,28 +40,43 @@ pub struct Page {
     pub json: Bytes,
     /// The id of the page's last record, whatever the list's kind.
     pub last_id: Option<i64>,
+    /// The last record's sort key (`search::sort_key`), in a list sorted by name.
+    pub last_key: Option<String>,
     pub more: bool,
     /// The event feed's newest position in the same read snapshot: following the feed from
     /// here sees every change the page does not.
     pub events: Position,
 }
 
-/// Which page of a list: up to `limit` pets with ids above `after`, in ascending id order,
-/// only those with `status` and those of `category` if given.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct PageQuery {
-    pub(crate) status: Option<PetStatus>,
-    pub(crate) category: Option<CategoryId>,
-    pub(crate) after: Option<PetId>,
-    pub(crate) limit: usize,
+/// Which page of pets: up to `limit` pets after `after` in the order `sort`, only those with
+/// `status`, of `category` and matching `search` if given.
+#[derive(Clone, Debug)]
+pub struct PageQuery {
+    pub status: Option<PetStatus>,
+    pub category: Option<CategoryId>,
+    pub search: Search,
+    pub sort: Sort,
+    pub after: Option<After>,
+    pub limit: usize,
 }
 
-/// Which page of orders: up to `limit` orders with ids above `after`, in ascending id order,
-/// only those with `status` and those of `pet_id` if given.
-#[derive(Clone, Copy, Debug)]
+/// Where a page starts: after the pet `id`, and in a list sorted by name after its sort key
+/// `key` (as the cursor carries it: the pet may have been renamed since).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct After {
+    pub id: PetId,
+    pub key: Option<String>,
+}
+
+/// Which page of orders: up to `limit` orders after `after` in id order (`Sort::Newest`:
+/// descending), only those with `status`, of `pet_id`, and of a pet whose name matches
+/// `search` if given.
+#[derive(Clone, Debug)]
 pub struct OrderQuery {
     pub status: Option<OrderStatus>,
     pub pet_id: Option<PetId>,
+    pub search: Search,
+    pub sort: Sort,
     pub after: Option<OrderId>,
     pub limit: usize,
 }
@@ -423,6 +439,7 @@ pub(crate) struct PageBuilder {
     limit: usize,
     count: usize,
     last_id: Option<i64>,
+    last_key: Option<String>,
     more: bool,
 }
 
@@ -435,8 +452,22 @@ impl PageBuilder {
             limit,
             count: 0,
             last_id: None,
+            last_key: None,
             more: false,
         }
+    }
+
+    /// `push`, in a list sorted by name: `key` is the record's sort key.
+    pub(crate) fn push_keyed(&mut self, id: PetId, object: &[u8], key: &str) {
+        if self.count < self.limit {
+            self.last_key = Some(key.to_owned());
+        }
+        self.push(id, object);
+    }
+
+    /// Whether the page has all it takes (one more than a page, to tell whether one follows).
+    pub(crate) fn is_full(&self) -> bool {
+        self.more
     }
 
     pub(crate) fn push(&mut self, id: PetId, object: &[u8]) {
@@ -457,6 +488,7 @@ impl PageBuilder {
         Page {
             json: self.array.freeze(),
             last_id: self.last_id,
+            last_key: self.last_key,
             more: self.more,
             events: Position { feed: 0, seq: 0 },
         }

@@ -12,6 +12,7 @@ pub(super) mod backup;
 pub(super) mod check;
 pub(super) mod copy;
 mod file;
+mod finds;
 pub(super) mod handle;
 mod idempotency;
 mod indexes;

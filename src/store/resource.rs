@@ -302,6 +302,20 @@ pub(crate) fn id_range(prefix: &[u8], after: i64) -> (Vec<u8>, Vec<u8>) {
     (first, last)
 }
 
+/// An id as the last part of a key encodes it: the rest of a key in id order.
+pub(crate) fn id_key(id: i64) -> [u8; 8] {
+    Key::int(id)
+}
+
+/// The text that starts `bytes`, as a `Part::Text` encodes it.
+pub(crate) fn text_at_start(bytes: &[u8]) -> Option<Cow<'_, str>> {
+    let mut rest = bytes;
+    match Key::take(&mut rest, PartKind::Text)? {
+        Part::Text(text) => Some(text),
+        _ => None,
+    }
+}
+
 /// The record id that ends `key`, a key of a non-unique index.
 pub(crate) fn owner_of(key: &[u8]) -> Result<i64, StoreError> {
     key.len()

@@ -671,6 +671,8 @@ async fn walk_orders(
         let query = OrderQuery {
             status,
             pet_id,
+            search: Default::default(),
+            sort: Default::default(),
             after,
             limit: 3,
         };

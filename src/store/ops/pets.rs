@@ -4,6 +4,7 @@
 //! held pet keeps its status and stays).
 
 use crate::pet::{NewPet, Pet, PetId, PetPatch, PetStatus};
+use crate::search;
 use crate::store::claims::Keyed;
 use crate::store::model::{Change, Created, Precondition, StoreError, StoredPet};
 use crate::store::ops::{Rule, Touches};
@@ -35,6 +36,35 @@ pub(crate) static PETS_BY_CATEGORY: Index = Index {
     holds: Holds::Nothing,
 };
 
+/// (term, pet id) for every term a pet's name is found by (`search::prefixes`), holding the
+/// code `PETS_BY_CATEGORY` files it under: a search in id order walks the terms' ranges
+/// together from the cursor on, and a status filter reads the code, not the pet.
+pub(crate) static PETS_BY_WORD: Index = Index {
+    name: "pets_by_word",
+    words: "word index",
+    parts: &[PartKind::Text],
+    unique: false,
+    holds: Holds::Code,
+};
+
+/// (term, sort key, pet id): the same terms, in name order, for a search sorted by name.
+pub(crate) static PETS_BY_WORD_NAME: Index = Index {
+    name: "pets_by_word_name",
+    words: "word index by name",
+    parts: &[PartKind::Text, PartKind::Text],
+    unique: false,
+    holds: Holds::Code,
+};
+
+/// (sort key, pet id) for every pet, holding its `PETS_BY_CATEGORY` code: `sort=name`.
+pub(crate) static PETS_BY_NAME: Index = Index {
+    name: "pets_by_name",
+    words: "name index",
+    parts: &[PartKind::Text],
+    unique: false,
+    holds: Holds::Code,
+};
+
 /// The code `PETS_BY_CATEGORY` files a pet without a status under.
 pub(crate) const NO_STATUS: u8 = 3;
 
@@ -60,7 +90,13 @@ impl Resource for Pet {
     // The oldest counter, from before there were others: its name says only `id`.
     const COUNTER: Counter = Counter::named("next_id");
     const TABLE: &'static str = "pets";
-    const INDEXES: &'static [&'static Index] = &[&PETS_BY_STATUS, &PETS_BY_CATEGORY];
+    const INDEXES: &'static [&'static Index] = &[
+        &PETS_BY_STATUS,
+        &PETS_BY_CATEGORY,
+        &PETS_BY_NAME,
+        &PETS_BY_WORD,
+        &PETS_BY_WORD_NAME,
+    ];
     /// The pet's JSON as the API sends it, with its status, category and revision beside it
     /// for the indexes and the preconditions; the revision is the engine's to keep
     /// (`postgres/txn.rs`), every index reads from its cursor on.
@@ -115,16 +151,24 @@ impl Resource for Pet {
     }
 
     fn entries<'a>(&self, stored: &'a [u8]) -> Vec<Entry<'a>> {
-        let mut entries = Vec::with_capacity(2);
+        let terms = search::prefixes(&self.name);
+        let mut entries = Vec::with_capacity(3 + 2 * terms.len());
         if let Some(status) = self.status {
             let parts = [Part::Code(status.to_code())];
             entries.push(PETS_BY_STATUS.entry(self.id, &parts, Value::Stored(stored)));
         }
-        let parts = [
-            Part::Int(self.category_id),
-            Part::Code(category_status_code(self.status)),
-        ];
+        let code = category_status_code(self.status);
+        let parts = [Part::Int(self.category_id), Part::Code(code)];
         entries.push(PETS_BY_CATEGORY.entry(self.id, &parts, Value::Nothing));
+        let key = search::sort_key(&self.name);
+        let name = Part::Text(key.as_str().into());
+        entries.push(PETS_BY_NAME.entry(self.id, std::slice::from_ref(&name), Value::Code(code)));
+        for term in &terms {
+            let term = Part::Text(term.as_str().into());
+            entries.push(PETS_BY_WORD.entry(self.id, &[term.clone()], Value::Code(code)));
+            let parts = [term, name.clone()];
+            entries.push(PETS_BY_WORD_NAME.entry(self.id, &parts, Value::Code(code)));
+        }
         entries
     }
 }

@@ -146,8 +146,13 @@ impl PgStore {
     /// combination of filters reads its own index (`pets_by_status`, `pets_by_category`,
     /// `pets_by_category_status`) from the cursor on, so a deep page costs what the first does.
     pub(in crate::store) async fn list(&self, query: PageQuery) -> Result<Page, StoreError> {
+        if !query.search.is_empty() || query.sort != crate::search::Sort::Id {
+            return Err(StoreError::Unsupported(
+                "search and sort on PostgreSQL".into(),
+            ));
+        }
         let limit = query.limit;
-        let after = query.after.unwrap_or(i64::MIN);
+        let after = query.after.as_ref().map_or(i64::MIN, |after| after.id);
         // One more than the page, to tell whether another follows.
         let fetch = i64::try_from(limit + 1).unwrap_or(i64::MAX);
         let status = query.status.map(|status| status_code(Some(status)));

@@ -261,7 +261,11 @@ impl RedbStore {
     /// decoding them. One more pet is read to tell whether another page follows; where the page
     /// starts costs nothing, since both tables are ordered by id within a status.
     pub(in crate::store) async fn list(&self, query: PageQuery) -> Result<Page, StoreError> {
-        let (status, after, limit) = (query.status, query.after, query.limit);
+        if !query.search.is_empty() || query.sort != crate::search::Sort::Id {
+            return self.find(&query);
+        }
+        let after = query.after.as_ref().map(|after| after.id);
+        let (status, limit) = (query.status, query.limit);
         let first = match after {
             None => i64::MIN,
             Some(after) => match after.checked_add(1) {
@@ -278,8 +282,7 @@ impl RedbStore {
             return self.read_txn(|txn| {
                 let pets = txn.open_table(PETS).map_err(StoreError::storage)?;
                 let feed = feed_state(txn)?;
-                let after = query.after.unwrap_or(i64::MIN);
-                let page = self.list_category(txn, &pets, query, after)?;
+                let page = self.list_category(txn, &pets, &query, after.unwrap_or(i64::MIN))?;
                 Ok(page.at(feed.newest_position()))
             });
         }

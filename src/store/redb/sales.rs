@@ -116,7 +116,7 @@ impl RedbStore {
         &self,
         txn: &ReadTransaction,
         pets: &redb::ReadOnlyTable<i64, &'static [u8]>,
-        query: PageQuery,
+        query: &PageQuery,
         after: PetId,
     ) -> Result<Page, StoreError> {
         let Some(category) = query.category else {

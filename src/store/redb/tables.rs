@@ -126,8 +126,9 @@ pub(super) const META_INVENTORY: [&str; 4] =
 /// no events. Version 5 added orders, categories, the category index and the inventory
 /// counters. Version 6 keeps every index as its declaration's encoded keys
 /// (`redb/indexes.rs`), where 5 had a table type per index: an older petstore would misread
-/// them.
-pub(super) const SCHEMA_VERSION: u64 = 6;
+/// them. Version 7 adds the name and word indexes of the search (issue 40): an older petstore
+/// would write pets without their entries, so it must not open the file.
+pub(super) const SCHEMA_VERSION: u64 = 7;
 /// The oldest layout this build upgrades: 3 to 5 differ from 6 only by tables a new file gets
 /// too, and by what the upgrade builds from the records (every index, `indexes::rebuild`, and
 /// the inventory, `open::count_inventory`). Versions 1 and 2 kept idempotency records another
@@ -288,6 +289,9 @@ mod tests {
             "idempotency_records",
             "events",
             "pets_by_category",
+            "pets_by_name",
+            "pets_by_word",
+            "pets_by_word_name",
             "categories",
             "category_names",
             "orders",
