@@ -327,6 +327,7 @@ impl Store {
 
     /// Up to `limit` pets with ids above `after`, in ascending id order, only those with
     /// `status` and of `category` if given; `more` says whether another page follows.
+    #[cfg(test)]
     pub async fn list(
         &self,
         status: Option<PetStatus>,

@@ -127,8 +127,11 @@ mod tests {
     use super::writer;
     use super::*;
     use crate::clock::unix_now;
+    use crate::pet::NewPet;
     use crate::pet::PetPatch;
     use crate::pet::PetStatus;
+    use crate::search::{Search, Sort};
+    use crate::store::PageQuery;
     use crate::store::model::StoreError;
     use crate::store::suite::{add, key, new_pet};
     use crate::store::{Backend, Created, Location, Store, Tuning};
@@ -755,6 +758,54 @@ mod tests {
         }
     }
 
+    #[test]
+    fn a_file_of_version_6_gets_the_name_and_word_indexes_of_its_pets() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("pets.redb");
+        runtime().block_on(async {
+            let (store, _) = open(&path, TUNING).await.expect("open");
+            for name in ["Zoë", "Sir Belvedere"] {
+                let pet = NewPet {
+                    name: name.into(),
+                    category_id: 1,
+                    status: None,
+                };
+                store.create(pet, None).await.expect("create");
+            }
+            store.close().await;
+        });
+        {
+            // As version 6 left it: the same tables but the three of version 7.
+            let db = Database::open(&path).expect("open");
+            let txn = db.begin_write().expect("write");
+            for name in ["pets_by_name", "pets_by_word", "pets_by_word_name"] {
+                let table: redb::TableDefinition<&[u8], &[u8]> = redb::TableDefinition::new(name);
+                assert!(txn.delete_table(table).expect("delete"), "{name}");
+            }
+            let mut meta = txn.open_table(META).expect("meta");
+            meta.insert(META_SCHEMA_VERSION, 6).expect("insert");
+            drop(meta);
+            txn.commit().expect("commit");
+        }
+        runtime().block_on(async {
+            let (store, _) = open(&path, TUNING).await.expect("open");
+            let query = PageQuery {
+                status: None,
+                category: None,
+                search: Search::parse("bel").expect("valid"),
+                sort: Sort::Name,
+                after: None,
+                limit: 20,
+            };
+            let page = store.find(query).await.expect("search");
+            assert_eq!(page.last_id, Some(2), "{:?}", page.json);
+            store.close().await;
+        });
+        assert_eq!(version_in(&path), Some(SCHEMA_VERSION));
+        let report = check::check_file(&path).expect("checks");
+        assert_eq!(report.problems, Vec::<String>::new());
+    }
+
     fn upgraded(path: &Path, version: u64) {
         let path = path.to_owned();
         runtime().block_on(async {
@@ -767,6 +818,24 @@ mod tests {
                 &page.json[..],
                 br#"[{"id":1,"name":"old","categoryId":2,"status":"sold"}]"#
             );
+            // The name and word indexes (version 7) are written from the records too.
+            for (q, sort, want) in [("OLD", Sort::Id, &[1][..]), ("pla", Sort::Name, &[2])] {
+                let query = PageQuery {
+                    status: None,
+                    category: None,
+                    search: Search::parse(q).expect("valid"),
+                    sort,
+                    after: None,
+                    limit: 20,
+                };
+                let page = store.find(query).await.expect("search");
+                let ids: Vec<i64> = serde_json::from_slice::<Vec<serde_json::Value>>(&page.json)
+                    .expect("JSON")
+                    .iter()
+                    .map(|pet| pet["id"].as_i64().expect("id"))
+                    .collect();
+                assert_eq!(ids, want, "q={q} in a file of version {version}");
+            }
             assert_eq!(keyed(&store, "new").await.expect("create").pet.id, 3);
             if version >= 5 {
                 let taken = crate::category::NewCategory {

@@ -1948,7 +1948,103 @@ suite!(
     a_webhook_s_state_is_made_once_then_saved_and_read_back,
     searches_walk_every_filter_and_order_as_a_model_does,
     a_search_walk_sees_each_lasting_match_once_under_concurrent_writes,
+    orders_list_by_their_pet_s_name_and_newest_first_as_a_model_does,
 );
+
+/// Orders of pets named from `SEARCH_NAMES`, some cancelled and placed again, some completed,
+/// one pet renamed after its orders: every search, filter and order walked in pages of 3 finds
+/// what a model finds (by the pet's name now).
+async fn orders_list_by_their_pet_s_name_and_newest_first_as_a_model_does(store: Store) {
+    use crate::search::{Search, Sort};
+    let mut names = Vec::new();
+    for n in 0..20 {
+        let name = SEARCH_NAMES[n % SEARCH_NAMES.len()].to_owned();
+        let pet = add(&store, new_pet(&name, Some(PetStatus::Available)))
+            .await
+            .expect("create");
+        names.push((pet.id, name));
+    }
+    for (n, (pet, _)) in names.iter().enumerate() {
+        let order = place(&store, *pet).await.expect("place").order.id;
+        let action = match n % 3 {
+            0 => continue,
+            1 => OrderAction::Cancel,
+            _ => OrderAction::Complete,
+        };
+        let moved = MoveOrder {
+            id: order,
+            action,
+            precondition: Precondition::None,
+        };
+        store.write(moved).await.expect("move");
+        if action == OrderAction::Cancel {
+            place(&store, *pet).await.expect("placed again");
+        }
+    }
+    let renamed = names[0].0;
+    let patch = PetPatch {
+        name: Some("Bellatrix".into()),
+        ..PetPatch::default()
+    };
+    let rename = PatchPet {
+        id: renamed,
+        patch,
+        precondition: Precondition::None,
+    };
+    store.write(rename).await.expect("rename");
+    names[0].1 = "Bellatrix".into();
+    let all = walk_orders(&store, None, None).await;
+    let name_of = |pet: i64| &names.iter().find(|(id, _)| *id == pet).expect("a pet").1;
+    for q in ["", "bel", "zoe", "max", "nothing"] {
+        let search = Search::parse(q).expect("valid");
+        for status in [
+            None,
+            Some(OrderStatus::Placed),
+            Some(OrderStatus::Completed),
+        ] {
+            for pet_id in [None, Some(renamed), Some(names[4].0)] {
+                for sort in [Sort::Id, Sort::Newest] {
+                    let mut expected: Vec<i64> = all
+                        .iter()
+                        .filter(|order| {
+                            let pet = order["petId"].as_i64().expect("a pet id");
+                            let state = order["status"].as_str().expect("a status");
+                            status.is_none_or(|s| s.as_str() == state)
+                                && pet_id.is_none_or(|p| p == pet)
+                                && search.matches(name_of(pet))
+                        })
+                        .map(|order| order["id"].as_i64().expect("an id"))
+                        .collect();
+                    if sort == Sort::Newest {
+                        expected.reverse();
+                    }
+                    let mut walked = Vec::new();
+                    let mut after = None;
+                    loop {
+                        let query = OrderQuery {
+                            status,
+                            pet_id,
+                            search: search.clone(),
+                            sort,
+                            after,
+                            limit: 3,
+                        };
+                        let page = store.list_orders(query).await.expect("list orders");
+                        walked.extend(objects(&page).iter().map(|o| o["id"].as_i64().expect("id")));
+                        if !page.more {
+                            break;
+                        }
+                        after = page.last_id;
+                    }
+                    assert_eq!(
+                        walked, expected,
+                        "q={q:?} status={status:?} pet={pet_id:?} sort={sort:?}"
+                    );
+                }
+            }
+        }
+    }
+}
 
 /// Names for the search cases: accents, case, punctuation, digits, emoji, shared prefixes.
 const SEARCH_NAMES: &[&str] = &[

@@ -3,8 +3,10 @@
 //! together, each seeking to the furthest of the others, so a page costs what its matches
 //! cost wherever it starts), `sort=name` (`PETS_BY_NAME`) and `sort=-id` (the id-ordered
 //! tables walked backwards). Filters are read from the entries (a status from the code they
-//! hold, a category by one lookup), never from a pet's JSON. Invariant: every walk goes in
-//! the list's order from just after the cursor, so a page never repeats one before it.
+//! hold, a category by one lookup), never from a pet's JSON. Orders by their pet's name read
+//! every matching pet's orders (`ORDERS_BY_PET`): the cost of a page grows with the pets the
+//! search matches, not with the store. Invariant: every walk goes in the list's order from
+//! just after the cursor, so a page never repeats one before it.
 
 use std::cmp::Ordering;
 
@@ -14,8 +16,10 @@ use super::handle::RedbStore;
 use super::indexes;
 use super::snapshot::feed_state;
 use super::tables::PETS;
-use crate::search::Sort;
-use crate::store::model::{Page, PageBuilder, PageQuery, StoreError};
+use crate::order::Order;
+use crate::search::{Search, Sort};
+use crate::store::model::{OrderQuery, Page, PageBuilder, PageQuery, StoreError, read_pet};
+use crate::store::ops::orders::{ORDERS_BY_PET, ORDERS_BY_STATUS};
 use crate::store::ops::pets::{
     PETS_BY_CATEGORY, PETS_BY_NAME, PETS_BY_STATUS, PETS_BY_WORD, PETS_BY_WORD_NAME, STATUS_CODES,
 };
@@ -221,6 +225,122 @@ impl RedbStore {
             Ok(find_in(txn, query)?.at(feed.newest_position()))
         })
     }
+}
+
+impl RedbStore {
+    /// A page of orders for a query with a search or newest first.
+    pub(super) fn find_orders(&self, query: &OrderQuery) -> Result<Page, StoreError> {
+        self.read_txn(|txn| {
+            let feed = feed_state(txn)?;
+            Ok(find_orders_in(txn, query)?.at(feed.newest_position()))
+        })
+    }
+}
+
+/// Every pet whose name matches `search`, in id order.
+fn matching_pets(txn: &ReadTransaction, search: &Search) -> Result<Vec<i64>, StoreError> {
+    let table = open_index(txn, &PETS_BY_WORD)?;
+    let mut walks = Vec::new();
+    for term in search.terms() {
+        let prefix = PETS_BY_WORD.prefix(&[Part::Text(term.as_str().into())]);
+        walks.push(Walk::new(&table, prefix, true, None)?);
+    }
+    let mut ids = Vec::new();
+    while let Some((rest, _)) = next(&mut walks, Join::Every)? {
+        ids.push(owner_of(&rest)?);
+    }
+    Ok(ids)
+}
+
+/// The page of orders `query` asks for, as `txn` sees them.
+fn find_orders_in(txn: &ReadTransaction, query: &OrderQuery) -> Result<Page, StoreError> {
+    let forward = query.sort != Sort::Newest;
+    let wanted = query.limit + 1;
+    let after = query.after;
+    let beyond = |id: i64| match (after, forward) {
+        (None, _) => true,
+        (Some(after), true) => id > after,
+        (Some(after), false) => id < after,
+    };
+    let status = query.status.map(|status| status.code());
+    let mut ids: Vec<i64> = Vec::new();
+    if !query.search.is_empty() {
+        let pets = match query.pet_id {
+            Some(pet) => {
+                let table = txn.open_table(PETS).map_err(StoreError::storage)?;
+                let json = table.get(pet).map_err(StoreError::storage)?;
+                match json {
+                    Some(json) if query.search.matches(&read_pet(pet, json.value())?.name) => {
+                        vec![pet]
+                    }
+                    _ => Vec::new(),
+                }
+            }
+            None => matching_pets(txn, &query.search)?,
+        };
+        let by_pet = open_index(txn, &ORDERS_BY_PET)?;
+        for pet in pets {
+            let prefix = ORDERS_BY_PET.prefix(&[Part::Int(pet)]);
+            for (id, code) in indexes::scan(&by_pet, &prefix, i64::MIN, usize::MAX)? {
+                if beyond(id) && status.is_none_or(|status| code.as_slice() == [status]) {
+                    ids.push(id);
+                }
+            }
+        }
+        ids.sort_unstable();
+        if !forward {
+            ids.reverse();
+        }
+        ids.truncate(wanted);
+    } else {
+        let start = after.map(|after| id_key(after).to_vec());
+        let (index, prefix) = match (query.pet_id, status) {
+            (Some(pet), _) => (&ORDERS_BY_PET, ORDERS_BY_PET.prefix(&[Part::Int(pet)])),
+            (None, Some(code)) => (
+                &ORDERS_BY_STATUS,
+                ORDERS_BY_STATUS.prefix(&[Part::Code(code)]),
+            ),
+            (None, None) => {
+                let orders = txn
+                    .open_table(indexes::records::<Order>())
+                    .map_err(StoreError::storage)?;
+                let rows = match after {
+                    None => orders.range::<i64>(..),
+                    Some(after) => orders.range(..after),
+                };
+                for row in rows.map_err(StoreError::storage)?.rev().take(wanted) {
+                    ids.push(row.map_err(StoreError::storage)?.0.value());
+                }
+                return orders_page(txn, ids, query.limit);
+            }
+        };
+        let table = open_index(txn, index)?;
+        let mut walks = vec![Walk::new(&table, prefix, forward, start.as_deref())?];
+        while ids.len() < wanted {
+            let Some((rest, code)) = next(&mut walks, Join::Every)? else {
+                break;
+            };
+            // Of a pet's few orders, a status filter reads the code its entries hold.
+            if index.name == ORDERS_BY_PET.name
+                && status.is_some_and(|status| code.as_slice() != [status])
+            {
+                continue;
+            }
+            ids.push(owner_of(&rest)?);
+        }
+    }
+    orders_page(txn, ids, query.limit)
+}
+
+/// The page of the orders `ids`, in that order.
+fn orders_page(txn: &ReadTransaction, ids: Vec<i64>, limit: usize) -> Result<Page, StoreError> {
+    let mut page = PageBuilder::new(limit);
+    for id in ids {
+        let order: Order = super::sales::get(txn, id)?
+            .ok_or_else(|| StoreError::Corrupt(format!("an order index names {id}")))?;
+        page.push(id, &order.to_json());
+    }
+    Ok(page.finish())
 }
 
 fn open_index(txn: &ReadTransaction, index: &Index) -> Result<IndexTable, StoreError> {

@@ -17,7 +17,7 @@ use crate::store::ops::pets::{PETS_BY_CATEGORY, STATUS_CODES};
 use crate::store::resource::{Index, Part, Resource};
 
 /// Record `id` of `R` as `txn` sees it.
-fn get<R: Resource>(txn: &ReadTransaction, id: i64) -> Result<Option<R>, StoreError> {
+pub(super) fn get<R: Resource>(txn: &ReadTransaction, id: i64) -> Result<Option<R>, StoreError> {
     let table = txn
         .open_table(records::<R>())
         .map_err(StoreError::storage)?;
@@ -67,6 +67,9 @@ impl RedbStore {
         &self,
         query: OrderQuery,
     ) -> Result<Page, StoreError> {
+        if !query.search.is_empty() || query.sort != crate::search::Sort::Id {
+            return self.find_orders(&query);
+        }
         let after = query.after.unwrap_or(i64::MIN);
         let wanted = query.limit + 1;
         self.read_txn(|txn| {
