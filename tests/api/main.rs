@@ -44,6 +44,7 @@ mod postgres;
 mod rate_limits;
 mod readme;
 mod reload;
+mod search;
 mod support;
 mod tls;
 mod webhooks;
