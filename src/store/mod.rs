@@ -14,8 +14,7 @@ use std::time::Instant;
 
 use crate::category::{Category, CategoryId};
 use crate::order::{NewOrder, Order, OrderId};
-use crate::pet::{NewPet, PetId, PetStatus};
-use crate::search::{Search, Sort};
+use crate::pet::{NewPet, PetId};
 use model::Record;
 
 mod claims;
@@ -330,7 +329,7 @@ impl Store {
     #[cfg(test)]
     pub async fn list(
         &self,
-        status: Option<PetStatus>,
+        status: Option<crate::pet::PetStatus>,
         category: Option<CategoryId>,
         after: Option<PetId>,
         limit: usize,
@@ -338,8 +337,8 @@ impl Store {
         let query = PageQuery {
             status,
             category,
-            search: Search::default(),
-            sort: Sort::Id,
+            search: crate::search::Search::default(),
+            sort: crate::search::Sort::Id,
             after: after.map(|id| After { id, key: None }),
             limit,
         };

@@ -50,7 +50,7 @@ pub struct Page {
 
 /// Which page of pets: up to `limit` pets after `after` in the order `sort`, only those with
 /// `status`, of `category` and matching `search` if given.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PageQuery {
     pub status: Option<PetStatus>,
     pub category: Option<CategoryId>,

@@ -23,7 +23,7 @@ use super::*;
 use crate::category::{CategoryPatch, NewCategory};
 use crate::event::{EventType, Position, Types};
 use crate::order::{OrderAction, OrderStatus, Refused};
-use crate::pet::{Pet, PetPatch};
+use crate::pet::{Pet, PetPatch, PetStatus};
 use crate::store::resource::Resource;
 use crate::subject::{Kind, Subject};
 use pg_cluster::Cluster;
@@ -2418,7 +2418,7 @@ fn a_version_1_postgres_database_is_upgraded_and_its_records_still_replay() {
         "\\connect upgrade_v1\nSELECT value, (SELECT octet_length(scope) FROM idempotency) \
          FROM petstore_meta WHERE name = 'schema_version'",
     );
-    assert_eq!(upgraded, "5|16");
+    assert_eq!(upgraded, "6|16");
 }
 
 /// The URL's own `options` reach the server beside our statement bound: here a search_path

@@ -235,6 +235,17 @@ fn changes_made_elsewhere_reach_an_open_console_live() {
     assert!(output.contains("BUDGET live-update-p99="), "{output}");
 }
 
+/// Issue 40, on a fresh store: the first category made from the add-pet form, the API's field
+/// messages in the staff's words, and finding pets and orders by name as one types (the
+/// address keeps the search and the sort; the feed respects them).
+#[test]
+fn staff_find_pets_and_orders_by_name_as_they_type_and_create_the_first_category_on_the_spot() {
+    let keys = keys();
+    let mut server = Some(start(&keys, None, &[]));
+    let output = browse(&mut server, &keys, &["search"], no_asking);
+    assert!(output.contains("ok - an older search's answer never replaces a newer one"));
+}
+
 #[test]
 fn the_console_resumes_the_feed_from_its_cursor_after_the_connection_drops() {
     let keys = keys();

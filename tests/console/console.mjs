@@ -3,7 +3,7 @@
 //
 //   node tests/console/console.mjs SCENARIO...
 //
-// Scenarios: tasks, conflict, live, resume, expired, read-only, revoked, access, budgets.
+// Scenarios: tasks, conflict, live, search, resume, expired, read-only, revoked, access, budgets.
 // Environment: CONSOLE_URL (https://localhost:PORT/console), API_URL (https://localhost:PORT),
 // DEV_KEY, READ_ONLY_KEY, REVOCABLE_KEY, SCREENSHOTS (a directory), CONSOLE_NODE (where npm put
 // playwright-core and axe-core; default target/console-node), NODE_EXTRA_CA_CERTS (the dev CA,
@@ -145,6 +145,11 @@ async function expectText(locator, text, what) {
 
 /** The error line tied to a labelled control (its aria-describedby), once it shows. */
 async function fieldError(page, label) {
+  return (await fieldProblem(page, label)).text;
+}
+
+/** The error line of a labelled control: {text, raw}, raw the API's own words (its title). */
+async function fieldProblem(page, label) {
   const control = page.getByLabel(label, { exact: true });
   await control.and(page.locator('[aria-invalid="true"]')).waitFor({ timeout: 5000 });
   const id = await control.getAttribute('id');
@@ -152,7 +157,24 @@ async function fieldError(page, label) {
   expect(await error.isVisible(), `${label}: its error line is not shown`);
   const described = await control.getAttribute('aria-describedby');
   expect(described.split(' ').includes(`${id}-error`), `${label}: the error is not tied to the field`);
-  return (await error.textContent()).trim();
+  return { text: (await error.textContent()).trim(), raw: (await error.getAttribute('title')) || '' };
+}
+
+/** A field's message in the staff's words, with the API's own message kept in its title. */
+async function expectFriendly(page, label, words, raw) {
+  const shown = await fieldProblem(page, label);
+  expect(shown.text === words, `${label}: ${JSON.stringify(shown.text)}, not ${JSON.stringify(words)}`);
+  expect(shown.raw.includes(raw), `${label}: the API's message ${JSON.stringify(raw)} is not kept (title ${JSON.stringify(shown.raw)})`);
+}
+
+/** Waits until the texts of the elements `selector` finds are `want`, in order. */
+async function waitForTexts(page, selector, want, what) {
+  try {
+    await page.waitForFunction(([sel, json]) => JSON.stringify([...document.querySelectorAll(sel)].map((e) => e.textContent.trim())) === json,
+      [selector, JSON.stringify(want)], { timeout: 10000 });
+  } catch {
+    throw new Error(`${what}: ${JSON.stringify(await page.locator(selector).allTextContents())}, not ${JSON.stringify(want)}`);
+  }
 }
 
 async function step(name, work) {
@@ -219,10 +241,9 @@ const scenarios = {
       expect(!kept.includes(KEY) && kept === '["",{},{}]', `the browser keeps something: ${kept}`);
     });
 
-    await step('categories: add (the API\'s error next to the field), rename, delete with a confirmation', async () => {
+    await step('categories: add (the API\'s error next to the field, in plain words), rename, delete with a confirmation', async () => {
       await page.getByRole('button', { name: 'Add category' }).click();
-      const empty = await fieldError(page, 'Category name');
-      expect(empty.includes('must not be empty'), `error shown: ${empty}`);
+      await expectFriendly(page, 'Category name', 'Type a name for the category.', 'name must not be empty');
       for (const name of [dogs, cats, birds]) {
         await page.getByLabel('Category name').fill(name);
         await page.getByRole('button', { name: 'Add category' }).click();
@@ -247,17 +268,17 @@ const scenarios = {
       await page.getByRole('listitem').filter({ hasText: parrots }).waitFor({ state: 'detached' });
     });
 
-    await step('add pet: the API\'s messages next to Name and Category, then the pet', async () => {
+    await step('add pet: the API\'s messages next to Name and Category in plain words, then the pet', async () => {
       await page.getByRole('navigation').getByRole('link', { name: 'Pets' }).click();
       await heading(page, 'Pets').waitFor();
       await page.getByRole('link', { name: 'Add pet' }).click();
       await heading(page, 'Add pet').waitFor();
       await settled(page);
       await page.getByRole('button', { name: 'Add pet' }).click();
-      expect((await fieldError(page, 'Name')) === 'name is required', 'name is required, next to Name');
+      await expectFriendly(page, 'Name', 'Give the pet a name.', 'name is required');
       await page.getByLabel('Name').fill(rex);
       await page.getByRole('button', { name: 'Add pet' }).click();
-      expect((await fieldError(page, 'Category')) === 'categoryId is required', 'categoryId is required, next to Category');
+      await expectFriendly(page, 'Category', 'Choose a category.', 'categoryId is required');
       await page.getByLabel('Category').selectOption({ label: dogs });
       await page.getByLabel('Status').selectOption({ label: 'Available' });
       await page.getByRole('button', { name: 'Add pet' }).click();
@@ -516,6 +537,174 @@ const scenarios = {
     await clean(ctx, 'live');
   },
 
+  // On a fresh store (no category yet): the first category made from the add-pet form, the
+  // API's field messages in plain words, then finding pets and orders by name as one types.
+  async search() {
+    const ctx = await context();
+    const page = await openConsole(ctx, '/pets/new');
+    const PET_NAMES = 'tbody tr td:first-child a';
+    const ORDER_TITLES = 'ul.cards > li h3';
+
+    await step('a fresh store: the add-pet form says why the pet cannot be added, in plain words', async () => {
+      await heading(page, 'Add pet').waitFor();
+      await settled(page);
+      await page.getByRole('button', { name: 'Add pet' }).click();
+      await expectFriendly(page, 'Name', 'Give the pet a name.', 'name is required');
+      await page.getByLabel('Name', { exact: true }).fill('Rex');
+      await page.getByRole('button', { name: 'Add pet' }).click();
+      await expectFriendly(page, 'Category', 'Choose a category.', 'categoryId is required');
+    });
+
+    await step('a fresh store: the add-pet form creates the first category on the spot and chooses it', async () => {
+      const offer = page.getByRole('group', { name: 'No categories yet — create one' });
+      await offer.waitFor();
+      await page.screenshot({ path: join(SHOTS, 'new-pet-first-category-1280.png'), fullPage: true });
+      await offer.getByRole('button', { name: 'Create category' }).click();
+      expect((await fieldError(page, 'Name of the new category')) === 'Type a name for the category.', 'an empty name is said next to the field');
+      await page.getByLabel('Name of the new category').fill('Dogs');
+      await page.getByLabel('Name of the new category').press('Enter');
+      await offer.waitFor({ state: 'detached' });
+      const dogs = (await apiOk('GET', '/v1/categories?limit=100')).find((c) => c.name === 'Dogs');
+      expect(dogs, 'the category is in the store');
+      const category = page.getByLabel('Category', { exact: true });
+      expect(await category.inputValue() === String(dogs.id), `the new category is chosen: ${await category.inputValue()}`);
+      expect(await category.getAttribute('aria-invalid') === null, 'the Category field\'s message is gone');
+      expect(await page.getByLabel('Name', { exact: true }).inputValue() === 'Rex', 'what was typed is kept');
+      await page.getByRole('button', { name: 'Add pet' }).click();
+      await heading(page, 'Rex').waitFor();
+      expect((await apiOk('GET', '/v1/pets?limit=100')).some((p) => p.name === 'Rex' && p.categoryId === dogs.id), 'Rex is a dog');
+    });
+
+    const dogs = (await apiOk('GET', '/v1/categories?limit=100'))[0];
+    const pets = {};
+    for (const name of ['Bella', 'Sir Belvedere', 'Zoë', 'Abel', 'Bélier', 'Isabel']) {
+      pets[name] = await apiOk('POST', '/v1/pets', { name, categoryId: dogs.id, status: 'available' });
+    }
+    const search = page.getByLabel('Search pets');
+    const sort = page.getByLabel('Sort');
+
+    await step('typing "bel" in Search pets lists the pets a word of whose name starts so, and the address keeps it', async () => {
+      await go(page, '/pets');
+      await waitForTexts(page, PET_NAMES, ['Rex', 'Bella', 'Sir Belvedere', 'Zoë', 'Abel', 'Bélier', 'Isabel'], 'every pet');
+      const asked = [];
+      page.on('request', (request) => {
+        const url = new URL(request.url());
+        if (url.pathname === '/v1/pets' && url.searchParams.has('q')) asked.push(url.searchParams.get('q'));
+      });
+      await search.pressSequentially('bel', { delay: 40 });
+      await waitForTexts(page, PET_NAMES, ['Bella', 'Sir Belvedere', 'Bélier'], 'pets found by "bel"');
+      expect(new URL(page.url()).searchParams.get('q') === 'bel', `the search is in the address: ${page.url()}`);
+      expect(asked.at(-1) === 'bel', `the API was asked for "bel": ${asked}`);
+      expect(await search.inputValue() === 'bel', 'the box keeps what was typed');
+    });
+
+    await step('a reload (or a bookmark) restores the search', async () => {
+      await page.reload();
+      await settled(page);
+      expect(await search.inputValue() === 'bel', `the box after a reload: ${await search.inputValue()}`);
+      await waitForTexts(page, PET_NAMES, ['Bella', 'Sir Belvedere', 'Bélier'], 'pets found after a reload');
+    });
+
+    await step('the sort choice reorders the pets found, and is kept in the address', async () => {
+      await sort.selectOption({ label: 'Name A–Z' });
+      // By the folded name: "belier" comes before "bella".
+      await waitForTexts(page, PET_NAMES, ['Bélier', 'Bella', 'Sir Belvedere'], 'by name');
+      expect(new URL(page.url()).searchParams.get('sort') === 'name', `the sort is in the address: ${page.url()}`);
+      await sort.selectOption({ label: 'Newest first' });
+      await waitForTexts(page, PET_NAMES, ['Bélier', 'Sir Belvedere', 'Bella'], 'newest first');
+      await page.reload();
+      await settled(page);
+      expect(await sort.inputValue() === '-id', `the sort after a reload: ${await sort.inputValue()}`);
+      await waitForTexts(page, PET_NAMES, ['Bélier', 'Sir Belvedere', 'Bella'], 'newest first after a reload');
+      await sort.selectOption({ label: 'Oldest first' });
+      await waitForTexts(page, PET_NAMES, ['Bella', 'Sir Belvedere', 'Bélier'], 'oldest first');
+    });
+
+    await step('accents and case do not matter, and a search that finds nothing says so', async () => {
+      await search.fill('ZOE');
+      await waitForTexts(page, PET_NAMES, ['Zoë'], 'pets found by "ZOE"');
+      await search.fill('sir bel');
+      await waitForTexts(page, PET_NAMES, ['Sir Belvedere'], 'pets found by "sir bel"');
+      await search.fill('xyzzy');
+      await page.getByText('No pet matches “xyzzy”.').waitFor({ timeout: 10000 });
+      await waitForTexts(page, PET_NAMES, [], 'pets found by "xyzzy"');
+      expect(!(await page.locator('table.pets').isVisible()), 'no empty table is shown');
+    });
+
+    await step('an older search\'s answer never replaces a newer one', async () => {
+      // The answer to "zo" is held back; "zoë" is typed meanwhile and answered first.
+      let held = null;
+      const holding = new Promise((resolve) => {
+        page.route((url) => url.pathname === '/v1/pets' && url.searchParams.get('q') === 'zo', (route) => { held = route; resolve(); });
+      });
+      const outcome = holding.then(() => new Promise((resolve) => {
+        page.on('requestfailed', (request) => { if (request === held.request()) resolve('given up'); });
+        page.on('requestfinished', (request) => { if (request === held.request()) resolve('answered'); });
+      }));
+      await search.fill('zo');
+      await holding;
+      await search.fill('zoë');
+      await waitForTexts(page, PET_NAMES, ['Zoë'], 'pets found by "zoë"');
+      await held.continue().catch(() => { /* given up by the page already */ });
+      const how = await outcome;
+      await page.unrouteAll({ behavior: 'ignoreErrors' });
+      // The page gave the older request up when the newer one started (it could not show it).
+      expect(how === 'given up', `the older request was ${how}`);
+      await waitForTexts(page, PET_NAMES, ['Zoë'], 'after the older answer');
+      expect(new URL(page.url()).searchParams.get('q') === 'zoë', `the address: ${page.url()}`);
+    });
+
+    await step('live: a pet created or renamed through the API shows only if it matches the search', async () => {
+      await search.fill('bel');
+      await waitForTexts(page, PET_NAMES, ['Bella', 'Sir Belvedere', 'Bélier'], 'pets found by "bel"');
+      const other = await apiOk('POST', '/v1/pets', { name: 'Rex Junior', categoryId: dogs.id, status: 'available' });
+      const belinda = await apiOk('POST', '/v1/pets', { name: 'Belinda', categoryId: dogs.id, status: 'available' });
+      // Events come in order: once Belinda shows, Rex Junior's event has been seen too.
+      await waitForTexts(page, PET_NAMES, ['Bella', 'Sir Belvedere', 'Bélier', 'Belinda'], 'after two pets were created');
+      expect(await page.getByRole('link', { name: other.name }).count() === 0, 'a pet that does not match is not shown');
+      await apiOk('PATCH', `/v1/pets/${belinda.id}`, { name: 'Linda' });
+      await apiOk('PATCH', `/v1/pets/${other.id}`, { name: 'Rex Belmont' });
+      await waitForTexts(page, PET_NAMES, ['Bella', 'Sir Belvedere', 'Bélier', 'Rex Belmont'], 'after two renames');
+      await sort.selectOption({ label: 'Name A–Z' });
+      await waitForTexts(page, PET_NAMES, ['Bélier', 'Bella', 'Rex Belmont', 'Sir Belvedere'], 'by name');
+      await apiOk('POST', '/v1/pets', { name: 'Bel Air', categoryId: dogs.id });
+      await apiOk('PATCH', `/v1/pets/${pets.Bella.id}`, { name: 'Sir Bellamy' });
+      await waitForTexts(page, PET_NAMES, ['Bel Air', 'Bélier', 'Rex Belmont', 'Sir Bellamy', 'Sir Belvedere'], 'by name, after a create and a rename');
+      await page.screenshot({ path: join(SHOTS, 'pets-search-1280.png'), fullPage: true });
+      await sort.selectOption({ label: 'Oldest first' });
+    });
+
+    await step('orders: Search orders finds them by their pet\'s name, sorts them, keeps both in the address', async () => {
+      const zoe = await apiOk('POST', '/v1/store/orders', { petId: pets['Zoë'].id });
+      const abel = await apiOk('POST', '/v1/store/orders', { petId: pets.Abel.id });
+      await go(page, '/orders');
+      const find = page.getByLabel('Search orders');
+      await waitForTexts(page, ORDER_TITLES, [`Order ${zoe.id} · Zoë`, `Order ${abel.id} · Abel`], 'every order');
+      await find.pressSequentially('zoe', { delay: 40 });
+      await waitForTexts(page, ORDER_TITLES, [`Order ${zoe.id} · Zoë`], 'orders found by "zoe"');
+      expect(new URL(page.url()).searchParams.get('q') === 'zoe', `the search is in the address: ${page.url()}`);
+      // Live: an order for a pet that does not match stays out; one that matches comes in.
+      await apiOk('POST', '/v1/store/orders', { petId: pets['Sir Belvedere'].id });
+      const junior = await apiOk('POST', '/v1/pets', { name: 'Zoé Junior', categoryId: dogs.id, status: 'available' });
+      const second = await apiOk('POST', '/v1/store/orders', { petId: junior.id });
+      await waitForTexts(page, ORDER_TITLES, [`Order ${zoe.id} · Zoë`, `Order ${second.id} · Zoé Junior`], 'after two orders were placed');
+      await page.getByLabel('Sort').selectOption({ label: 'Newest first' });
+      await waitForTexts(page, ORDER_TITLES, [`Order ${second.id} · Zoé Junior`, `Order ${zoe.id} · Zoë`], 'newest first');
+      // A pet renamed out of the search takes its orders along; one renamed into it brings them.
+      await apiOk('PATCH', `/v1/pets/${junior.id}`, { name: 'Junior' });
+      await apiOk('PATCH', `/v1/pets/${pets.Abel.id}`, { name: 'Zoey' });
+      await waitForTexts(page, ORDER_TITLES, [`Order ${abel.id} · Zoey`, `Order ${zoe.id} · Zoë`], 'after two renames');
+      await page.reload();
+      await settled(page);
+      expect(await find.inputValue() === 'zoe' && await page.getByLabel('Sort').inputValue() === '-id', 'the search and sort after a reload');
+      await waitForTexts(page, ORDER_TITLES, [`Order ${abel.id} · Zoey`, `Order ${zoe.id} · Zoë`], 'after a reload');
+      await find.fill('nobody');
+      await page.getByText('No order matches “nobody”.').waitFor({ timeout: 10000 });
+      await waitForTexts(page, ORDER_TITLES, [], 'orders found by "nobody"');
+    });
+    await clean(ctx, 'search');
+  },
+
   // The server restarts (the stream drops); the console resumes from its cursor.
   async resume() {
     const ctx = await context({ allowed: [/net::ERR_CONNECTION_REFUSED/] });
@@ -655,7 +844,10 @@ const scenarios = {
         const findings = [];
         const states = [
           ...views,
-          ['new-pet with errors', '/pets/new', () => page.getByRole('button', { name: 'Add pet' }).click().then(() => page.getByText('name is required').waitFor())],
+          ['new-pet with errors', '/pets/new', () => page.getByRole('button', { name: 'Add pet' }).click().then(() => page.getByText('Give the pet a name.').waitFor())],
+          ['pets found by a search', '/pets?q=iggy&sort=name'],
+          ['no pet matches a search', '/pets?q=nothing+like+it'],
+          ['orders found by a search', '/orders?q=spike&sort=-id'],
           ['the delete dialog', `/pets/${pet.id}`, () => page.getByRole('button', { name: 'Delete', exact: true }).click().then(() => page.getByRole('dialog').waitFor())],
         ];
         for (const [name, path, action] of states) {

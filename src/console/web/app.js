@@ -92,16 +92,19 @@ async function render() {
   flash(pendingFlash);
   pendingFlash = '';
   let match = null;
+  let reloads = 0;
   const route = routes.find(([pattern]) => (match = pattern.exec(path)));
   const ctx = {
     session, canWrite: Boolean(session && !session.readOnly), go, flash,
     params: match ? match.slice(1) : [], query: new URLSearchParams(location.search),
     signedIn,
-    // A view that reads again in place (a filter changed) says so as a page load does.
+    // A view that reads again in place (a search or filter changed) says so as a page load
+    // does, until the last of its reads is done.
     reloading(work) {
+      reloads++;
       main.setAttribute('aria-busy', 'true');
       return Promise.resolve(work).catch((error) => flash(plain(error)))
-        .finally(() => { if (ticket === rendering) main.setAttribute('aria-busy', 'false'); });
+        .finally(() => { if (--reloads === 0 && ticket === rendering) main.setAttribute('aria-busy', 'false'); });
     },
   };
   const current = route ? route[1](ctx) : notFound();

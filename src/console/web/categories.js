@@ -1,7 +1,7 @@
 // Categories: add, rename, delete (a category some pet still names cannot go: the API says
 // so, and the message is shown in its row). The list is the shared one the feed keeps current.
 
-import { plain, request } from './api.js';
+import { fieldWords, plain, request } from './api.js';
 import { alertLine, busy, confirmAction, field, fill, h, hidden } from './dom.js';
 import { categoryList, loadCategories, watchCategories } from './store.js';
 
@@ -24,7 +24,7 @@ export function categories(ctx) {
         name.value = '';
         ctx.flash(`${data.name} was added.`);
       } catch (error) {
-        nameField.error(plain(error));
+        nameField.error(fieldWords(error, 'category'));
         name.focus();
       }
     });
@@ -49,7 +49,7 @@ export function categories(ctx) {
             drawRow(data, row);
             row.item.querySelector('button')?.focus();
           } catch (error) {
-            renameField.error(plain(error));
+            renameField.error(fieldWords(error, 'category'));
             input.focus();
           }
         });

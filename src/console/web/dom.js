@@ -37,7 +37,8 @@ export const hidden = (text) => h('span', { class: 'vh' }, text);
 
 /**
  * A labelled control with its hint and its error line (`field.error('…')` shows one, `''`
- * clears it); the control names both with aria-describedby.
+ * clears it; `field.error({text, raw})` shows `text` with the API's own words as its title);
+ * the control names both with aria-describedby.
  */
 export function field(label, control, hint) {
   const id = control.id || (control.id = uid('f'));
@@ -50,9 +51,12 @@ export function field(label, control, hint) {
     control, error);
   wrap.control = control;
   wrap.error = (message) => {
-    error.textContent = message || '';
-    error.hidden = !message;
-    if (message) control.setAttribute('aria-invalid', 'true');
+    const { text, raw } = typeof message === 'object' && message ? message : { text: message };
+    error.textContent = text || '';
+    error.hidden = !text;
+    if (raw && raw !== text) error.title = `The server said: ${raw}`;
+    else error.removeAttribute('title');
+    if (text) control.setAttribute('aria-invalid', 'true');
     else control.removeAttribute('aria-invalid');
   };
   return wrap;

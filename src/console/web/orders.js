@@ -1,9 +1,12 @@
 // Orders: sell a pet (place an order, which holds it), complete the sale or cancel it, and the
-// list of orders by status, kept current by the feed. An order only ever moves from placed to
-// one final status, so an event never takes an order back.
+// list of orders, found by their pet's name, sorted and filtered by status (all kept in the
+// address), kept current by the feed with the search's own rules (search.js). An order only
+// ever moves from placed to one final status, so an event never takes an order back.
 
-import { base, fieldOf, get, plain, request } from './api.js';
+import { base, fieldOf, fieldWords, get, plain, request } from './api.js';
 import { alertLine, badge, busy, confirmAction, field, fill, h, hidden, ORDER_STATUS, select, time } from './dom.js';
+import { searchBox } from './pets.js';
+import { matches as nameMatches, parse } from './search.js';
 import { notePet, pet as petById } from './store.js';
 
 const nameOf = (pet) => pet.name || `Pet ${pet.id}`;
@@ -56,8 +59,8 @@ export function placeOrderForm({ petId = null, onPlaced }) {
         loadPets().catch(() => {});
       } catch (error) {
         const which = fieldOf(error);
-        if (which === 'note') noteField.error(plain(error));
-        else if (which === 'petId' && petField) petField.error(chosen === null ? 'Choose the pet to sell.' : plain(error));
+        if (which === 'note') noteField.error(fieldWords(error));
+        else if (which === 'petId' && petField) petField.error(fieldWords(error));
         else if (petField && ['pet_not_available', 'not_found'].includes(error.code)) petField.error(plain(error));
         else problem.say(plain(error));
       }
@@ -94,7 +97,12 @@ export function orderActions(order, petName, { onDone }) {
 }
 
 export function orders(ctx) {
+  let q = ctx.query.get('q') || '';
+  let terms = parse(q).terms;
+  let sort = ctx.query.get('sort') === '-id' ? '-id' : 'id';
   let status = ctx.query.get('status') || '';
+  const search = searchBox({ label: 'Search orders', hint: 'By the start of any word of the pet’s name.', value: q, onSearch: () => filter() });
+  const sortSelect = select([['id', 'Oldest first'], ['-id', 'Newest first']], sort);
   const statusSelect = select([['', 'All orders'], ...Object.entries(ORDER_STATUS)], status);
   const list = h('ul', { class: 'cards' });
   const empty = h('p', { class: 'empty', hidden: true });
@@ -106,6 +114,13 @@ export function orders(ctx) {
   const known = new Map();  // id -> {order, item}
   let next = null;
   let queue = null;
+  let reads = 0;
+  // Each search, sort or filter is a new generation: an answer to an older one is dropped.
+  let generation = 0;
+  let aborter = null;
+
+  // Whether an order belongs in the list, its pet as it is now (`pet`; null: deleted).
+  const belongs = (order, pet) => (!status || order.status === status) && (!terms.length || Boolean(pet && nameMatches(terms, pet.name)));
 
   async function draw(entry) {
     const { order } = entry;
@@ -129,13 +144,23 @@ export function orders(ctx) {
 
   function summary() {
     empty.hidden = known.size > 0;
-    empty.textContent = status ? `No ${ORDER_STATUS[status].toLowerCase()} orders.` : 'No orders yet.';
+    const which = status ? ` ${ORDER_STATUS[status].toLowerCase()}` : '';
+    empty.textContent = terms.length
+      ? `No${which} order matches “${q}”.`
+      : status ? `No${which} orders.` : 'No orders yet.';
     more.hidden = !next;
   }
+
+  const remove = (id) => {
+    const entry = known.get(id);
+    if (entry) { entry.item.remove(); known.delete(id); }
+  };
 
   function upsert(order) {
     const entry = known.get(order.id);
     if (entry) {
+      // An order only ever leaves placed: a final version is never taken back.
+      if (entry.order.status !== 'placed' && order.status === 'placed') return;
       entry.order = order;
       draw(entry);
       return;
@@ -143,8 +168,9 @@ export function orders(ctx) {
     const item = h('li', { class: 'card order' });
     const fresh = { order, item };
     known.set(order.id, fresh);
-    // In id order, as the API pages them: "Load more" adds the newer ones below.
-    const after = [...known.keys()].filter((id) => id > order.id).sort((a, b) => a - b)[0];
+    // In the list's order, as the API pages them: "Load more" adds the further ones below.
+    const key = (id) => (sort === '-id' ? -id : id);
+    const after = [...known.keys()].filter((id) => key(id) > key(order.id)).sort((a, b) => key(a) - key(b))[0];
     list.insertBefore(item, after === undefined ? null : known.get(after).item);
     draw(fresh);
   }
@@ -157,24 +183,76 @@ export function orders(ctx) {
 
   async function reading(work) {
     queue = queue || [];
-    try { await work(); } finally {
-      const waiting = queue;
-      queue = null;
-      waiting.forEach(onEvent);
+    reads++;
+    try { return await work(); } finally {
+      if (--reads === 0) {
+        const waiting = queue;
+        queue = null;
+        waiting.forEach(onEvent);
+      }
     }
   }
 
-  const path = () => '/v1/store/orders?limit=20' + (status ? '&status=' + status : '');
-  const load = () => reading(async () => {
-    const [page] = await Promise.all([get(path()), sell?.loadPets()]);
-    known.clear();
-    list.replaceChildren();
-    add(page);
-  });
+  const stale = (mine, error) => mine !== generation || error?.name === 'AbortError';
+
+  const path = () => {
+    const params = new URLSearchParams({ limit: '20' });
+    if (terms.length) params.set('q', q);
+    if (sort !== 'id') params.set('sort', sort);
+    if (status) params.set('status', status);
+    return '/v1/store/orders?' + params;
+  };
+  // A search, sort or filter reads the orders only; a first load or a refresh, the pets too.
+  const load = ({ pets = true } = {}) => {
+    const mine = ++generation;
+    aborter?.abort();
+    const { signal } = (aborter = new AbortController());
+    return reading(async () => {
+      try {
+        const [page] = await Promise.all([get(path(), { signal }), pets ? sell?.loadPets() : null]);
+        if (mine !== generation) return;
+        known.clear();
+        list.replaceChildren();
+        add(page);
+      } catch (error) {
+        if (stale(mine, error)) return;
+        if (error.status === 400 && /^q /.test(error.message)) {
+          search.error(fieldWords(error));
+          return;
+        }
+        throw error;
+      }
+    });
+  };
 
   async function loadMore() {
+    const mine = generation;
     more.disabled = true;
-    try { await reading(async () => add(await get(next))); } catch (error) { ctx.flash(plain(error)); } finally { more.disabled = false; }
+    try {
+      await reading(async () => {
+        const page = await get(next, { signal: aborter?.signal });
+        if (mine === generation) add(page);
+      });
+    } catch (error) {
+      if (!stale(mine, error)) ctx.flash(plain(error));
+    } finally {
+      more.disabled = false;
+    }
+  }
+
+  // A pet renamed so that it matches the search now: its orders are read, and those the list
+  // takes are shown (a pet has few orders).
+  async function takeOrdersOf(petId) {
+    const mine = generation;
+    const params = new URLSearchParams({ petId: String(petId), limit: '100' });
+    if (status) params.set('status', status);
+    try {
+      const { data } = await get('/v1/store/orders?' + params, { signal: aborter?.signal });
+      const pet = await petById(petId);
+      if (mine !== generation) return;
+      for (const order of data) if (belongs(order, pet)) upsert(order);
+      summary();
+    } catch { /* the next change or a reload shows them */ }
   }
 
   let petsTimer = 0;
@@ -184,14 +262,20 @@ export function orders(ctx) {
       const { order } = event;
       const entry = known.get(order.id);
       if (entry && entry.order.status !== 'placed') return;
-      if (status && order.status !== status) {
-        if (entry) { entry.item.remove(); known.delete(order.id); summary(); }
-      } else {
-        upsert(order);
-        summary();
-      }
+      // An order's event from the feed carries its pet as it is now; one from this page's own
+      // buttons (no pet) is about an order shown, whose pet matches.
+      if ('pet' in event ? belongs(order, event.pet) : !status || order.status === status) upsert(order);
+      else remove(order.id);
+      summary();
     } else if ('petId' in event) {
-      for (const entry of known.values()) if (entry.order.petId === event.petId) draw(entry);
+      const shown = [...known.values()].filter((entry) => entry.order.petId === event.petId);
+      if (terms.length && !(event.pet && nameMatches(terms, event.pet.name))) {
+        for (const entry of shown) remove(entry.order.id);
+        if (shown.length) summary();
+      } else {
+        for (const entry of shown) draw(entry);
+        if (terms.length && event.type === 'pet.updated') takeOrdersOf(event.petId);
+      }
     }
     // The pets a sale may offer change with pets and orders: read again, once for a burst.
     if (sell && 'petId' in event) {
@@ -200,12 +284,22 @@ export function orders(ctx) {
     }
   }
 
-  // As on the pets list: read again in place, the filter kept in the address.
-  statusSelect.addEventListener('change', () => {
+  // As on the pets list: read again in place, the search, sort and filter kept in the address.
+  function filter() {
+    q = search.value();
+    terms = parse(q).terms;
+    sort = sortSelect.value;
     status = statusSelect.value;
-    history.replaceState(null, '', `${base}/orders${status ? '?status=' + status : ''}`);
-    ctx.reloading(load());
-  });
+    const params = new URLSearchParams();
+    if (terms.length) params.set('q', q);
+    if (sort !== 'id') params.set('sort', sort);
+    if (status) params.set('status', status);
+    const query = params.toString();
+    history.replaceState(null, '', `${base}/orders${query ? '?' + query : ''}`);
+    return ctx.reloading(load({ pets: false }));
+  }
+  sortSelect.addEventListener('change', filter);
+  statusSelect.addEventListener('change', filter);
 
   return {
     title: 'Orders',
@@ -213,11 +307,12 @@ export function orders(ctx) {
       h('h1', { tabindex: '-1' }, 'Orders'),
       sell ? h('section', { class: 'card' }, h('h2', { id: 'sell-title' }, 'Sell a pet'), sell) : null,
       h('h2', null, 'All orders'),
-      h('form', { class: 'filters', role: 'search', onsubmit: (e) => e.preventDefault() }, field('Status', statusSelect)),
-      list, empty, more),
+      h('form', { class: 'filters', role: 'search', onsubmit: (e) => { e.preventDefault(); search.now(); } },
+        search, field('Sort', sortSelect), field('Status', statusSelect)),
+      list, h('div', { role: 'status' }, empty), more),
     ready: load(),
-    refresh: load,
+    refresh: () => load(),
     onEvent,
-    leave() { clearTimeout(petsTimer); },
+    leave() { clearTimeout(petsTimer); search.stop(); aborter?.abort(); },
   };
 }

@@ -1,19 +1,22 @@
 // One pet: what it is now (kept current by the feed), its sale in progress, and for a key that
 // may write: change its details (PATCH with If-Match, so a change made elsewhere first is a 412
 // that is shown, never overwritten, and nothing typed is lost), sell it, delete it. Also the
-// "Add pet" form, which shares the fields.
+// "Add pet" form, which shares the fields and, in a shop without categories, creates one.
 
-import { base, fieldOf, get, plain, request, revision } from './api.js';
+import { base, fieldOf, fieldWords, get, plain, request, revision } from './api.js';
 import { alertLine, badge, busy, confirmAction, field, fill, h, PET_STATUS, select } from './dom.js';
-import { categoryList, categoryName, hasCategory, loadCategories, watchCategories } from './store.js';
+import { categoryList, categoryName, hasCategory, loadCategories, noteCategory, watchCategories } from './store.js';
 import { orderActions, placeOrderForm } from './orders.js';
 
 const STATUS_OPTIONS = [['available', PET_STATUS.available], ['pending', PET_STATUS.pending], ['sold', PET_STATUS.sold], ['', PET_STATUS['']]];
 const PATCH = 'application/merge-patch+json';
 const nameOf = (pet) => pet.name || `Pet ${pet.id}`;
 
-/** Name, Category and Status fields; `values()` reads them, `set(pet)` writes them. */
-function petFields(pet) {
+/**
+ * Name, Category and Status fields; `values()` reads them, `set(pet)` writes them. With
+ * `offerNew`, a shop without any category is offered to create one on the spot.
+ */
+function petFields(pet, { offerNew = false } = {}) {
   const name = h('input', { type: 'text', name: 'name', autocomplete: 'off', value: pet?.name ?? '' });
   const category = h('select', { name: 'categoryId' });
   const status = select(STATUS_OPTIONS, pet ? pet.status || '' : 'available', { name: 'status' });
@@ -24,6 +27,12 @@ function petFields(pet) {
   };
   let chosen = pet ? String(pet.categoryId) : '';
   category.addEventListener('change', () => { chosen = category.value; });
+  const creator = offerNew ? newCategory((created) => {
+    chosen = String(created.id);
+    drawCategories();
+    fields.categoryId.error('');
+    category.focus();
+  }) : null;
   function drawCategories() {
     const list = categoryList();
     fill(category,
@@ -31,6 +40,11 @@ function petFields(pet) {
       chosen !== '' && !hasCategory(Number(chosen)) ? h('option', { value: chosen }, categoryName(Number(chosen))) : null,
       list.map((c) => h('option', { value: String(c.id) }, c.name)));
     category.value = chosen;
+    // Offered while the shop has no category at all; once there is one, it is chosen above.
+    if (creator) {
+      if (list.length) creator.remove();
+      else if (!creator.isConnected) fields.categoryId.after(creator);
+    }
   }
   drawCategories();
   return {
@@ -49,16 +63,52 @@ function petFields(pet) {
     showError(error) {
       const which = fieldOf(error);
       if (!which) return false;
-      fields[which].error(plain(error));
+      fields[which].error(fieldWords(error));
       fields[which].control.focus();
       return true;
     },
   };
 }
 
+/**
+ * "No categories yet — create one": a category name and "Create category", inside the add-pet
+ * form (no form of its own: forms do not nest, so Enter in its field creates, not submits).
+ * `onCreated(category)` runs after the 201.
+ */
+function newCategory(onCreated) {
+  const input = h('input', { type: 'text', name: 'new-category', autocomplete: 'off', maxlength: '100' });
+  const nameField = field('Name of the new category', input, 'For example Dogs, Cats or Birds.');
+  const button = h('button', { type: 'button' }, 'Create category');
+  const create = () => busy(button, async () => {
+    nameField.error('');
+    const name = input.value.trim();
+    if (!name) {
+      nameField.error('Type a name for the category.');
+      input.focus();
+      return;
+    }
+    try {
+      const { data } = await request('POST', '/v1/categories', { body: { name } });
+      input.value = '';
+      noteCategory(data);
+      onCreated(data);
+    } catch (error) {
+      nameField.error(fieldWords(error, 'category'));
+      input.focus();
+    }
+  });
+  button.addEventListener('click', create);
+  input.addEventListener('keydown', (event) => {
+    if (event.key === 'Enter' && !event.isComposing) { event.preventDefault(); create(); }
+  });
+  return h('fieldset', { class: 'inline-new' },
+    h('legend', null, 'No categories yet — create one'),
+    nameField, h('div', { class: 'actions' }, button));
+}
+
 export function newPet(ctx) {
   if (!ctx.canWrite) return readOnlyPage('Add pet');
-  const form = petFields(null);
+  const form = petFields(null, { offerNew: true });
   const problem = alertLine();
   const button = h('button', { type: 'submit', class: 'primary' }, 'Add pet');
   // One key per form: a retry after a lost answer gets the first pet back, not a second one.
@@ -94,7 +144,8 @@ export function newPet(ctx) {
         h('p', { class: 'hint' }, 'A category is missing? ', h('a', { href: base + '/categories' }, 'Add it under Categories'), '.'),
         problem,
         h('div', { class: 'actions' }, button, h('a', { class: 'button', href: base + '/pets' }, 'Back to pets')))),
-    ready: loadCategories(),
+    // Drawn again once the form is on the page, which offers a new category if there is none.
+    ready: loadCategories().then(() => form.drawCategories()),
     leave: unwatch,
   };
 }

@@ -54,6 +54,12 @@ export const categoryName = (id) => categories.get(id)?.name ?? `Category ${id} 
 
 export const hasCategory = (id) => categories.has(id);
 
+/** A category this console just created: kept at once (its feed event follows). */
+export function noteCategory(category) {
+  categories.set(category.id, category);
+  changed();
+}
+
 const pets = new Map();
 
 /** Remembers pets as lists and events show them (null: deleted). */

@@ -14,7 +14,7 @@ use redb::{ReadOnlyTable, ReadTransaction};
 
 use super::handle::RedbStore;
 use super::indexes;
-use super::snapshot::feed_state;
+use super::snapshot::{PageKey, Snapshot, feed_state};
 use super::tables::PETS;
 use crate::order::Order;
 use crate::search::{Search, Sort};
@@ -26,6 +26,8 @@ use crate::store::ops::pets::{
 use crate::store::resource::{Index, Part, Value, id_key, owner_of, text_at_start};
 
 type IndexTable = ReadOnlyTable<&'static [u8], &'static [u8]>;
+/// An entry a walk is at: its key's rest (after the range's prefix) and its value.
+type Found = (Vec<u8>, Vec<u8>);
 
 /// Entries a walk steps through before it seeks instead: a seek is a descent of the tree, a
 /// step a few comparisons.
@@ -38,8 +40,8 @@ struct Walk<'t> {
     prefix: Vec<u8>,
     forward: bool,
     entries: redb::Range<'t, &'static [u8], &'static [u8]>,
-    /// The entry the walk is at: its key's rest and its value; `None` once past the range.
-    at: Option<(Vec<u8>, Vec<u8>)>,
+    /// The entry the walk is at; `None` once past the range.
+    at: Option<Found>,
 }
 
 impl<'t> Walk<'t> {
@@ -75,10 +77,8 @@ impl<'t> Walk<'t> {
                 let (key, value) = entry.map_err(StoreError::storage)?;
                 let key = key.value();
                 // The range's ends keep every key under the prefix; this is the guard.
-                match key.strip_prefix(self.prefix.as_slice()) {
-                    Some(rest) => Some((rest.to_vec(), value.value().to_vec())),
-                    None => None,
-                }
+                key.strip_prefix(self.prefix.as_slice())
+                    .map(|rest| (rest.to_vec(), value.value().to_vec()))
             }
         };
         Ok(())
@@ -130,7 +130,7 @@ fn range<'t>(
         (false, Some(from)) => (Included(prefix), Excluded(from.as_slice())),
     };
     let bounds = match bounds {
-        (Included(a), b) if a.is_empty() => (Unbounded, b),
+        (Included([]), b) => (Unbounded, b),
         other => other,
     };
     table.range::<&[u8]>(bounds).map_err(StoreError::storage)
@@ -166,7 +166,7 @@ enum Join {
 
 /// The next entry of the walks joined by `join`, in their order: its rest and the value the
 /// first walk holding it keeps. The walk it came from has not stepped past it yet.
-fn next(walks: &mut [Walk], join: Join) -> Result<Option<(Vec<u8>, Vec<u8>)>, StoreError> {
+fn next(walks: &mut [Walk], join: Join) -> Result<Option<Found>, StoreError> {
     match join {
         Join::Any => {
             let mut best: Option<usize> = None;
@@ -218,11 +218,13 @@ fn next(walks: &mut [Walk], join: Join) -> Result<Option<(Vec<u8>, Vec<u8>)>, St
 }
 
 impl RedbStore {
-    /// A page of pets for a query with a search or another order than the id's.
+    /// A page of pets for a query with a search or another order than the id's, from the
+    /// snapshot every read shares (and its pages kept until the next commit).
     pub(super) fn find(&self, query: &PageQuery) -> Result<Page, StoreError> {
-        self.read_txn(|txn| {
-            let feed = feed_state(txn)?;
-            Ok(find_in(txn, query)?.at(feed.newest_position()))
+        self.read(|snapshot| {
+            snapshot.page(PageKey::Found(query.clone()), || {
+                Ok(find_in(snapshot, query)?.at(snapshot.feed.newest_position()))
+            })
         })
     }
 }
@@ -348,9 +350,9 @@ fn open_index(txn: &ReadTransaction, index: &Index) -> Result<IndexTable, StoreE
         .map_err(StoreError::storage)
 }
 
-/// The page `query` asks for, as `txn` sees the pets.
-fn find_in(txn: &ReadTransaction, query: &PageQuery) -> Result<Page, StoreError> {
-    let pets = txn.open_table(PETS).map_err(StoreError::storage)?;
+/// The page `query` asks for, as `snapshot` sees the pets.
+fn find_in(snapshot: &Snapshot, query: &PageQuery) -> Result<Page, StoreError> {
+    let pets = &snapshot.pets;
     let forward = query.sort != Sort::Newest;
     let by_name = query.sort == Sort::Name;
     // Where the walk starts: the rest of the cursor's pet's key in each range.
@@ -410,14 +412,11 @@ fn find_in(txn: &ReadTransaction, query: &PageQuery) -> Result<Page, StoreError>
         let prefix = PETS_BY_STATUS.prefix(&[Part::Code(status)]);
         (&PETS_BY_STATUS, Join::Every, vec![prefix])
     };
-    let table = open_index(txn, index)?;
-    let categories = match query.category {
-        Some(_) if index.name != PETS_BY_CATEGORY.name => Some(open_index(txn, &PETS_BY_CATEGORY)?),
-        _ => None,
-    };
+    let table = snapshot.index(index)?;
+    let categories = &snapshot.by_category;
     let mut walks = Vec::with_capacity(prefixes.len());
     for prefix in prefixes {
-        walks.push(Walk::new(&table, prefix, forward, start)?);
+        walks.push(Walk::new(table, prefix, forward, start)?);
     }
     while !page.is_full() {
         let Some((rest, value)) = next(&mut walks, join)? else {
@@ -432,10 +431,10 @@ fn find_in(txn: &ReadTransaction, query: &PageQuery) -> Result<Page, StoreError>
             if query.status.is_some_and(|status| status.to_code() != code) {
                 continue;
             }
-            if let (Some(category), Some(table)) = (query.category, &categories) {
+            if let Some(category) = query.category {
                 let parts = [Part::Int(category), Part::Code(code)];
                 let entry = PETS_BY_CATEGORY.entry(id, &parts, Value::Nothing);
-                if table
+                if categories
                     .get(entry.key.as_slice())
                     .map_err(StoreError::storage)?
                     .is_none()

@@ -286,13 +286,13 @@ impl RedbStore {
                 Ok(page.at(feed.newest_position()))
             });
         }
-        let key = PageKey {
+        let key = PageKey::Ids {
             status,
             first,
             limit,
         };
         self.read(move |snapshot| {
-            snapshot.page(key, || {
+            snapshot.page(key.clone(), || {
                 let mut page = PageBuilder::new(limit);
                 match status {
                     None => {

@@ -14,9 +14,10 @@ use super::tables::{
 };
 use crate::pet::{PetId, PetStatus};
 use crate::store::events::FeedState;
-use crate::store::model::Page;
-use crate::store::model::StoreError;
-use crate::store::ops::pets::PETS_BY_STATUS;
+use crate::store::model::{Page, PageQuery, StoreError};
+use crate::store::ops::pets::{
+    PETS_BY_CATEGORY, PETS_BY_NAME, PETS_BY_STATUS, PETS_BY_WORD, PETS_BY_WORD_NAME,
+};
 
 /// List pages a snapshot keeps: enough for the first pages that clients poll (all pets, each
 /// status), few enough that a walk through every page replaces them without growing; at most
@@ -27,6 +28,12 @@ const PAGES_KEPT: usize = 8;
 pub(super) struct Snapshot {
     pub(super) pets: ReadOnlyTable<i64, &'static [u8]>,
     pub(super) by_status: ReadOnlyTable<&'static [u8], &'static [u8]>,
+    /// The other indexes of pets, for the lists that walk them (`redb/finds.rs`): opened with
+    /// the rest, since opening a table costs a list about what reading a few entries does.
+    pub(super) by_category: ReadOnlyTable<&'static [u8], &'static [u8]>,
+    pub(super) by_name: ReadOnlyTable<&'static [u8], &'static [u8]>,
+    pub(super) by_word: ReadOnlyTable<&'static [u8], &'static [u8]>,
+    pub(super) by_word_name: ReadOnlyTable<&'static [u8], &'static [u8]>,
     pub(super) revisions: ReadOnlyTable<i64, u64>,
     pub(super) events: ReadOnlyTable<u64, &'static [u8]>,
     /// The counters, for the inventory: four lookups in a small table, so the inventory costs
@@ -40,13 +47,18 @@ pub(super) struct Snapshot {
     pages: Mutex<Pages>,
 }
 
-/// What a list asked for: the same three give the same page from one snapshot.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) struct PageKey {
-    pub(super) status: Option<PetStatus>,
-    /// The lowest id the page may hold.
-    pub(super) first: PetId,
-    pub(super) limit: usize,
+/// What a list asked for: the same ask gives the same page from one snapshot.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) enum PageKey {
+    /// A page in id order, by status or of every pet.
+    Ids {
+        status: Option<PetStatus>,
+        /// The lowest id the page may hold.
+        first: PetId,
+        limit: usize,
+    },
+    /// Any other page of pets (`redb/finds.rs`).
+    Found(PageQuery),
 }
 
 /// The kept pages, the oldest replaced first.
@@ -83,6 +95,34 @@ impl Snapshot {
 
     fn pages(&self) -> MutexGuard<'_, Pages> {
         self.pages.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+fn open_index(
+    txn: &redb::ReadTransaction,
+    index: &crate::store::resource::Index,
+) -> Result<ReadOnlyTable<&'static [u8], &'static [u8]>, StoreError> {
+    txn.open_table(super::indexes::table(index))
+        .map_err(StoreError::storage)
+}
+
+impl Snapshot {
+    /// The table of one of the pets' indexes.
+    pub(super) fn index(
+        &self,
+        index: &crate::store::resource::Index,
+    ) -> Result<&ReadOnlyTable<&'static [u8], &'static [u8]>, StoreError> {
+        [
+            (&PETS_BY_STATUS, &self.by_status),
+            (&PETS_BY_CATEGORY, &self.by_category),
+            (&PETS_BY_NAME, &self.by_name),
+            (&PETS_BY_WORD, &self.by_word),
+            (&PETS_BY_WORD_NAME, &self.by_word_name),
+        ]
+        .into_iter()
+        .find(|(held, _)| *held == index)
+        .map(|(_, table)| table)
+        .ok_or_else(|| StoreError::Corrupt(format!("no snapshot of the {}", index.words)))
     }
 }
 
@@ -132,9 +172,11 @@ impl Snapshots {
             feed,
             meta,
             pets: txn.open_table(PETS).map_err(StoreError::storage)?,
-            by_status: txn
-                .open_table(super::indexes::table(&PETS_BY_STATUS))
-                .map_err(StoreError::storage)?,
+            by_status: open_index(&txn, &PETS_BY_STATUS)?,
+            by_category: open_index(&txn, &PETS_BY_CATEGORY)?,
+            by_name: open_index(&txn, &PETS_BY_NAME)?,
+            by_word: open_index(&txn, &PETS_BY_WORD)?,
+            by_word_name: open_index(&txn, &PETS_BY_WORD_NAME)?,
             revisions: txn.open_table(REVISIONS).map_err(StoreError::storage)?,
             pages: Mutex::default(),
         });
