@@ -8,10 +8,11 @@ use tokio_postgres::types::ToSql;
 use super::errors::pg_error;
 use super::handle::{FEED_NOW, PgStore, feed_state};
 use super::rows::{
-    READ_INVENTORY, after_cursor, inventory_of, record_in, select_after, select_one,
+    READ_INVENTORY, Walk, from_cursor, inventory_of, record_in, select_after, select_one,
 };
 use crate::event::Position;
 use crate::order::Order;
+use crate::search::Sort;
 use crate::store::model::{Inventory, OrderQuery, Page, PageBuilder, StoreError};
 use crate::store::resource::Resource;
 
@@ -32,15 +33,25 @@ impl PgStore {
         row.map(|row| record_in(id, &row, 0)).transpose()
     }
 
-    /// A page of orders in id order, each filter read from its index (`orders_by_status`,
-    /// `orders_by_pet`) from the cursor on, so a deep page costs what the first does.
+    /// A page of orders in id order (newest first for `Sort::Newest`), each filter read from
+    /// its index (`orders_by_status`, `orders_by_pet`) from the cursor on, so a deep page costs
+    /// what the first does. A search keeps the orders of the pets whose terms it finds in
+    /// `pet_words`: its pages cost more the more pets it matches.
     pub(in crate::store) async fn list_orders(
         &self,
         query: OrderQuery,
     ) -> Result<Page, StoreError> {
-        let after = query.after.unwrap_or(i64::MIN);
+        let newest = query.sort == Sort::Newest;
+        let (walk, order) = match newest {
+            true => (Walk::Down, "DESC"),
+            false => (Walk::Up, "ASC"),
+        };
+        let after = query
+            .after
+            .unwrap_or(if newest { i64::MAX } else { i64::MIN });
         let fetch = i64::try_from(query.limit + 1).unwrap_or(i64::MAX);
         let status = query.status.map(|status| i16::from(status.code()));
+        let terms = query.search.terms();
         // One statement text for each combination of filters: a parameter that may be NULL
         // ("any") would make a plan that cannot use the index of the filter given.
         let mut params: Vec<&(dyn ToSql + Sync)> = vec![&after, &fetch];
@@ -58,11 +69,28 @@ impl PgStore {
                 filters = format!(" AND status = ${}", params.len());
             }
         }
+        if let Some((first, rest)) = terms.split_first() {
+            params.push(first);
+            let mut pets = format!(
+                "SELECT w0.pet_id FROM pet_words w0 WHERE w0.term = ${}",
+                params.len()
+            );
+            for (n, term) in rest.iter().enumerate() {
+                params.push(term);
+                let w = n + 1;
+                pets.push_str(&format!(
+                    " AND EXISTS (SELECT 1 FROM pet_words w{w} WHERE w{w}.term = ${} \
+                     AND w{w}.pet_id = w0.pet_id)",
+                    params.len()
+                ));
+            }
+            filters.push_str(&format!(" AND pet_id IN ({pets})"));
+        }
         let sql = format!(
             "{FEED_NOW} LEFT JOIN LATERAL (
-                 SELECT id, record FROM orders WHERE {}{filters} ORDER BY id LIMIT $2
-             ) p ON true ORDER BY p.id",
-            after_cursor(&equal)
+                 SELECT id, record FROM orders WHERE {}{filters} ORDER BY id {order} LIMIT $2
+             ) p ON true ORDER BY p.id {order}",
+            from_cursor(&equal, &[("id", 1)], walk)
         );
         let rows = self
             .pool
