@@ -26,10 +26,14 @@ use crate::process::dev_server_tls;
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// The body petstore sends for `GET /v1/pets?limit=20` on a store of pets like these.
+/// The body petstore sends for `GET /v1/pets?limit=20` on a store of pets like these: named
+/// as the fill names its first pets.
 pub fn pets_array() -> Bytes {
     let pets: Vec<String> = (1..=20)
-        .map(|id| format!(r#"{{"id":{id},"name":"bench","categoryId":1,"status":"available"}}"#))
+        .map(|id| {
+            let name = serde_json::to_string(&crate::names::name(id - 1)).expect("a string");
+            format!(r#"{{"id":{id},"name":{name},"categoryId":1,"status":"available"}}"#)
+        })
         .collect();
     Bytes::from(format!("[{}]", pets.join(",")))
 }

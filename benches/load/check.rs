@@ -5,6 +5,7 @@
 use serde_json::Value;
 
 use crate::load::Sample;
+use crate::names;
 
 /// What a run's sampled answer must be.
 #[derive(Clone, Copy, Debug)]
@@ -17,6 +18,12 @@ pub enum Expect {
     AskedPet,
     /// 201, the new pet with an integer id.
     Created,
+    /// 201, the new pet with an integer id and a name (a create of `fill::named_creates`).
+    CreatedNamed,
+    /// 200, a page of a search or sort (issue 40): as many pets as the path's `limit` (20 when
+    /// none), each named to match the path's `q` and of its `status` when it has them, in the
+    /// order of its `sort` (`id` when none).
+    Found,
     /// 201, a new order: integer `id` and `petId`, status `placed`.
     Placed,
     /// 200, the inventory: five integer counts, the four statuses adding up to `total`.
@@ -27,7 +34,7 @@ pub enum Expect {
 pub fn check(expect: Expect, sample: Option<&Sample>) -> Result<(), String> {
     let sample = sample.ok_or("no answer arrived in the window to check")?;
     let wanted_status = match expect {
-        Expect::Created | Expect::Placed => 201,
+        Expect::Created | Expect::CreatedNamed | Expect::Placed => 201,
         _ => 200,
     };
     if sample.status != wanted_status {
@@ -84,6 +91,16 @@ pub fn check(expect: Expect, sample: Option<&Sample>) -> Result<(), String> {
                 return wrong("not the new pet with an id");
             }
         }
+        Expect::CreatedNamed => {
+            if !json["id"].is_i64() || json["name"].as_str().is_none_or(str::is_empty) {
+                return wrong("not the new pet with an id and a name");
+            }
+        }
+        Expect::Found => {
+            if let Err(why) = found_page(&sample.path, &json, false) {
+                return wrong(&why);
+            }
+        }
         Expect::Placed => {
             if !json["id"].is_i64() || !json["petId"].is_i64() || json["status"] != "placed" {
                 return wrong("not a placed order with ids");
@@ -102,6 +119,76 @@ pub fn check(expect: Expect, sample: Option<&Sample>) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// Whether `json` is a right page for `path`, a list of pets with `q`, `status`, `sort` and
+/// `limit` in its query: as many pets as the limit, or from 0 to it when `short` (a walk's last
+/// page); `Err` says what is wrong.
+pub fn found_page(path: &str, json: &Value, short: bool) -> Result<(), String> {
+    let param = |name: &str| query_param(path, name);
+    let limit = param("limit").map_or(Ok(20), |limit| limit.parse::<usize>());
+    let limit = limit.map_err(|_| "the path's limit is not a number".to_owned())?;
+    let pets = json.as_array().ok_or("not an array")?;
+    if pets.len() > limit || (!short && pets.len() < limit) {
+        return Err(format!("{} pets, not {limit}", pets.len()));
+    }
+    let q = param("q").unwrap_or_default();
+    let status = param("status");
+    let mut keys = Vec::with_capacity(pets.len());
+    for pet in pets {
+        let (Some(id), Some(name)) = (pet["id"].as_i64(), pet["name"].as_str()) else {
+            return Err("a pet without an integer id and a name".to_owned());
+        };
+        if !names::matches(&q, name) {
+            return Err(format!("pet {id} named {name:?} does not match q={q:?}"));
+        }
+        if let Some(status) = &status
+            && pet["status"].as_str() != Some(status.as_str())
+        {
+            return Err(format!("pet {id} is not {status}"));
+        }
+        keys.push((names::sort_key(name), id));
+    }
+    let ordered = match param("sort").as_deref() {
+        None | Some("id") => keys.windows(2).all(|w| w[0].1 < w[1].1),
+        Some("-id") => keys.windows(2).all(|w| w[0].1 > w[1].1),
+        Some("name") => keys.windows(2).all(|w| w[0] < w[1]),
+        Some(other) => return Err(format!("sort={other} is not one the bench knows")),
+    };
+    if !ordered {
+        return Err("pets out of the sort's order".to_owned());
+    }
+    Ok(())
+}
+
+/// The value of the query parameter `name` of `path`, percent-decoded (`+` a space).
+pub fn query_param(path: &str, name: &str) -> Option<String> {
+    let (_, query) = path.split_once('?')?;
+    let value = query.split('&').find_map(|pair| {
+        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+        (key == name).then_some(value)
+    })?;
+    let bytes = value.as_bytes();
+    let mut decoded = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |at: usize| {
+            bytes
+                .get(at..at + 2)
+                .and_then(|h| std::str::from_utf8(h).ok())
+                .and_then(|h| u8::from_str_radix(h, 16).ok())
+        };
+        match bytes[i] {
+            b'+' => decoded.push(b' '),
+            b'%' if hex(i + 1).is_some() => {
+                decoded.extend(hex(i + 1));
+                i += 2;
+            }
+            b => decoded.push(b),
+        }
+        i += 1;
+    }
+    Some(String::from_utf8_lossy(&decoded).into_owned())
 }
 
 fn excerpt(body: &[u8]) -> String {

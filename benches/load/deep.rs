@@ -122,8 +122,8 @@ impl Bench<'_> {
     }
 
     /// One `GET path` over a kept HTTP/1.1 connection (opened when there is none): the ids of
-    /// the page and its next link.
-    async fn fetch(
+    /// the page, its next link and its body.
+    pub async fn fetch(
         &self,
         server: &Server,
         conn: &mut Option<Conn>,
@@ -181,14 +181,16 @@ impl Bench<'_> {
             .map(|pet| pet["id"].as_i64().ok_or("a pet without an integer id"))
             .collect::<Result<Vec<i64>, _>>()?;
         *conn = Some(sender);
-        Ok(Page { ids, next })
+        Ok(Page { ids, next, pets })
     }
 }
 
-/// What the walk needs of a page.
-struct Page {
-    ids: Vec<i64>,
-    next: Option<String>,
+/// What a walk needs of a page.
+pub struct Page {
+    pub ids: Vec<i64>,
+    pub next: Option<String>,
+    /// The body as read.
+    pub pets: serde_json::Value,
 }
 
 /// The target of a `Link` value's `rel="next"` entry, e.g. `</v1/pets?...>; rel="next"`.

@@ -2,7 +2,8 @@
 //! (`POST /v1/pets` over a few HTTP/2 connections with many streams each, so the writer commits
 //! large batches). Statuses follow the pet's position: every 100th is sold, the others cycle
 //! through available, pending and no status; `fill_available` makes every pet available (the
-//! orders part's stock). Invariant: every create must get its 201.
+//! orders part's stock). Names follow the position too, from `names.rs`'s list. Invariant:
+//! every create must get its 201.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -15,27 +16,54 @@ use hyper::header::{AUTHORIZATION, CONTENT_TYPE, HeaderValue};
 use hyper::http::uri::Uri;
 
 use crate::client::{BEARER, Tls};
+use crate::names;
 use crate::process::Server;
 
 const CONNECTIONS: usize = 4;
 /// Below hyper's default limit of 200 concurrent streams per connection.
 const STREAMS: usize = 128;
 
-const SOLD: &str = r#"{"name":"bench","categoryId":1,"status":"sold"}"#;
-const AVAILABLE: &str = r#"{"name":"bench","categoryId":1,"status":"available"}"#;
-const PENDING: &str = r#"{"name":"bench","categoryId":1,"status":"pending"}"#;
-const NO_STATUS: &str = r#"{"name":"bench","categoryId":1}"#;
+/// The statuses, in the inventory's order: available, pending, sold, unset.
+const STATUSES: [Option<&str>; 4] = [Some("available"), Some("pending"), Some("sold"), None];
 
-/// The body of the pet at `position` (0-based, in creation order): 1% sold.
-fn body(position: u64) -> &'static str {
+/// The slot in `STATUSES` of the pet at `position` (0-based, in creation order): 1% sold.
+fn status(position: u64) -> usize {
     if position % 100 == 99 {
-        return SOLD;
+        return 2;
     }
     match position % 3 {
-        0 => AVAILABLE,
-        1 => PENDING,
-        _ => NO_STATUS,
+        0 => 0,
+        1 => 1,
+        _ => 3,
     }
+}
+
+/// Whether the pet at `position` is made `available` (what `status=available` finds).
+pub fn is_available(position: u64) -> bool {
+    status(position) == 0
+}
+
+/// The JSON body of a pet named `name` with the status of slot `status`.
+fn pet(name: &str, status: usize) -> Bytes {
+    let name = serde_json::to_string(name).expect("a string serializes");
+    Bytes::from(match STATUSES[status] {
+        Some(status) => format!(r#"{{"name":{name},"categoryId":1,"status":"{status}"}}"#),
+        None => format!(r#"{{"name":{name},"categoryId":1}}"#),
+    })
+}
+
+/// The body of the pet at `position`.
+fn body(position: u64) -> Bytes {
+    pet(&names::name(position), status(position))
+}
+
+/// `count` bodies of available pets named as the fill names them, for creates that carry
+/// realistic names (a name's index entries grow with its words and letters). Their positions
+/// are far past any fill's, so they are not the fill's first pets again.
+pub fn named_creates(count: u64) -> Vec<Bytes> {
+    (0..count)
+        .map(|i| pet(&names::name((1 << 40) + i), 0))
+        .collect()
 }
 
 /// The counts of the store `fill` makes of `pets` pets from empty, in the inventory's order:
@@ -43,13 +71,7 @@ fn body(position: u64) -> &'static str {
 pub fn statuses(pets: u64) -> [u64; 4] {
     let mut counts = [0; 4];
     for position in 0..pets {
-        let slot = match body(position) {
-            AVAILABLE => 0,
-            PENDING => 1,
-            SOLD => 2,
-            _ => 3,
-        };
-        counts[slot] += 1;
+        counts[status(position)] += 1;
     }
     counts
 }
@@ -68,7 +90,10 @@ pub async fn fill(server: &Server, tls: &Tls, from: u64, to: u64) -> Filled {
 
 /// `fill`, every pet `available`.
 pub async fn fill_available(server: &Server, tls: &Tls, from: u64, to: u64) -> Filled {
-    fill_with(server, tls, from, to, |_| AVAILABLE).await
+    fill_with(server, tls, from, to, |position| {
+        pet(&names::name(position), 0)
+    })
+    .await
 }
 
 /// `fill` with the body of each position from `body`.
@@ -77,7 +102,7 @@ async fn fill_with(
     tls: &Tls,
     from: u64,
     to: u64,
-    body: fn(u64) -> &'static str,
+    body: fn(u64) -> Bytes,
 ) -> Filled {
     let started = Instant::now();
     let next = Arc::new(AtomicU64::new(from));
@@ -100,8 +125,7 @@ async fn fill_with(
                     if position >= to {
                         break;
                     }
-                    let mut request =
-                        Request::new(Full::new(Bytes::from_static(body(position).as_bytes())));
+                    let mut request = Request::new(Full::new(body(position)));
                     *request.method_mut() = hyper::Method::POST;
                     *request.uri_mut() = uri.clone();
                     let headers = request.headers_mut();

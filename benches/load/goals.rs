@@ -8,7 +8,8 @@ use crate::figures::Kind;
 use crate::load::Outcome;
 use crate::report::Report;
 use crate::{
-    KEYED_KEYED, KEYED_PLAIN, READ_STORE, SCALE_PAIR, SCALE_STEPS, deep, orders, pg, webhooks,
+    KEYED_KEYED, KEYED_PLAIN, READ_STORE, SCALE_PAIR, SCALE_STEPS, builds, deep, orders, pg,
+    search, webhooks,
 };
 
 /// Adds the goal lines; figures a short run did not measure show as "not measured".
@@ -117,11 +118,41 @@ pub fn add(
         ">= 0.87",
         |v| v >= 0.87,
     );
+    search_goals(report);
     postgres(report);
     crate::snapshot::goals(report);
     crate::events::goals(report);
     orders_goals(report);
     webhooks_goals(report);
+}
+
+/// Issue 40: a search's first page costs about what list20's does on the same store, a deep
+/// page of a common word or by name about what its first page does, and the name index costs
+/// creates at most a tenth of the build before it.
+fn search_goals(report: &mut Report) {
+    for (scenario, _) in search::FIRST_PAGES {
+        let what = format!("{scenario} (1M store) over {}: req/s/core", search::LIST20);
+        pair_goal(report, &what, scenario, search::LIST20, ">= 0.80", |v| {
+            v >= 0.80
+        });
+    }
+    for (first, deep, _) in search::DEEP_PAGES {
+        let what = format!("{deep} (1M store) over {first}: req/s/core");
+        pair_goal(report, &what, deep, first, ">= 0.80", |v| v >= 0.80);
+    }
+    for (c, clients) in builds::CLIENT_COUNTS.into_iter().enumerate() {
+        let what = format!(
+            "create, {clients} client(s), named pets: this build over BENCH_BEFORE_BIN, creates/s/core"
+        );
+        pair_goal(
+            report,
+            &what,
+            builds::THIS[c],
+            builds::BEFORE[c],
+            ">= 0.90",
+            |v| v >= 0.90,
+        );
+    }
 }
 
 /// Issue 30: with 10 endpoints every event reaches every one, soon after its 201, and the

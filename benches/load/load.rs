@@ -62,6 +62,8 @@ pub struct Workload {
     uris: Vec<Uri>,
     paths: Vec<String>,
     body: Bytes,
+    /// Set for named creates: the body of each request, taken in turn (then `body` is unused).
+    bodies: Vec<Bytes>,
     host: HeaderValue,
     bearer: HeaderValue,
     close: bool,
@@ -110,6 +112,14 @@ impl Workload {
             vec!["/v1/pets".to_owned()],
             Bytes::from_static(body.as_bytes()),
         )
+    }
+
+    /// `POST /v1/pets` with one of `bodies` each, in turn; each client starts at a place of its
+    /// own in the list, so the clients do not send the same names at the same time.
+    pub fn create_named(addr: SocketAddr, protocol: Protocol, bodies: Vec<Bytes>) -> Workload {
+        let mut work = Workload::create(addr, protocol, "");
+        work.bodies = bodies;
+        work
     }
 
     /// `POST /v1/store/orders`, each for the pet `next_pet` hands out (it is then one more):
@@ -168,6 +178,7 @@ impl Workload {
             http2: protocol.is_http2(),
             key_prefix: None,
             next_pet: None,
+            bodies: Vec::new(),
         }
     }
 
@@ -178,6 +189,9 @@ impl Workload {
                 r#"{{"petId":{}}}"#,
                 next.fetch_add(1, Ordering::Relaxed)
             )),
+            None if !self.bodies.is_empty() => {
+                self.bodies[(client.wrapping_mul(7_919) + index) % self.bodies.len()].clone()
+            }
             None => self.body.clone(),
         };
         let has_body = !body.is_empty();

@@ -5,6 +5,7 @@
 //! asserts on a timing, and exits non-zero only when an answer or a stop was wrong.
 
 mod baseline;
+mod builds;
 mod check;
 mod client;
 mod deep;
@@ -13,6 +14,7 @@ mod figures;
 mod fill;
 mod goals;
 mod load;
+mod names;
 mod orders;
 mod pg;
 #[path = "../../tests/support/pg_cluster.rs"]
@@ -20,6 +22,7 @@ mod pg_cluster;
 mod process;
 mod receiver;
 mod report;
+mod search;
 mod settings;
 mod snapshot;
 mod webhooks;
@@ -150,6 +153,8 @@ enum Pick<'a> {
     Create,
     /// Creates, each with an `Idempotency-Key` of its own.
     CreateKeyed,
+    /// Creates with these bodies in turn (named pets, `fill::named_creates`).
+    CreateNamed(&'a [bytes::Bytes]),
     /// Orders, each for the next pet of this counter.
     Order(&'a Arc<AtomicU64>),
 }
@@ -161,6 +166,9 @@ impl Pick<'_> {
             Pick::Ids(pets) => Workload::get_one(server.addr, protocol, pets),
             Pick::Create => Workload::create(server.addr, protocol, NEW_PET),
             Pick::CreateKeyed => Workload::create_keyed(server.addr, protocol, NEW_PET),
+            Pick::CreateNamed(bodies) => {
+                Workload::create_named(server.addr, protocol, bodies.to_vec())
+            }
             Pick::Order(next_pet) => Workload::order(server.addr, protocol, Arc::clone(next_pet)),
         }
     }
@@ -343,7 +351,7 @@ impl Bench<'_> {
         for round in 0..self.settings.rounds {
             for (scenario, server, pets) in [
                 (SCALE_PAIR[0], small, SCALE_STEPS[0]),
-                (SCALE_PAIR[1], big, SCALE_STEPS[2]),
+                (SCALE_PAIR[1], big, self.settings.big_store),
             ] {
                 // The copy's server starts cold.
                 let spec = Spec::paired(
@@ -673,6 +681,13 @@ async fn bench(settings: &Settings) -> Report {
             settings.petstore_args
         );
     }
+    if settings.big_store != settings::BIG_STORE {
+        println!(
+            "DIAGNOSTIC RUN: the big store holds {} pets (BENCH_BIG_STORE), not {}; its figures are not the 1M ones\n",
+            thousands(settings.big_store),
+            thousands(settings::BIG_STORE)
+        );
+    }
     if settings::petstore_exe_replaced() {
         println!(
             "petstore executable: {} (BENCH_PETSTORE_BIN)\n",
@@ -744,6 +759,9 @@ async fn bench(settings: &Settings) -> Report {
         bench.measure(&spec, &baseline, Kind::Baseline, None).await;
         bench.create(clients).await;
     }
+    if settings.wants("create-ab") {
+        bench.create_ab().await;
+    }
     if settings.wants("create-keyed") {
         bench.create_keyed().await;
     }
@@ -773,7 +791,7 @@ async fn bench(settings: &Settings) -> Report {
     };
 
     let (mut clean_start, mut crash_start) = (None, None);
-    let wants_1m = ["1m", "scale", "deep-page", "snapshot", "orders"]
+    let wants_1m = ["1m", "scale", "deep-page", "search", "snapshot", "orders"]
         .iter()
         .any(|part| settings.wants(part));
     if settings.skip_1m || !wants_1m {
@@ -781,20 +799,28 @@ async fn bench(settings: &Settings) -> Report {
             .report
             .note("1M store skipped (BENCH_SKIP_1M or BENCH_ONLY)".to_owned());
     } else {
-        bench.grow(&db, READ_STORE, SCALE_STEPS[2]).await;
+        let big = settings.big_store;
+        bench.grow(&db, READ_STORE, big).await;
         let (server, took) = bench.timed_start(&db, "after a clean stop").await;
         clean_start = took;
-        bench.scale(&server, SCALE_STEPS[2]).await;
+        bench.scale(&server, big).await;
         if settings.wants("scale") {
             let small = Server::petstore(&db_10k, &settings.petstore_args);
             bench.scale_pairs(&small, &server).await;
             bench.stop(small, "10k copy").await;
         }
         if settings.wants("orders") {
-            bench.inventory_pairs(&server, SCALE_STEPS[2]).await;
+            bench.inventory_pairs(&server, big).await;
         }
-        if settings.wants("deep-page") {
-            bench.deep_page(&server, SCALE_STEPS[2]).await;
+        if settings.wants("deep-page") && big >= SCALE_STEPS[2] {
+            bench.deep_page(&server, big).await;
+        } else if settings.wants("deep-page") {
+            bench
+                .report
+                .note("deep-page skipped: its deep page is past id 900,000".to_owned());
+        }
+        if settings.wants("search") {
+            bench.search(&server, big).await;
         }
         if settings.wants("1m") {
             crash_start = bench.crash(server, &db).await;

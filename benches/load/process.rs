@@ -104,7 +104,12 @@ impl Server {
     /// logging with one line per request on stderr, which is drained here. `extra` flags go
     /// last (a diagnostic such as a log filter; empty for the real figures).
     pub fn petstore(db: &Path, extra: &[String]) -> Server {
-        let mut command = pinned(crate::settings::petstore_exe());
+        Server::petstore_from(crate::settings::petstore_exe(), db, extra)
+    }
+
+    /// `petstore`, with the executable `exe` (another build, for an A/B in one run).
+    pub fn petstore_from(exe: &Path, db: &Path, extra: &[String]) -> Server {
+        let mut command = pinned(exe);
         command
             .arg("--listen")
             .arg("127.0.0.1:0")

@@ -8,13 +8,16 @@ use std::time::Duration;
 
 /// Knobs from the environment, so a quick iteration needs no edit: BENCH_SECONDS, BENCH_WARMUP,
 /// BENCH_SCALE_SECONDS, BENCH_ROUNDS, BENCH_SKIP_1M=1,
-/// BENCH_ONLY=list20,get-one,scale,create,create-keyed,postgres,rss,1m,deep-page,snapshot,events,events-pg,orders,orders-pg,webhooks,
+/// BENCH_ONLY=list20,get-one,scale,create,create-ab,create-keyed,postgres,rss,1m,deep-page,search,snapshot,events,events-pg,orders,orders-pg,webhooks,
 /// BENCH_EVENTS_STREAMS and BENCH_EVENTS_RATE (the event feed part's streams and creates/s),
 /// BENCH_WEBHOOKS_RATE (the webhooks part's creates/s in its latency run),
 /// BENCH_PETSTORE_ARGS="--log-level info,petstore::service=warn" (a diagnostic: the real
 /// figures use none; the `listening on` line must stay, so the filter keeps `info`) and
 /// BENCH_PETSTORE_BIN=target/x86_64-unknown-linux-musl/release/petstore (the shipped static
-/// build, with its own allocator, in place of the host build `cargo bench` made).
+/// build, with its own allocator, in place of the host build `cargo bench` made),
+/// BENCH_BEFORE_BIN=/tmp/petstore-before (an older build: `create-ab` runs its creates in
+/// rounds alternating with this one's) and BENCH_BIG_STORE=400000 (a diagnostic: the big
+/// store's pets, 1,000,000 unless set, for a quick `search`).
 pub struct Settings {
     pub warmup: Duration,
     pub window: Duration,
@@ -24,9 +27,9 @@ pub struct Settings {
     /// noise in one window moves one pair, not the verdict.
     pub rounds: usize,
     pub skip_1m: bool,
-    /// Parts to run (read scenario names, `scale`, `create`, `create-keyed`, `postgres`, `rss`, `1m`,
-    /// `deep-page`, `snapshot`, `events`, `events-pg`, `orders`, `orders-pg`, `webhooks`); all when empty. `deep-page`,
-    /// `snapshot` and `orders` build the 1M store without `1m`'s crash.
+    /// Parts to run (read scenario names, `scale`, `create`, `create-ab`, `create-keyed`, `postgres`, `rss`, `1m`,
+    /// `deep-page`, `search`, `snapshot`, `events`, `events-pg`, `orders`, `orders-pg`, `webhooks`); all when empty. `deep-page`,
+    /// `search`, `snapshot` and `orders` build the 1M store without `1m`'s crash.
     pub only: Vec<String>,
     /// Extra petstore flags, for diagnostics such as a log filter without the request lines.
     pub petstore_args: Vec<String>,
@@ -40,7 +43,19 @@ pub struct Settings {
     /// (BENCH_WEBHOOKS_RATE, default 100, as the event feed part): every endpoint gets every
     /// event, so the server delivers endpoints x rate a second.
     pub webhooks_rate: f64,
+    /// An older petstore executable (BENCH_BEFORE_BIN): `create-ab` runs the creates of it and
+    /// of this build in alternating rounds, for goals of one build over another. `None`: not
+    /// measured.
+    pub before_exe: Option<PathBuf>,
+    /// The pets of the big store (BENCH_BIG_STORE; 1,000,000 unless set, at least 100,000): a
+    /// diagnostic for a quick run of `search`, whose 1,000th page of "bella" needs at least
+    /// 250,000. The goals name 1M whatever it is; `deep-page` needs the full million and is
+    /// skipped below it.
+    pub big_store: u64,
 }
+
+/// The big store's pets when BENCH_BIG_STORE is unset: the 1M of the scaling goals.
+pub const BIG_STORE: u64 = 1_000_000;
 
 impl Settings {
     /// The settings in force, defaults for whatever is unset or unreadable.
@@ -78,6 +93,14 @@ impl Settings {
                 .unwrap_or(1000),
             events_rate: rate("BENCH_EVENTS_RATE"),
             webhooks_rate: rate("BENCH_WEBHOOKS_RATE"),
+            before_exe: std::env::var_os("BENCH_BEFORE_BIN")
+                .filter(|v| !v.is_empty())
+                .map(PathBuf::from),
+            big_store: std::env::var("BENCH_BIG_STORE")
+                .ok()
+                .and_then(|v| v.replace(['_', ','], "").parse::<u64>().ok())
+                .unwrap_or(BIG_STORE)
+                .max(crate::READ_STORE),
         }
     }
 

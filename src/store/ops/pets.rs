@@ -97,9 +97,12 @@ impl Resource for Pet {
         &PETS_BY_WORD,
         &PETS_BY_WORD_NAME,
     ];
-    /// The pet's JSON as the API sends it, with its status, category and revision beside it
-    /// for the indexes and the preconditions; the revision is the engine's to keep
-    /// (`postgres/txn.rs`), every index reads from its cursor on.
+    /// The pet's JSON as the API sends it, with its status, category, sort key and revision
+    /// beside it for the indexes and the preconditions; the revision, the sort key and the
+    /// words (`pet_words`: each term of `search::prefixes` with its pet and sort key) are the
+    /// engine's to keep (`postgres/txn.rs`), since folding is Rust's, not SQL's. Every index
+    /// reads from its cursor on; the text columns compare bytewise (`COLLATE "C"`), as redb's
+    /// keys do, so both stores sort names alike and a cursor's key means the same to both.
     const POSTGRES: Postgres = Postgres {
         columns: &["status", "category_id", "json"],
         stored: "json",
@@ -121,6 +124,24 @@ impl Resource for Pet {
                 ALTER TABLE pets ALTER COLUMN category_id SET NOT NULL;
                 CREATE INDEX pets_by_category ON pets (category_id, id);
                 CREATE INDEX pets_by_category_status ON pets (category_id, status, id);",
+            ),
+            // `name_key` and `pet_words` are filled from the pets by `postgres/schema.rs`
+            // after this, which then makes `name_key` NOT NULL. No foreign key: a pet's words
+            // change in its own transaction, under its row's lock. The larger sample of terms
+            // names more of the common ones, which a search of several terms walks last
+            // (`postgres/handle.rs`).
+            (
+                6,
+                r#"ALTER TABLE pets ADD COLUMN name_key text COLLATE "C";
+                CREATE INDEX pets_by_name ON pets (name_key, id);
+                CREATE TABLE pet_words (
+                    term text COLLATE "C" NOT NULL,
+                    pet_id bigint NOT NULL,
+                    name_key text COLLATE "C" NOT NULL,
+                    PRIMARY KEY (term, pet_id)
+                );
+                CREATE INDEX pet_words_by_name ON pet_words (term, name_key, pet_id);
+                ALTER TABLE pet_words ALTER COLUMN term SET STATISTICS 1000;"#,
             ),
         ],
     };
@@ -165,7 +186,11 @@ impl Resource for Pet {
         entries.push(PETS_BY_NAME.entry(self.id, std::slice::from_ref(&name), Value::Code(code)));
         for term in &terms {
             let term = Part::Text(term.as_str().into());
-            entries.push(PETS_BY_WORD.entry(self.id, &[term.clone()], Value::Code(code)));
+            entries.push(PETS_BY_WORD.entry(
+                self.id,
+                std::slice::from_ref(&term),
+                Value::Code(code),
+            ));
             let parts = [term, name.clone()];
             entries.push(PETS_BY_WORD_NAME.entry(self.id, &parts, Value::Code(code)));
         }

@@ -3,8 +3,9 @@
 //! closes it, and PostgreSQL rolls back). The export reads one REPEATABLE READ snapshot in
 //! id-ordered chunks (pets, records, categories, orders) and the three id counters; the import
 //! is one transaction that locks the id counter rows, checks that the store is empty, takes
-//! each chunk with `COPY ... FROM STDIN (FORMAT binary)` and at the end sets the counters and
-//! counts the inventory from the pets, so a failed copy leaves nothing behind. Only this module
+//! each chunk with `COPY ... FROM STDIN (FORMAT binary)` (a chunk of pets with their words,
+//! `pet_words`) and at the end sets the counters and counts the inventory from the pets, so a
+//! failed copy leaves nothing behind. Only this module
 //! turns PostgreSQL's idempotency rows into the store's `IdempotencyRecord` and back.
 
 use std::time::Duration;
@@ -17,8 +18,9 @@ use tokio_postgres::types::{ToSql, Type};
 
 use super::errors::pg_error;
 use super::handle::PgStore;
-use super::rows::{RECOUNT_INVENTORY, select_after, status_code};
+use super::rows::{RECOUNT_INVENTORY, Words, select_after, status_code};
 use super::txn::sql_value;
+use crate::search;
 use crate::store::model::read_pet;
 use crate::store::model::{
     Chunk, Exporting, IdempotencyRecord, Rows, SHORT_DIGEST, StoreError, StoredPet,
@@ -39,8 +41,17 @@ const SELECT_PETS: &str = "SELECT id, revision, json FROM pets WHERE id > $1 ORD
 const SELECT_RECORDS: &str = "SELECT scope, fingerprint, expires_at, pet_id FROM idempotency
      WHERE expires_at > $1 AND scope > $2 ORDER BY scope LIMIT $3";
 const COPY_PETS: &str =
-    "COPY pets (id, status, category_id, revision, json) FROM STDIN (FORMAT binary)";
-const PET_TYPES: [Type; 5] = [Type::INT8, Type::INT2, Type::INT8, Type::INT8, Type::TEXT];
+    "COPY pets (id, status, category_id, revision, json, name_key) FROM STDIN (FORMAT binary)";
+const PET_TYPES: [Type; 6] = [
+    Type::INT8,
+    Type::INT2,
+    Type::INT8,
+    Type::INT8,
+    Type::TEXT,
+    Type::TEXT,
+];
+const COPY_WORDS: &str = "COPY pet_words (term, pet_id, name_key) FROM STDIN (FORMAT binary)";
+const WORD_TYPES: [Type; 3] = [Type::TEXT, Type::INT8, Type::TEXT];
 const COPY_RECORDS: &str =
     "COPY idempotency (scope, fingerprint, expires_at, pet_id) FROM STDIN (FORMAT binary)";
 const RECORD_TYPES: [Type; 4] = [Type::BYTEA, Type::BYTEA, Type::INT8, Type::INT8];
@@ -149,6 +160,7 @@ impl PgImport {
                     let sink = client.copy_in(COPY_PETS).await.map_err(pg_error)?;
                     let writer = BinaryCopyInWriter::new(sink, &PET_TYPES);
                     let mut writer = std::pin::pin!(writer);
+                    let mut words = Words::default();
                     for pet in &pets {
                         let read = read_pet(pet.id, &pet.json)?;
                         let status = status_code(read.status);
@@ -159,8 +171,19 @@ impl PgImport {
                             ))
                         })?;
                         let json = text(&pet.json, pet.id)?;
-                        let row: [&(dyn ToSql + Sync); 5] =
-                            [&pet.id, &status, &read.category_id, &revision, &json];
+                        let key = search::sort_key(&read.name);
+                        words.add(pet.id, &read.name, &key);
+                        let row: [&(dyn ToSql + Sync); 6] =
+                            [&pet.id, &status, &read.category_id, &revision, &json, &key];
+                        writer.as_mut().write(&row).await.map_err(pg_error)?;
+                    }
+                    writer.as_mut().finish().await.map_err(pg_error)?;
+                    let sink = client.copy_in(COPY_WORDS).await.map_err(pg_error)?;
+                    let writer = BinaryCopyInWriter::new(sink, &WORD_TYPES);
+                    let mut writer = std::pin::pin!(writer);
+                    let rows = words.terms.iter().zip(&words.pets).zip(&words.keys);
+                    for ((term, id), key) in rows {
+                        let row: [&(dyn ToSql + Sync); 3] = [term, id, key];
                         writer.as_mut().write(&row).await.map_err(pg_error)?;
                     }
                     writer.as_mut().finish().await.map_err(pg_error)?;

@@ -1,9 +1,10 @@
 //! How the store's values sit in PostgreSQL rows and columns beyond their resources'
 //! declarations (`store/resource.rs`): an idempotency record, a revision, a pet's status code,
-//! the inventory's counters. Shared by the
-//! reads, the batches, the copy and the migrations.
+//! a pet's words (`pet_words`), the inventory's counters, and the condition that starts a page
+//! at its cursor. Shared by the reads, the batches, the copy and the migrations.
 
-use crate::pet::PetStatus;
+use crate::pet::{PetId, PetStatus};
+use crate::search;
 use crate::store::model::{Inventory, Record, StoreError};
 use crate::store::resource::Resource;
 
@@ -111,24 +112,74 @@ pub(super) fn record_in<R: Resource>(
     R::decode(id, row.get::<_, &str>(at).as_bytes())
 }
 
-/// The condition of a page of a list filtered by `equal` (each a column and the number of the
-/// parameter it must equal, in the order of the index that serves the filter and ends with
-/// `id`): the rows after the cursor, `$1`. Written as a row comparison on the index's columns,
-/// so even a generic plan, which knows no values, reads that index from the cursor on; with a
+/// Inserts the rows of `Words` (`$1` to `$3`) into `pet_words`.
+pub(super) const INSERT_WORDS: &str = "INSERT INTO pet_words (term, pet_id, name_key)
+     SELECT * FROM UNNEST($1::text[], $2::bigint[], $3::text[])";
+
+/// Rows of `pet_words` for some pets, as the three arrays an `UNNEST` takes: every term each
+/// pet's name is found by (`search::prefixes`), beside its pet and the pet's sort key
+/// (`search::sort_key`), which the rows keep so that a search sorted by name walks one index.
+#[derive(Default)]
+pub(super) struct Words {
+    pub(super) terms: Vec<String>,
+    pub(super) pets: Vec<PetId>,
+    pub(super) keys: Vec<String>,
+}
+
+impl Words {
+    /// The rows of pet `id`, named `name`, whose sort key is `key`.
+    pub(super) fn add(&mut self, id: PetId, name: &str, key: &str) {
+        for term in search::prefixes(name) {
+            self.terms.push(term);
+            self.pets.push(id);
+            self.keys.push(key.to_owned());
+        }
+    }
+}
+
+/// `from_cursor` for a list in id order, filtered by `equal`, after the id `$1`.
+pub(super) fn after_cursor(equal: &[(&str, usize)]) -> String {
+    from_cursor(equal, &[("id", 1)], Walk::Up)
+}
+
+/// Which way a list walks its index from the cursor.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Walk {
+    Up,
+    Down,
+}
+
+/// The condition of a page that walks an index of `equal` columns, then `order` columns, from
+/// a cursor: each of `equal` is a column and the number of the parameter it must equal (the
+/// filter), each of `order` a column and the parameter of the cursor's value of it (the
+/// list's order, ending with the id). Written as a row comparison on the index's columns, so
+/// even a generic plan, which knows no values, reads that index from the cursor on; with a
 /// bare `id > $1` the planner may prefer the primary key and filter, which on a deep page of a
 /// rare value reads past every row of the others.
-pub(super) fn after_cursor(equal: &[(&str, usize)]) -> String {
-    if equal.is_empty() {
-        return "id > $1".into();
-    }
+pub(super) fn from_cursor(equal: &[(&str, usize)], order: &[(&str, usize)], walk: Walk) -> String {
     let mut condition = String::new();
-    let (mut columns, mut params) = (String::new(), String::new());
+    let (mut columns, mut params) = (Vec::new(), Vec::new());
     for (column, param) in equal {
         condition.push_str(&format!("{column} = ${param} AND "));
-        columns.push_str(&format!("{column}, "));
-        params.push_str(&format!("${param}, "));
+        columns.push(column.to_string());
+        params.push(format!("${param}"));
     }
-    condition.push_str(&format!("({columns}id) > ({params}$1)"));
+    for (column, param) in order {
+        columns.push(column.to_string());
+        params.push(format!("${param}"));
+    }
+    let op = match walk {
+        Walk::Up => ">",
+        Walk::Down => "<",
+    };
+    match columns.len() {
+        1 => condition.push_str(&format!("{} {op} {}", columns[0], params[0])),
+        _ => condition.push_str(&format!(
+            "({}) {op} ({})",
+            columns.join(", "),
+            params.join(", ")
+        )),
+    }
     condition
 }
 
@@ -138,11 +189,35 @@ mod tests {
 
     #[test]
     fn a_filtered_page_starts_at_the_cursor_in_its_index() {
+        let id = [("id", 1)];
         assert_eq!(after_cursor(&[]), "id > $1");
         assert_eq!(
             after_cursor(&[("category_id", 3), ("status", 4)]),
             "category_id = $3 AND status = $4 AND (category_id, status, id) > ($3, $4, $1)"
         );
+        assert_eq!(
+            from_cursor(&[("status", 3)], &id, Walk::Down),
+            "status = $3 AND (status, id) < ($3, $1)"
+        );
+        assert_eq!(
+            from_cursor(
+                &[("w.term", 4)],
+                &[("w.name_key", 3), ("w.pet_id", 1)],
+                Walk::Up
+            ),
+            "w.term = $4 AND (w.term, w.name_key, w.pet_id) > ($4, $3, $1)"
+        );
+    }
+
+    #[test]
+    fn a_pet_s_words_are_its_name_s_prefixes_each_with_its_sort_key() {
+        let mut words = Words::default();
+        words.add(7, "Bo Bob", "bo bob");
+        let mut terms = words.terms.clone();
+        terms.sort();
+        assert_eq!(terms, ["b", "bo", "bob"]);
+        assert_eq!(words.pets, [7, 7, 7]);
+        assert!(words.keys.iter().all(|key| key == "bo bob"));
     }
 
     #[test]

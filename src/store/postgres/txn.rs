@@ -2,8 +2,10 @@
 //! batch's transaction, on rows `batch.rs` locked before any rule ran (`lock_rows`), so what a
 //! rule reads stays true to the commit. The pets a batch creates are gathered and inserted by
 //! one statement (`flush`), before any statement that could see them; the inventory and the
-//! order and category counters move once, at the batch's end (`Tally`). The tables stay plain
-//! tables, with their columns beside each record's JSON, for the shop's other tools.
+//! order and category counters move once, at the batch's end (`Tally`). A pet's sort key and
+//! its rows of `pet_words` change in the statement that changes the pet, under its row's lock.
+//! The tables stay plain tables, with their columns beside each record's JSON, for the shop's
+//! other tools.
 
 use bytes::Bytes;
 
@@ -11,11 +13,12 @@ use super::errors::pg_error;
 use tokio_postgres::types::ToSql;
 
 use super::rows::{
-    INVENTORY_COUNTERS, READ_RECORD, record_in, record_of, revision, select_one, status_code,
+    INVENTORY_COUNTERS, READ_RECORD, Words, record_in, record_of, revision, select_one, status_code,
 };
 use crate::category::CategoryId;
 use crate::order::OrderId;
 use crate::pet::{Pet, PetId};
+use crate::search;
 use crate::store::claims::{IdempotencyKey, Keyed};
 use crate::store::model::{
     InventoryDelta, Record, StoreError, StoredPet, read_pet, record_id, short,
@@ -166,13 +169,15 @@ pub(super) struct PgTxn<'t, 'c> {
     pub(super) ledger: Ledger,
 }
 
-/// The pets a batch creates, inserted with one statement.
+/// The pets a batch creates and their words, inserted with one statement.
 #[derive(Default)]
 struct NewRows {
     ids: Vec<i64>,
     statuses: Vec<Option<i16>>,
     categories: Vec<i64>,
     jsons: Vec<String>,
+    name_keys: Vec<String>,
+    words: Words,
 }
 
 impl<'t, 'c> PgTxn<'t, 'c> {
@@ -207,16 +212,27 @@ impl<'t, 'c> PgTxn<'t, 'c> {
             return Ok(());
         }
         let rows = std::mem::take(&mut self.new_pets);
-        self.txn
-            .execute(
-                "INSERT INTO pets (id, status, category_id, revision, json)
-                 SELECT id, status, category_id, 1, json
-                 FROM UNNEST($1::bigint[], $2::smallint[], $3::bigint[], $4::text[])
-                     AS new(id, status, category_id, json)",
-                &[&rows.ids, &rows.statuses, &rows.categories, &rows.jsons],
-            )
-            .await
-            .map_err(pg_error)?;
+        let words = &rows.words;
+        self.exec(
+            "WITH made AS (
+                 INSERT INTO pets (id, status, category_id, revision, json, name_key)
+                 SELECT id, status, category_id, 1, json, name_key
+                 FROM UNNEST($4::bigint[], $5::smallint[], $6::bigint[], $7::text[], $8::text[])
+                     AS new(id, status, category_id, json, name_key))
+             INSERT INTO pet_words (term, pet_id, name_key)
+             SELECT * FROM UNNEST($1::text[], $2::bigint[], $3::text[])",
+            &[
+                &words.terms,
+                &words.pets,
+                &words.keys,
+                &rows.ids,
+                &rows.statuses,
+                &rows.categories,
+                &rows.jsons,
+                &rows.name_keys,
+            ],
+        )
+        .await?;
         Ok(())
     }
 
@@ -286,6 +302,34 @@ impl<'t, 'c> PgTxn<'t, 'c> {
     }
 }
 
+/// What a rename does to a pet's rows of `pet_words`: the terms of the old name that the new
+/// one has not are deleted (`gone`); the terms of the new name the old one had not are put
+/// (`put`), and all of them once the sort key changes, since every row keeps it. The two lists
+/// never share a term.
+struct Renamed {
+    gone: Vec<String>,
+    put: Vec<String>,
+    /// The new name's sort key.
+    key: String,
+}
+
+impl Renamed {
+    fn new(old: &str, new: &str) -> Renamed {
+        let (old_terms, new_terms) = (search::prefixes(old), search::prefixes(new));
+        let key = search::sort_key(new);
+        let moved = search::sort_key(old) != key;
+        let gone = old_terms.iter().filter(|term| !new_terms.contains(term));
+        let put = new_terms
+            .iter()
+            .filter(|term| moved || !old_terms.contains(term));
+        Renamed {
+            gone: gone.cloned().collect(),
+            put: put.cloned().collect(),
+            key,
+        }
+    }
+}
+
 /// A declared column's value as a statement's parameter.
 pub(super) fn sql_value(column: &Column) -> &(dyn ToSql + Sync) {
     match column {
@@ -328,12 +372,15 @@ impl Txn for PgTxn<'_, '_> {
         self.tally
             .inventory
             .moved(old.map(|old| old.status), Some(new.status));
-        let Some(_) = old else {
+        let Some(old) = old else {
             let rows = &mut self.new_pets;
+            let key = search::sort_key(&new.name);
             rows.ids.push(new.id);
             rows.statuses.push(status_code(new.status));
             rows.categories.push(new.category_id);
             rows.jsons.push(json.clone());
+            rows.words.add(new.id, &new.name, &key);
+            rows.name_keys.push(key);
             return Ok(StoredPet {
                 id: new.id,
                 revision,
@@ -342,18 +389,42 @@ impl Txn for PgTxn<'_, '_> {
         };
         self.locked(Subject::pet(new.id))?;
         self.flush_for(new.id).await?;
-        self.exec(
-            "UPDATE pets SET status = $2, category_id = $3, revision = $4, json = $5
+        let stored_revision = i64::try_from(revision).unwrap_or(i64::MAX);
+        let status = status_code(new.status);
+        let params: [&(dyn ToSql + Sync); 5] =
+            [&new.id, &status, &new.category_id, &stored_revision, &json];
+        // Most changes keep the name (every order moves its pet's status): those leave the
+        // words alone.
+        if old.name == new.name {
+            self.exec(
+                "UPDATE pets SET status = $2, category_id = $3, revision = $4, json = $5
+                     WHERE id = $1",
+                &params,
+            )
+            .await?;
+        } else {
+            let renamed = Renamed::new(&old.name, &new.name);
+            let mut params = params.to_vec();
+            params.extend([
+                &renamed.gone as &(dyn ToSql + Sync),
+                &renamed.key,
+                &renamed.put,
+            ]);
+            // The rows deleted and those put are apart (`Renamed`), so one statement can do
+            // both: no row is changed twice.
+            self.exec(
+                "WITH gone AS (DELETE FROM pet_words WHERE term = ANY($6) AND pet_id = $1),
+                     put AS (
+                         INSERT INTO pet_words (term, pet_id, name_key)
+                         SELECT term, $1, $7 FROM UNNEST($8::text[]) AS new(term)
+                         ON CONFLICT (term, pet_id) DO UPDATE SET name_key = EXCLUDED.name_key)
+                 UPDATE pets SET status = $2, category_id = $3, revision = $4, json = $5,
+                     name_key = $7
                  WHERE id = $1",
-            &[
-                &new.id,
-                &status_code(new.status),
-                &new.category_id,
-                &i64::try_from(revision).unwrap_or(i64::MAX),
-                &json,
-            ],
-        )
-        .await?;
+                &params,
+            )
+            .await?;
+        }
         Ok(StoredPet {
             id: new.id,
             revision,
@@ -364,10 +435,14 @@ impl Txn for PgTxn<'_, '_> {
     async fn remove_pet(&mut self, old: &Pet) -> Result<(), StoreError> {
         self.locked(Subject::pet(old.id))?;
         self.flush_for(old.id).await?;
-        self.txn
-            .execute("DELETE FROM pets WHERE id = $1", &[&old.id])
-            .await
-            .map_err(pg_error)?;
+        // Its words are those of the name it has (`put_pet` keeps them so): found by the
+        // primary key, with no index by pet to keep on every create.
+        self.exec(
+            "WITH gone AS (DELETE FROM pet_words WHERE term = ANY($2) AND pet_id = $1)
+             DELETE FROM pets WHERE id = $1",
+            &[&old.id, &search::prefixes(&old.name)],
+        )
+        .await?;
         self.tally.inventory.moved(Some(old.status), None);
         Ok(())
     }
@@ -528,3 +603,26 @@ impl Txn for PgTxn<'_, '_> {
 
 /// `PLACED` is the code the statements here and in `batch.rs` write as the literal 1.
 const _: () = assert!(super::rows::PLACED == 1);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_rename_deletes_the_terms_it_loses_and_puts_those_it_gains_or_all_once_the_key_moves() {
+        let sorted = |mut terms: Vec<String>| {
+            terms.sort();
+            terms
+        };
+        let renamed = Renamed::new("Bella Max", "Bella Mo");
+        assert_eq!(sorted(renamed.gone), ["ma", "max"]);
+        assert_eq!(
+            sorted(renamed.put),
+            ["b", "be", "bel", "bell", "bella", "m", "mo"]
+        );
+        assert_eq!(renamed.key, "bella mo");
+        // Another spelling of the same name keeps every row.
+        let respelled = Renamed::new("Zoë", "ZOE!");
+        assert!(respelled.gone.is_empty() && respelled.put.is_empty());
+    }
+}
