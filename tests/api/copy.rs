@@ -233,8 +233,8 @@ async fn a_redb_copy_refuses_a_target_with_pets_or_used_ids_and_leaves_it_as_it_
 /// would have stored them, the last one with JSON that does not read back if `broken`.
 fn fill(cluster: &Cluster, count: u32, broken: bool) {
     cluster.psql(&format!(
-        "INSERT INTO pets (id, status, category_id, revision, json)
-             SELECT g, 0, 1, 1, format('{{\"id\":%s,\"name\":\"p%s\",\"categoryId\":1,\"status\":\"available\"}}', g, g)
+        "INSERT INTO pets (id, status, category_id, revision, json, name_key)
+             SELECT g, 0, 1, 1, format('{{\"id\":%s,\"name\":\"p%s\",\"categoryId\":1,\"status\":\"available\"}}', g, g), format('p%s', g)
              FROM generate_series(1, {count}) AS g;
          UPDATE petstore_meta SET value = {count} + 1 WHERE name = 'next_id';
          UPDATE petstore_meta SET value = value + {count} WHERE name = 'pets_available';"

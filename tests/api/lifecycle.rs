@@ -142,7 +142,7 @@ fn a_database_from_a_newer_schema_stops_startup() {
     file_with_meta(&path, &[("schema_version", 99)]);
     let stderr = start_failing(&path, &Options::default());
     assert!(
-        stderr.contains("schema version 99, newer than the 6"),
+        stderr.contains("schema version 99, newer than the 7"),
         "{stderr}"
     );
 }
@@ -157,7 +157,7 @@ fn a_file_needing_an_upgrade_or_log_this_build_lacks_is_refused_at_start_and_by_
         (
             &[("schema_version", 2)][..],
             "the file is at schema version 2, which this petstore no longer upgrades (it opens \
-             versions 3 to 6)"
+             versions 3 to 7)"
                 .to_owned(),
         ),
         (

@@ -164,7 +164,7 @@ async fn unknown_query_parameters_are_ignored() {
     let reply = server
         .h1()
         .await
-        .get("/v1/pets?page=2&limit=2&sort=desc")
+        .get("/v1/pets?page=2&limit=2&order=desc")
         .await;
     assert_eq!(reply.ids(), [1, 2]);
     server.stop();

@@ -140,7 +140,7 @@ async fn the_next_link_names_limit_then_status_then_cursor_whatever_the_request_
     create_many(&server, 7, |_| Some("pending")).await;
     let mut client = server.h1().await;
     let first = client
-        .get("/v1/pets?sort=desc&status=pending&limit=2")
+        .get("/v1/pets?order=desc&status=pending&limit=2")
         .await;
     assert_eq!(first.ids(), [1, 2]);
     let link = first.next_link().expect("a next link");

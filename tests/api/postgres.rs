@@ -257,14 +257,14 @@ fn five_servers_starting_at_once_on_a_new_database_migrate_it_once_and_all_serve
         .map(|server| server.logs().matches("database schema upgraded").count())
         .sum();
     assert_eq!(
-        upgraded, 4,
-        "and each of the four later migrations applied by exactly one"
+        upgraded, 5,
+        "and each of the five later migrations applied by exactly one"
     );
     // One feed, made once: its identity is random, the rest is as a new store starts.
     assert_eq!(
         cluster.psql("SELECT name, value FROM petstore_meta WHERE name <> 'feed' ORDER BY name"),
         "event_seq|0\nevents_trimmed|0\nnext_category_id|1\nnext_id|1\nnext_order_id|1\n\
-         pets_available|0\npets_pending|0\npets_sold|0\npets_unset|0\nschema_version|5"
+         pets_available|0\npets_pending|0\npets_sold|0\npets_unset|0\nschema_version|6"
     );
     assert_eq!(
         cluster.psql("SELECT count(*) FROM petstore_meta WHERE name = 'feed'"),
@@ -299,17 +299,17 @@ fn a_newer_schema_or_an_unknown_scheme_stops_start_up_and_says_why() {
     let cluster = Cluster::start();
     cluster.psql(
         "CREATE TABLE petstore_meta (name text PRIMARY KEY, value bigint NOT NULL);\n\
-         INSERT INTO petstore_meta VALUES ('schema_version', 7);",
+         INSERT INTO petstore_meta VALUES ('schema_version', 8);",
     );
     let stderr = start_failing(Path::new(&cluster.url()), &Options::default());
     assert!(
-        stderr.contains("schema version 7, newer than the 5 this petstore understands"),
+        stderr.contains("schema version 8, newer than the 6 this petstore understands"),
         "{stderr}"
     );
     // Nothing was changed by the refused start.
     assert_eq!(
         cluster.psql("SELECT value FROM petstore_meta WHERE name = 'schema_version'"),
-        "7"
+        "8"
     );
 
     let stderr = start_failing(Path::new("mysql://app@db/pets"), &Options::default());

@@ -379,7 +379,10 @@ async fn read_shares(
     };
     let terms: Option<Vec<String>> = row.try_get(0).map_err(pg_error)?;
     let shares: Option<Vec<f32>> = row.try_get(1).map_err(pg_error)?;
-    let pairs = terms.unwrap_or_default().into_iter().zip(shares.unwrap_or_default());
+    let pairs = terms
+        .unwrap_or_default()
+        .into_iter()
+        .zip(shares.unwrap_or_default());
     Ok(pairs.collect())
 }
 
@@ -520,14 +523,20 @@ mod tests {
             limit: 20,
         };
         assert_eq!(start_of(&query(Sort::Id, None)), (i64::MIN, String::new()));
-        assert_eq!(start_of(&query(Sort::Newest, None)), (i64::MAX, String::new()));
+        assert_eq!(
+            start_of(&query(Sort::Newest, None)),
+            (i64::MAX, String::new())
+        );
         let after = |key: &str| {
             Some(After {
                 id: 7,
                 key: Some(key.into()),
             })
         };
-        assert_eq!(start_of(&query(Sort::Name, after("bella"))), (7, "bella".into()));
+        assert_eq!(
+            start_of(&query(Sort::Name, after("bella"))),
+            (7, "bella".into())
+        );
         assert_eq!(
             start_of(&query(Sort::Name, after("bel\0x"))),
             (i64::MAX, "bel".into())
