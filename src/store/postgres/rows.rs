@@ -137,11 +137,6 @@ impl Words {
     }
 }
 
-/// `from_cursor` for a list in id order, filtered by `equal`, after the id `$1`.
-pub(super) fn after_cursor(equal: &[(&str, usize)]) -> String {
-    from_cursor(equal, &[("id", 1)], Walk::Up)
-}
-
 /// Which way a list walks its index from the cursor.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(super) enum Walk {
