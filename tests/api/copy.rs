@@ -411,8 +411,8 @@ async fn a_source_written_during_the_copy_fails_the_check_with_both_sides_printe
 /// Adds the pet `id` to the PostgreSQL store at `cluster` straight in SQL.
 fn fill_one(cluster: &Cluster, id: u32) {
     cluster.psql(&format!(
-        "INSERT INTO pets (id, status, category_id, revision, json)
-             VALUES ({id}, NULL, 1, 1, '{{\"id\":{id},\"name\":\"late\",\"categoryId\":1}}');
+        "INSERT INTO pets (id, status, category_id, revision, json, name_key)
+             VALUES ({id}, NULL, 1, 1, '{{\"id\":{id},\"name\":\"late\",\"categoryId\":1}}', 'late');
          UPDATE petstore_meta SET value = {id} + 1 WHERE name = 'next_id';
          UPDATE petstore_meta SET value = value + 1 WHERE name = 'pets_unset';"
     ));
