@@ -185,9 +185,9 @@ mod tests {
     #[test]
     fn a_filtered_page_starts_at_the_cursor_in_its_index() {
         let id = [("id", 1)];
-        assert_eq!(after_cursor(&[]), "id > $1");
+        assert_eq!(from_cursor(&[], &id, Walk::Up), "id > $1");
         assert_eq!(
-            after_cursor(&[("category_id", 3), ("status", 4)]),
+            from_cursor(&[("category_id", 3), ("status", 4)], &id, Walk::Up),
             "category_id = $3 AND status = $4 AND (category_id, status, id) > ($3, $4, $1)"
         );
         assert_eq!(
