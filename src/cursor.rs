@@ -83,8 +83,8 @@ impl List {
         }
     }
 
-    /// The order and the search, for a list that has them.
-    fn order(self) -> (Sort, u64) {
+    /// The order and the search fingerprint (`Sort::Id` and 0 for a list that has neither).
+    pub fn order(self) -> (Sort, u64) {
         match self {
             List::Pets { sort, search, .. } | List::Orders { sort, search, .. } => (sort, search),
             List::Categories => (Sort::Id, 0),

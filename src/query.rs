@@ -611,7 +611,7 @@ fn pairs(query: &str) -> impl Iterator<Item = (Cow<'_, str>, &str)> {
 /// differs, in the order the next links name them.
 fn foreign(made: List, used: List) -> &'static str {
     const STATUS: &str = "cursor belongs to a list with another status filter";
-    let ((made_sort, made_search), (used_sort, used_search)) = (order_of(made), order_of(used));
+    let ((made_sort, made_search), (used_sort, used_search)) = (made.order(), used.order());
     if made_sort != used_sort {
         return "cursor belongs to a list with another sort";
     }
@@ -628,14 +628,6 @@ fn foreign(made: List, used: List) -> &'static str {
             "cursor belongs to a list with another petId filter"
         }
         _ => "cursor belongs to another list: pass the cursor of this list's next link unchanged",
-    }
-}
-
-/// A list's order and search fingerprint, for `foreign`.
-fn order_of(list: List) -> (Sort, u64) {
-    match list {
-        List::Pets { sort, search, .. } | List::Orders { sort, search, .. } => (sort, search),
-        List::Categories => (Sort::Id, 0),
     }
 }
 

@@ -50,11 +50,30 @@ fn cut(word: &str) -> &str {
     }
 }
 
+/// What a pet named `name` is indexed by: its sort key and its terms, from one folding.
+pub struct Indexed {
+    pub sort_key: String,
+    pub terms: Vec<String>,
+}
+
+/// `sort_key` and `prefixes` of `name`, folding it once: what each write of a pet keeps.
+pub fn index(name: &str) -> Indexed {
+    let words = words(name);
+    Indexed {
+        sort_key: key_of(&words),
+        terms: terms_of(&words),
+    }
+}
+
 /// Every term a pet named `name` is found by: each prefix (one character and up) of each of
 /// its first `NAME_WORDS` words as cut to `WORD_CHARS`, once each, in no particular order.
 pub fn prefixes(name: &str) -> Vec<String> {
+    terms_of(&words(name))
+}
+
+fn terms_of(words: &[String]) -> Vec<String> {
     let mut terms: Vec<String> = Vec::new();
-    for word in words(name).iter().take(NAME_WORDS) {
+    for word in words.iter().take(NAME_WORDS) {
         let word = cut(word);
         for (end, c) in word.char_indices() {
             let prefix = &word[..end + c.len_utf8()];
@@ -69,7 +88,11 @@ pub fn prefixes(name: &str) -> Vec<String> {
 /// What `sort=name` orders pets by, before their ids: the folded words of the name, one space
 /// between them, cut to `SORT_KEY_BYTES` at a character's end.
 pub fn sort_key(name: &str) -> String {
-    let mut key = words(name).join(" ");
+    key_of(&words(name))
+}
+
+fn key_of(words: &[String]) -> String {
+    let mut key = words.join(" ");
     if key.len() > SORT_KEY_BYTES {
         let mut end = SORT_KEY_BYTES;
         while !key.is_char_boundary(end) {

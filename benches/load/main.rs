@@ -15,6 +15,13 @@ mod fill;
 mod goals;
 mod load;
 mod names;
+// The server's rules for names, which the search part checks its pages by.
+#[path = "../../src/search.rs"]
+#[allow(
+    dead_code,
+    reason = "the bench uses the matching and sorting rules only"
+)]
+mod name_rules;
 mod orders;
 mod pg;
 #[path = "../../tests/support/pg_cluster.rs"]

@@ -2,8 +2,8 @@
 //! `names.txt` first and made-up ones of two or three syllables after them, drawn with a
 //! Zipf-like skew, so that a common word matches tens of thousands of pets at 1M and the tail
 //! a few dozen; some names have two words ("Sir Belvedere", "Bella Rose"). Deterministic: a
-//! position always gets the same name. Also the bench's own reading of a search (fold, words,
-//! match, sort key) for checking answers; it holds for the letters the list uses.
+//! position always gets the same name. Answers are checked by the server's own rules for names
+//! (`src/search.rs`, included).
 
 use std::sync::OnceLock;
 
@@ -119,61 +119,28 @@ pub fn most_common() -> &'static str {
     &names().given[0]
 }
 
-/// `text` lowercased, with the accents of the list's letters dropped: what the server's
-/// folding (NFKD, case folding, marks dropped) makes of these names.
-pub fn fold(text: &str) -> String {
-    text.to_lowercase()
-        .chars()
-        .map(|c| match c {
-            'á' | 'à' | 'â' | 'ä' | 'å' | 'ã' => 'a',
-            'é' | 'è' | 'ê' | 'ë' => 'e',
-            'í' | 'ì' | 'î' | 'ï' => 'i',
-            'ó' | 'ò' | 'ô' | 'ö' | 'õ' => 'o',
-            'ú' | 'ù' | 'û' | 'ü' => 'u',
-            'ñ' => 'n',
-            'ç' => 'c',
-            'ý' | 'ÿ' => 'y',
-            c => c,
-        })
-        .collect()
-}
+/// The server's own rules for names (`src/search.rs`, included by `main.rs`): the bench checks
+/// pages and counts matches by them, not by a model of its own.
+pub use crate::name_rules::{Search, fold, sort_key};
 
-/// The folded words of `text`: runs of letters and digits.
-pub fn words(text: &str) -> Vec<String> {
-    fold(text)
-        .split(|c: char| !c.is_alphanumeric())
-        .filter(|word| !word.is_empty())
-        .map(str::to_owned)
-        .collect()
-}
-
-/// Whether a pet named `name` matches the search `q`: every word of `q` starts a word of the
-/// name.
+/// Whether a pet named `name` matches the search `q` (a `q` the server refuses matches none).
 pub fn matches(q: &str, name: &str) -> bool {
-    has_all(&words(q), &words(name))
-}
-
-/// Whether every one of `terms` starts one of `words`.
-fn has_all(terms: &[String], words: &[String]) -> bool {
-    terms
-        .iter()
-        .all(|term| words.iter().any(|word| word.starts_with(term.as_str())))
-}
-
-/// What `sort=name` orders by before the id: the folded words, one space between them.
-pub fn sort_key(name: &str) -> String {
-    words(name).join(" ")
+    Search::parse(q).is_ok_and(|search| search.matches(name))
 }
 
 /// How many of the pets at positions `0..pets` match each of `queries`, and how many of those
 /// `available` says are available.
 pub fn counts(queries: &[&str], pets: u64, available: fn(u64) -> bool) -> Vec<(u64, u64)> {
-    let queries: Vec<Vec<String>> = queries.iter().map(|q| words(q)).collect();
+    let queries: Vec<Search> = queries
+        .iter()
+        .map(|q| Search::parse(q).expect("the bench's queries are valid"))
+        .collect();
     let mut counts = vec![(0, 0); queries.len()];
     for position in 0..pets {
-        let name = words(&name(position));
-        for (count, terms) in counts.iter_mut().zip(&queries) {
-            if has_all(terms, &name) {
+        // A pet's terms once, for every query.
+        let terms = crate::name_rules::prefixes(&name(position));
+        for (count, search) in counts.iter_mut().zip(&queries) {
+            if search.terms().iter().all(|term| terms.contains(term)) {
                 count.0 += 1;
                 count.1 += u64::from(available(position));
             }

@@ -172,7 +172,7 @@ impl Resource for Pet {
     }
 
     fn entries<'a>(&self, stored: &'a [u8]) -> Vec<Entry<'a>> {
-        let terms = search::prefixes(&self.name);
+        let search::Indexed { sort_key, terms } = search::index(&self.name);
         let mut entries = Vec::with_capacity(3 + 2 * terms.len());
         if let Some(status) = self.status {
             let parts = [Part::Code(status.to_code())];
@@ -181,8 +181,7 @@ impl Resource for Pet {
         let code = category_status_code(self.status);
         let parts = [Part::Int(self.category_id), Part::Code(code)];
         entries.push(PETS_BY_CATEGORY.entry(self.id, &parts, Value::Nothing));
-        let key = search::sort_key(&self.name);
-        let name = Part::Text(key.as_str().into());
+        let name = Part::Text(sort_key.as_str().into());
         entries.push(PETS_BY_NAME.entry(self.id, std::slice::from_ref(&name), Value::Code(code)));
         for term in &terms {
             let term = Part::Text(term.as_str().into());

@@ -20,7 +20,6 @@ use super::errors::pg_error;
 use super::handle::PgStore;
 use super::rows::{RECOUNT_INVENTORY, Words, select_after, status_code};
 use super::txn::sql_value;
-use crate::search;
 use crate::store::model::read_pet;
 use crate::store::model::{
     Chunk, Exporting, IdempotencyRecord, Rows, SHORT_DIGEST, StoreError, StoredPet,
@@ -171,8 +170,7 @@ impl PgImport {
                             ))
                         })?;
                         let json = text(&pet.json, pet.id)?;
-                        let key = search::sort_key(&read.name);
-                        words.add(pet.id, &read.name, &key);
+                        let key = words.add(pet.id, &read.name);
                         let row: [&(dyn ToSql + Sync); 6] =
                             [&pet.id, &status, &read.category_id, &revision, &json, &key];
                         writer.as_mut().write(&row).await.map_err(pg_error)?;

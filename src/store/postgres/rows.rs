@@ -127,13 +127,16 @@ pub(super) struct Words {
 }
 
 impl Words {
-    /// The rows of pet `id`, named `name`, whose sort key is `key`.
-    pub(super) fn add(&mut self, id: PetId, name: &str, key: &str) {
-        for term in search::prefixes(name) {
+    /// The rows of pet `id`, named `name`, folded once; answers the name's sort key, which
+    /// `pets.name_key` keeps too.
+    pub(super) fn add(&mut self, id: PetId, name: &str) -> String {
+        let search::Indexed { sort_key, terms } = search::index(name);
+        for term in terms {
             self.terms.push(term);
             self.pets.push(id);
-            self.keys.push(key.to_owned());
+            self.keys.push(sort_key.clone());
         }
+        sort_key
     }
 }
 
@@ -207,7 +210,7 @@ mod tests {
     #[test]
     fn a_pet_s_words_are_its_name_s_prefixes_each_with_its_sort_key() {
         let mut words = Words::default();
-        words.add(7, "Bo Bob", "bo bob");
+        assert_eq!(words.add(7, "Bo Bob"), "bo bob");
         let mut terms = words.terms.clone();
         terms.sort();
         assert_eq!(terms, ["b", "bo", "bob"]);

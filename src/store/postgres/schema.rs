@@ -11,7 +11,6 @@ use tokio_postgres::types::ToSql;
 use super::errors::pg_error;
 use super::handle::ANSWER_WITHIN;
 use super::rows::{INSERT_WORDS, RECOUNT_INVENTORY, Words};
-use crate::search;
 use crate::store::events::new_feed_id;
 use crate::store::model::{StoreError, read_pet};
 use crate::store::ops::each_resource;
@@ -118,8 +117,7 @@ async fn fill_words(txn: &deadpool_postgres::Transaction<'_>) -> Result<u64, Sto
         for row in &rows {
             let id: i64 = row.get(0);
             let pet = read_pet(id, row.get::<_, &str>(1).as_bytes())?;
-            let key = search::sort_key(&pet.name);
-            words.add(id, &pet.name, &key);
+            let key = words.add(id, &pet.name);
             ids.push(id);
             keys.push(key);
         }

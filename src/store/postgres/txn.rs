@@ -374,12 +374,11 @@ impl Txn for PgTxn<'_, '_> {
             .moved(old.map(|old| old.status), Some(new.status));
         let Some(old) = old else {
             let rows = &mut self.new_pets;
-            let key = search::sort_key(&new.name);
+            let key = rows.words.add(new.id, &new.name);
             rows.ids.push(new.id);
             rows.statuses.push(status_code(new.status));
             rows.categories.push(new.category_id);
             rows.jsons.push(json.clone());
-            rows.words.add(new.id, &new.name, &key);
             rows.name_keys.push(key);
             return Ok(StoredPet {
                 id: new.id,
